@@ -1,0 +1,274 @@
+"""Who a bridge is and where it lives: the bridge id (C03), the state directory, and the
+files in it (PROTOCOL.md, "Files in the state directory"; B01).
+
+The host imports this module (and only this one) from ``bridge_client.bridge``: computing the
+id and parsing the listening and launch files are pure functions. Writing files is done by
+:func:`secure_write`, used by the bridge and by sandboxes that work on local folders.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from ..errors import ProtocolError
+from ..redacted import Redacted
+from ..wire.parts import PROTOCOL_VERSION
+
+__all__ = [
+    "BRIDGE_ID_LENGTH",
+    "STATE_DIR_ENV",
+    "LISTENING_FILE",
+    "LAUNCH_FILE",
+    "TOKEN_FILE",
+    "LOCK_FILE",
+    "STORE_FILE",
+    "LOG_FILE",
+    "canonical_json",
+    "bridge_id",
+    "state_dir",
+    "ListeningInfo",
+    "LaunchInfo",
+    "parse_listening",
+    "parse_launch",
+    "secure_write",
+]
+
+BRIDGE_ID_LENGTH = 32
+"""Hex characters in a bridge id (128 bits)."""
+
+STATE_DIR_ENV = "BRIDGE_CLIENT_STATE_DIR"
+"""The environment variable in which the bridge program finds its state directory."""
+
+LISTENING_FILE = "listening.json"
+LAUNCH_FILE = "launch.json"
+TOKEN_FILE = "token"
+LOCK_FILE = "lock"
+STORE_FILE = "bridge.sqlite3"
+LOG_FILE = "bridge.log"
+
+
+def canonical_json(value: Any) -> str:
+    """Serialize ``value`` as canonical JSON: sorted keys, no spaces, UTF-8 kept as is.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot carry.
+        ValueError: a float in it is NaN or infinite.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def bridge_id(
+    agent_id: str,
+    command: str,
+    args: Sequence[str],
+    agent_options: Any,
+    token: Redacted,
+) -> str:
+    """Compute the bridge id (C03): HMAC-SHA256, keyed by the token, of the canonical JSON of
+    ``{"id", "command", "args", "agentOptions"}``, as 32 hex characters.
+
+    Hosts that launch a bridge alike (same options, same sandbox token) get the same id and
+    share one bridge; any other option gives another id. Keying with the token mixes it in
+    without revealing anything about it.
+
+    Args:
+        agent_id: the agent id the bridge must answer with.
+        command: the program that runs the bridge; args: its arguments.
+        agent_options: plain JSON handed to the driver.
+        token: the sandbox's token.
+
+    Raises:
+        TypeError: ``agent_options`` is not plain JSON.
+    """
+    try:
+        text = canonical_json({"id": agent_id, "command": command, "args": list(args), "agentOptions": agent_options})
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"agent_options must be plain JSON: {exc}") from None
+    digest = hmac.new(token.reveal().encode(), text.encode(), hashlib.sha256).hexdigest()
+    return digest[:BRIDGE_ID_LENGTH]
+
+
+def state_dir(state_root: str, bridge: str) -> str:
+    """Return the bridge's state directory: ``<state_root>/bridges/<bridge id>`` (POSIX path)."""
+    return posixpath.join(state_root, "bridges", bridge)
+
+
+def _check_str(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(f"{where}: {key} must be a non-empty string")
+    return value
+
+
+def _check_int(d: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = d.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ProtocolError(f"{where}: {key} must be an integer from {low} to {high}")
+    return value
+
+
+def _load_object(data: bytes, where: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError(f"{where} is not JSON (truncated or corrupt)") from None
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where} must hold a JSON object")
+    return value
+
+
+@dataclass(frozen=True)
+class ListeningInfo:
+    """The content of ``listening.json`` (B01): where a running bridge listens.
+
+    Attributes:
+        protocol: protocol version; agent_id, bridge_id: who listens; host, port: where
+        (``host`` is the bind address inside the sandbox); pid: the bridge's process id;
+        instance: new at every start; started_at: ISO 8601 UTC.
+    """
+
+    protocol: int
+    agent_id: str
+    bridge_id: str
+    host: str
+    port: int
+    pid: int
+    instance: str
+    started_at: str
+
+    def to_json(self) -> str:
+        """Return the file's JSON text."""
+        return canonical_json(
+            {
+                "protocol": self.protocol,
+                "agentId": self.agent_id,
+                "bridgeId": self.bridge_id,
+                "host": self.host,
+                "port": self.port,
+                "pid": self.pid,
+                "instance": self.instance,
+                "startedAt": self.started_at,
+            }
+        )
+
+
+def parse_listening(data: bytes) -> ListeningInfo:
+    """Parse ``listening.json``.
+
+    Raises:
+        ProtocolError: not JSON, a field missing or mistyped, or another protocol version.
+    """
+    where = LISTENING_FILE
+    d = _load_object(data, where)
+    protocol = _check_int(d, "protocol", where, 0, 2**31)
+    if protocol != PROTOCOL_VERSION:
+        raise ProtocolError(f"{where}: protocol {protocol}, this client speaks {PROTOCOL_VERSION}")
+    return ListeningInfo(
+        protocol=protocol,
+        agent_id=_check_str(d, "agentId", where),
+        bridge_id=_check_str(d, "bridgeId", where),
+        host=_check_str(d, "host", where),
+        port=_check_int(d, "port", where, 1, 65535),
+        pid=_check_int(d, "pid", where, 1, 2**31),
+        instance=_check_str(d, "instance", where),
+        started_at=_check_str(d, "startedAt", where),
+    )
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """The content of ``launch.json``: what the host asks the bridge to be.
+
+    Attributes:
+        agent_id: the id the driver must have; bridge_id: the bridge's id (C03);
+        agent_options: JSON for the driver factory; idle_timeout: seconds with no connection
+        and no running turn before the bridge exits (B06); bind: the address to listen on.
+    """
+
+    agent_id: str
+    bridge_id: str
+    agent_options: Any
+    idle_timeout: float
+    bind: str = "127.0.0.1"
+    protocol: int = PROTOCOL_VERSION
+
+    def to_json(self) -> str:
+        """Return the file's JSON text."""
+        return canonical_json(
+            {
+                "protocol": self.protocol,
+                "agentId": self.agent_id,
+                "bridgeId": self.bridge_id,
+                "agentOptions": self.agent_options,
+                "idleTimeout": self.idle_timeout,
+                "bind": self.bind,
+            }
+        )
+
+
+def parse_launch(data: bytes) -> LaunchInfo:
+    """Parse ``launch.json``.
+
+    Raises:
+        ProtocolError: not JSON, a field missing or mistyped, or another protocol version.
+    """
+    where = LAUNCH_FILE
+    d = _load_object(data, where)
+    protocol = _check_int(d, "protocol", where, 0, 2**31)
+    if protocol != PROTOCOL_VERSION:
+        raise ProtocolError(f"{where}: protocol {protocol}, this bridge speaks {PROTOCOL_VERSION}")
+    idle = d.get("idleTimeout")
+    if not isinstance(idle, (int, float)) or isinstance(idle, bool) or idle <= 0:
+        raise ProtocolError(f"{where}: idleTimeout must be a number of seconds > 0")
+    bind = d.get("bind", "127.0.0.1")
+    if not isinstance(bind, str) or not bind:
+        raise ProtocolError(f"{where}: bind must be a non-empty string")
+    return LaunchInfo(
+        agent_id=_check_str(d, "agentId", where),
+        bridge_id=_check_str(d, "bridgeId", where),
+        agent_options=d.get("agentOptions"),
+        idle_timeout=float(idle),
+        bind=bind,
+        protocol=protocol,
+    )
+
+
+def secure_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` atomically with ``mode``: a temporary file in the same
+    folder, fsync, then rename over the target. Readers see the old file or the new one,
+    never half of one (B01). Parent folders are created with mode 0700.
+
+    Raises:
+        OSError: the folder cannot be created or written.
+    """
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def optional_read(path: str) -> Optional[bytes]:
+    """Return the bytes of a local file, or ``None`` when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,208 @@
+"""Every failure a user of bridge_client can catch, in one tree.
+
+::
+
+    HarnessError
+    ├── BridgeLaunchError          the bridge could not be launched (carries ``log_tail``)
+    ├── BridgeUnavailable          no bridge answers within the resend window (carries ``state``; C15)
+    ├── Unauthorized               the bridge refused the token (HTTP 401; never retried; C17)
+    ├── BridgeMismatch             something answered with another agent id or bridge id (B07)
+    ├── ProtocolError (ValueError) a frame or value broke PROTOCOL.md
+    ├── ConnectionLost (ConnectionError)
+    │                              the connection dropped; safe requests are resent (C08)
+    ├── MayHaveBeenReceived        an unsafe request was cut off; it may or may not have arrived (C08)
+    ├── RpcError                   a typed failure the bridge answered with (PROTOCOL.md, catalogue)
+    │   ├── BadRequest
+    │   ├── SessionNotFound
+    │   ├── TurnNotFound
+    │   └── TurnConflict
+    ├── SessionReleased            a call on a session after ``release()`` (C16)
+    ├── TurnInProgress (RuntimeError)
+    │                              a second turn while one is being read on the same session
+    ├── SandboxGone                the sandbox cannot run commands any more (C15)
+    └── TemplateError              an install step of a template failed
+
+Typed RPC failures, ``Unauthorized`` and ``ProtocolError`` are never retried; only
+``ConnectionLost`` is (``retryable`` says so on every class).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Dict, Optional
+
+__all__ = [
+    "HarnessError",
+    "BridgeLaunchError",
+    "BridgeUnavailable",
+    "Unauthorized",
+    "BridgeMismatch",
+    "ProtocolError",
+    "ConnectionLost",
+    "MayHaveBeenReceived",
+    "RpcError",
+    "BadRequest",
+    "SessionNotFound",
+    "TurnNotFound",
+    "TurnConflict",
+    "SessionReleased",
+    "TurnInProgress",
+    "SandboxGone",
+    "TemplateError",
+    "rpc_error_from_wire",
+]
+
+
+class HarnessError(Exception):
+    """Base of every error bridge_client raises on purpose.
+
+    Attributes:
+        retryable: True only where sending the same request again is safe (C08).
+    """
+
+    retryable: ClassVar[bool] = False
+
+
+class BridgeLaunchError(HarnessError):
+    """The bridge did not start answering within ``launch_timeout`` seconds, or exited.
+
+    Args:
+        message: what went wrong.
+        log_tail: the last lines of the bridge's ``bridge.log`` (may be empty).
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        text = message if not log_tail else f"{message}\n--- bridge.log (tail) ---\n{log_tail}"
+        super().__init__(text)
+
+
+class BridgeUnavailable(HarnessError):
+    """No bridge could be reached within the resend window, or the sandbox is gone (C15).
+
+    Attributes:
+        state: the last :class:`~bridge_client.wire.parts.SessionState` the bridge gave
+            (``None`` if it never gave one); ``release()`` returns the same value.
+    """
+
+    def __init__(self, message: str, state: Any = None) -> None:
+        self.state = state
+        super().__init__(message)
+
+
+class Unauthorized(HarnessError, PermissionError):
+    """The bridge answered HTTP 401: the token is missing or wrong (C17). Never retried."""
+
+
+class BridgeMismatch(HarnessError):
+    """A bridge answered with another agent id, bridge id or protocol version (B07)."""
+
+
+class ProtocolError(HarnessError, ValueError):
+    """A frame or value does not follow PROTOCOL.md. The message says which field and why."""
+
+
+class ConnectionLost(HarnessError, ConnectionError):
+    """The connection to the bridge dropped or went silent past the keepalive bound.
+
+    Requests the catalogue marks safe to resend are sent again on a new connection (C08).
+    """
+
+    retryable = True
+
+
+class MayHaveBeenReceived(HarnessError):
+    """A request marked unsafe to resend was cut off by a drop: it may or may not have
+    reached the bridge (C08)."""
+
+
+class RpcError(HarnessError):
+    """A typed failure the bridge answered with: ``{"_tag": NAME, "message": str, ...}``.
+
+    Attributes:
+        tag: the error's ``_tag`` on the wire.
+        fields: every other field the bridge sent, as plain JSON values.
+    """
+
+    tag: ClassVar[str] = "RpcError"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        self.fields: Dict[str, Any] = fields
+        super().__init__(message)
+
+    def to_wire(self) -> Dict[str, Any]:
+        """Return the error as the JSON object PROTOCOL.md carries in ``Fail.error``."""
+        return {"_tag": self.tag, "message": str(self), **self.fields}
+
+
+class BadRequest(RpcError):
+    """The payload of a request was not of the shape its RPC takes (B08)."""
+
+    tag = "BadRequest"
+
+
+class SessionNotFound(RpcError):
+    """The bridge has no session with that id (open it first with ``OpenSession``)."""
+
+    tag = "SessionNotFound"
+
+
+class TurnNotFound(RpcError):
+    """The bridge has no turn with that id in that session."""
+
+    tag = "TurnNotFound"
+
+
+class TurnConflict(RpcError):
+    """A ``StartTurn`` reused a turn id with another prompt."""
+
+    tag = "TurnConflict"
+
+
+class SessionReleased(HarnessError):
+    """The session was released; only ``release()`` may be called again (C16)."""
+
+
+class TurnInProgress(HarnessError, RuntimeError):
+    """``turn()`` or ``continue_turn()`` was called while another turn of the same session is
+    still being read. Finish, suspend or cancel that turn first."""
+
+
+class SandboxGone(HarnessError):
+    """The sandbox cannot run commands any more (its folder or container is gone; C15)."""
+
+
+class TemplateError(HarnessError):
+    """An install step of a :class:`~bridge_client.template.Template` failed.
+
+    Attributes:
+        step: the name of the step that failed.
+        output: the tail of what the step printed.
+    """
+
+    def __init__(self, message: str, step: str = "", output: str = "") -> None:
+        self.step = step
+        self.output = output
+        super().__init__(message if not output else f"{message}\n{output}")
+
+
+_RPC_ERRORS = {cls.tag: cls for cls in (BadRequest, SessionNotFound, TurnNotFound, TurnConflict)}
+
+
+def rpc_error_from_wire(error: Dict[str, Any]) -> RpcError:
+    """Turn a ``Fail.error`` object from the wire into the matching :class:`RpcError`.
+
+    Args:
+        error: a JSON object with a string ``_tag`` and usually a ``message``.
+
+    Returns:
+        An instance of the subclass named by ``_tag``; an unknown tag gives a plain
+        :class:`RpcError` whose ``tag`` attribute is that name.
+    """
+    fields = {k: v for k, v in error.items() if k not in ("_tag", "message")}
+    tag = str(error.get("_tag", "RpcError"))
+    message = str(error.get("message", tag))
+    cls = _RPC_ERRORS.get(tag)
+    if cls is not None:
+        return cls(message, **fields)
+    exc = RpcError(message, **fields)
+    exc.tag = tag  # type: ignore[misc]  # instance attribute shadows the ClassVar on purpose
+    return exc

@@ -1,0 +1,507 @@
+"""The values that ride inside the envelope: parts, turn and session states, payloads.
+
+PROTOCOL.md, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
+(dataclasses-json's ``DataClassJsonMixin`` gives ``to_json``/``from_json``/``schema``).
+
+Decoding from the wire goes through hand-written ``from_dict`` overrides that check every
+field and raise :class:`~bridge_client.errors.ProtocolError` naming it: dataclasses-json's own
+``from_dict`` is lenient about types and builds ~16,000 objects per second, too slow for a
+stream of parts, so it stays at the edges (schema, ``to_json``) and off the hot path.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+
+from dataclasses_json import DataClassJsonMixin, LetterCase, config
+from marshmallow import fields as mm_fields
+
+from ..errors import ProtocolError
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "FINISH_REASONS",
+    "TURN_STATUSES",
+    "SessionState",
+    "TurnState",
+    "HelloResult",
+    "StartTurnResult",
+    "Part",
+    "TurnStart",
+    "StepStart",
+    "TextDelta",
+    "ReasoningDelta",
+    "ToolCall",
+    "ToolResult",
+    "StepFinish",
+    "StepReset",
+    "SessionStateChanged",
+    "Data",
+    "TurnFinish",
+    "PART_TYPES",
+    "part_from_dict",
+]
+
+PROTOCOL_VERSION = 1
+"""The protocol version this package speaks (PROTOCOL.md)."""
+
+FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
+"""The ``finishReason`` values of ``turn-finish`` (PROTOCOL.md, parts)."""
+
+TURN_STATUSES = ("started", "running", "continued", "finished")
+"""The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
+
+_CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]  # type: ignore[index]
+
+T = TypeVar("T")
+
+
+def _json_field() -> Any:
+    """A field holding any JSON value (dataclasses-json mistakes bare ``Any`` for Optional)."""
+    return field(metadata=config(mm_field=mm_fields.Raw(allow_none=True)))
+
+
+# ----------------------------------------------------------------------------- field checks
+
+
+def _get(d: Mapping[str, Any], key: str, where: str) -> Any:
+    try:
+        return d[key]
+    except KeyError:
+        raise ProtocolError(f"{where}.{key} is missing") from None
+    except TypeError:
+        raise ProtocolError(f"{where} must be a JSON object") from None
+
+
+def _str(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _get(d, key, where)
+    if not isinstance(value, str):
+        raise ProtocolError(f"{where}.{key} must be a string")
+    return value
+
+
+def _opt_str(d: Mapping[str, Any], key: str, where: str) -> Optional[str]:
+    value = d.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ProtocolError(f"{where}.{key} must be a string or null")
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = _get(d, key, where)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProtocolError(f"{where}.{key} must be an integer >= {minimum}")
+    return value
+
+
+def _opt_int(d: Mapping[str, Any], key: str, where: str) -> Optional[int]:
+    value = d.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ProtocolError(f"{where}.{key} must be an integer >= 0 or null")
+    return value
+
+
+def _bool(d: Mapping[str, Any], key: str, where: str) -> bool:
+    value = _get(d, key, where)
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{where}.{key} must be a boolean")
+    return value
+
+
+def _obj(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where} must be a JSON object")
+    return value
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class _Value(DataClassJsonMixin):
+    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields."""
+
+    dataclass_json_config = _CAMEL
+
+    def to_json(self, **_: Any) -> str:  # type: ignore[override]
+        """Return the value as compact camelCase JSON text."""
+        return _json_text(self.to_dict())
+
+    @classmethod
+    def from_json(cls: Type[T], s: Any, **_: Any) -> T:  # type: ignore[override]
+        """Parse JSON text and check every field.
+
+        Raises:
+            ProtocolError: not JSON, or a field is missing or of the wrong type.
+        """
+        try:
+            value = json.loads(s)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
+        return cls.from_dict(value)  # type: ignore[attr-defined, no-any-return]
+
+
+# ----------------------------------------------------------------------------- states
+
+
+@dataclass(frozen=True)
+class SessionState(_Value):
+    """What the bridge last gave for a session: ``{sessionId, revision, data}``.
+
+    Attributes:
+        session_id: the session's id.
+        revision: grows by one at every change (B03); the higher one wins in ``OpenSession``.
+        data: the driver's own JSON (enough to start the session again in a fresh bridge).
+    """
+
+    session_id: str
+    revision: int
+    data: Any = _json_field()
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
+        """Return ``{"sessionId", "revision", "data"}``."""
+        return {"sessionId": self.session_id, "revision": self.revision, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "SessionState":
+        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
+        d = _obj(kvs, "SessionState")
+        return cls(_str(d, "sessionId", "SessionState"), _int(d, "revision", "SessionState"), d.get("data"))
+
+
+@dataclass(frozen=True)
+class TurnState(_Value):
+    """Enough for any host to continue a turn (C10): what ``turn-start`` carries.
+
+    ``{protocol, agentId, bridgeId, sessionId, turnId, prompt, startedAt}``; ``startedAt`` is
+    an ISO 8601 UTC timestamp. Safe to store and move between hosts.
+    """
+
+    protocol: int
+    agent_id: str
+    bridge_id: str
+    session_id: str
+    turn_id: str
+    prompt: str
+    started_at: str
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
+        """Return the camelCase JSON object."""
+        return {
+            "protocol": self.protocol,
+            "agentId": self.agent_id,
+            "bridgeId": self.bridge_id,
+            "sessionId": self.session_id,
+            "turnId": self.turn_id,
+            "prompt": self.prompt,
+            "startedAt": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "TurnState":
+        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
+        d = _obj(kvs, "TurnState")
+        w = "TurnState"
+        return cls(
+            _int(d, "protocol", w, 1),
+            _str(d, "agentId", w),
+            _str(d, "bridgeId", w),
+            _str(d, "sessionId", w),
+            _str(d, "turnId", w),
+            _str(d, "prompt", w),
+            _str(d, "startedAt", w),
+        )
+
+
+@dataclass(frozen=True)
+class HelloResult(_Value):
+    """The answer to ``Hello`` (B07): who answers on this port."""
+
+    agent_id: str
+    bridge_id: str
+    instance: str
+    protocol: int
+    pid: int
+    started_at: str
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
+        """Return the camelCase JSON object."""
+        return {
+            "agentId": self.agent_id,
+            "bridgeId": self.bridge_id,
+            "instance": self.instance,
+            "protocol": self.protocol,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "HelloResult":
+        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
+        d = _obj(kvs, "Hello")
+        w = "Hello"
+        return cls(
+            _str(d, "agentId", w),
+            _str(d, "bridgeId", w),
+            _str(d, "instance", w),
+            _int(d, "protocol", w),
+            _int(d, "pid", w),
+            _str(d, "startedAt", w),
+        )
+
+
+@dataclass(frozen=True)
+class StartTurnResult(_Value):
+    """The answer to ``StartTurn`` and ``CancelTurn``: ``{turnId, status}``."""
+
+    turn_id: str
+    status: str
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
+        """Return ``{"turnId", "status"}``."""
+        return {"turnId": self.turn_id, "status": self.status}
+
+    @classmethod
+    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "StartTurnResult":
+        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
+        d = _obj(kvs, "TurnStatus")
+        status = _str(d, "status", "TurnStatus")
+        if status not in TURN_STATUSES:
+            raise ProtocolError(f"TurnStatus.status must be one of {', '.join(TURN_STATUSES)}")
+        return cls(_str(d, "turnId", "TurnStatus"), status)
+
+
+# ----------------------------------------------------------------------------- parts
+
+# Each part type: (attribute, JSON key, decoder). Decoders take (dict, key, where).
+_Decoder = Callable[[Mapping[str, Any], str, str], Any]
+
+
+def _any(d: Mapping[str, Any], key: str, where: str) -> Any:
+    return d.get(key)
+
+
+def _required_any(d: Mapping[str, Any], key: str, where: str) -> Any:
+    return _get(d, key, where)
+
+
+def _finish_reason(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _str(d, key, where)
+    if where == "turn-finish" and value not in FINISH_REASONS:
+        raise ProtocolError(f"turn-finish.finishReason must be one of {', '.join(FINISH_REASONS)}")
+    return value
+
+
+def _turn_state(d: Mapping[str, Any], key: str, where: str) -> TurnState:
+    return TurnState.from_dict(_get(d, key, where))
+
+
+def _session_state(d: Mapping[str, Any], key: str, where: str) -> SessionState:
+    return SessionState.from_dict(_get(d, key, where))
+
+
+def _str_list(d: Mapping[str, Any], key: str, where: str) -> Tuple[str, ...]:
+    value = _get(d, key, where)
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ProtocolError(f"{where}.{key} must be an array of strings")
+    return tuple(value)
+
+
+def _encode_field(value: Any) -> Any:
+    if isinstance(value, (TurnState, SessionState)):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Part(_Value):
+    """One element of a turn's stream (PROTOCOL.md, "Values").
+
+    Attributes:
+        index: the part's offset in the turn's log (0-based, never reused).
+        step: the step number (0-based), or ``None`` for turn-level parts.
+        attempt: which run of that step this is (1 for the first).
+
+    Subclasses set ``type`` (the wire name) and add their own fields.
+    """
+
+    type: ClassVar[str] = ""
+    _fields: ClassVar[Tuple[Tuple[str, str, _Decoder], ...]] = ()
+
+    index: int
+    step: Optional[int]
+    attempt: int
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
+        """Return the part as its wire JSON object (``type``, ``index``, ``step``, ...)."""
+        out: Dict[str, Any] = {"type": self.type, "index": self.index, "step": self.step, "attempt": self.attempt}
+        for attr, key, _ in self._fields:
+            out[key] = _encode_field(getattr(self, attr))
+        return out
+
+    @classmethod
+    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "Part":
+        """Check a wire JSON object and build the matching subclass.
+
+        Raises:
+            ProtocolError: unknown ``type``, or a field missing or of the wrong type.
+        """
+        return part_from_dict(kvs)
+
+
+def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[T]], Type[T]]:
+    def register(cls: Type[T]) -> Type[T]:
+        cls.type = type_name  # type: ignore[attr-defined]
+        cls._fields = fields  # type: ignore[attr-defined]
+        PART_TYPES[type_name] = cls  # type: ignore[assignment]
+        return cls
+
+    return register
+
+
+PART_TYPES: Dict[str, Type[Part]] = {}
+"""Wire ``type`` name to Part subclass."""
+
+
+@_part("turn-start", ("turn", "turn", _turn_state))
+@dataclass(frozen=True)
+class TurnStart(Part):
+    """Always index 0: carries the :class:`TurnState` (C10)."""
+
+    turn: TurnState
+
+
+@_part("step-start")
+@dataclass(frozen=True)
+class StepStart(Part):
+    """A step (or a new attempt of it, ``attempt`` > 1) begins."""
+
+
+@_part("text-delta", ("text", "text", _str))
+@dataclass(frozen=True)
+class TextDelta(Part):
+    """Model text."""
+
+    text: str
+
+
+@_part("reasoning-delta", ("text", "text", _str))
+@dataclass(frozen=True)
+class ReasoningDelta(Part):
+    """Model reasoning."""
+
+    text: str
+
+
+@_part(
+    "tool-call",
+    ("tool_call_id", "toolCallId", _str),
+    ("tool_name", "toolName", _str),
+    ("input", "input", _any),
+)
+@dataclass(frozen=True)
+class ToolCall(Part):
+    """The agent calls a tool; ``input`` is the tool's JSON input."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any = _json_field()
+
+
+@_part(
+    "tool-result",
+    ("tool_call_id", "toolCallId", _str),
+    ("tool_name", "toolName", _str),
+    ("output", "output", _any),
+    ("is_error", "isError", _bool),
+)
+@dataclass(frozen=True)
+class ToolResult(Part):
+    """The tool's answer; ``is_error`` says whether the tool failed."""
+
+    tool_call_id: str
+    tool_name: str
+    output: Any = _json_field()
+    is_error: bool
+
+
+@_part("step-finish", ("finish_reason", "finishReason", _finish_reason), ("usage", "usage", _any))
+@dataclass(frozen=True)
+class StepFinish(Part):
+    """The step is complete: it counts as read (C13). ``usage`` is the driver's JSON or None."""
+
+    finish_reason: str
+    usage: Any = _json_field()
+
+
+@_part(
+    "step-reset",
+    ("discarded_attempt", "discardedAttempt", lambda d, k, w: _int(d, k, w, 1)),
+    ("reason", "reason", _str),
+    ("tool_call_ids", "toolCallIds", _str_list),
+)
+@dataclass(frozen=True)
+class StepReset(Part):
+    """That attempt of the step is abandoned (the bridge restarted mid-step, B05): drop
+    what you had of it; the tool calls listed may have had effects."""
+
+    discarded_attempt: int
+    reason: str
+    tool_call_ids: Tuple[str, ...] = ()
+
+
+@_part("session-state", ("state", "state", _session_state))
+@dataclass(frozen=True)
+class SessionStateChanged(Part):
+    """The session state changed; ``state`` is the new :class:`SessionState`."""
+
+    state: SessionState
+
+
+@_part("data", ("name", "name", _str), ("data", "data", _any))
+@dataclass(frozen=True)
+class Data(Part):
+    """Driver-defined data (file changes, plans, ...), named by ``name``."""
+
+    name: str
+    data: Any = _json_field()
+
+
+@_part(
+    "turn-finish",
+    ("finish_reason", "finishReason", _finish_reason),
+    ("usage", "usage", _any),
+    ("error", "error", _opt_str),
+)
+@dataclass(frozen=True)
+class TurnFinish(Part):
+    """Terminal: ``finish_reason`` is ``stop``, ``cancelled``, ``error`` or ``max-steps``."""
+
+    finish_reason: str
+    usage: Any = _json_field()
+    error: Optional[str] = None
+
+
+def part_from_dict(d: Any) -> Part:
+    """Check a part's wire JSON object and build the matching :class:`Part` subclass.
+
+    Args:
+        d: a JSON object with ``type``, ``index``, ``step``, ``attempt`` and the type's fields.
+
+    Raises:
+        ProtocolError: not an object, unknown ``type``, or a field missing or mistyped.
+    """
+    if not isinstance(d, dict):
+        raise ProtocolError("a part must be a JSON object")
+    kind = d.get("type")
+    cls = PART_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ProtocolError(f"unknown part type {kind!r}")
+    args: List[Any] = [_int(d, "index", kind), _opt_int(d, "step", kind), _int(d, "attempt", kind, 1)]
+    for _, key, decode in cls._fields:
+        args.append(decode(d, key, kind))  # type: ignore[arg-type]
+    return cls(*args)

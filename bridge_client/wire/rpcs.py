@@ -1,0 +1,181 @@
+"""The bridge's RPC catalogue (PROTOCOL.md, "Catalogue", protocol 1).
+
+Each :class:`Rpc` says what its payload must hold, whether it streams, whether the host may
+send it again over a new connection after a drop (C08), and which typed errors it may answer
+with. Payload checks are pure functions, shared by the bridge (to answer ``BadRequest``) and
+by tests.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from ..errors import BadRequest
+from .parts import SessionState
+
+__all__ = [
+    "Rpc",
+    "CATALOGUE",
+    "HELLO",
+    "OPEN_SESSION",
+    "START_TURN",
+    "READ_TURN",
+    "CANCEL_TURN",
+    "CLOSE_SESSION",
+    "MAX_ID_LENGTH",
+    "MAX_PROMPT_BYTES",
+    "check_id",
+]
+
+MAX_ID_LENGTH = 128
+"""Session and turn ids: at most this many characters."""
+
+MAX_PROMPT_BYTES = 4 * 1024 * 1024
+"""A prompt is at most 4 MiB of UTF-8."""
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*\Z")
+
+
+def check_id(value: Any, name: str) -> str:
+    """Check a session or turn id that came from the wire, before it touches a store or path.
+
+    Ids are 1 to 128 characters of ``A-Z a-z 0-9 . _ : @ -``, starting with a letter or digit
+    (so no path separators, no ``..`` component, nothing to quote).
+
+    Raises:
+        BadRequest: the id is not a string of that shape.
+    """
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH or not _ID.match(value):
+        raise BadRequest(
+            f"{name} must be 1 to {MAX_ID_LENGTH} characters of letters, digits, '.', '_', ':', '@' or '-'"
+        )
+    return value
+
+
+def _payload(payload: Any, keys: Tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(payload, dict):
+        raise BadRequest("payload must be a JSON object")
+    missing = [k for k in keys if k not in payload]
+    if missing:
+        raise BadRequest(f"payload lacks {', '.join(missing)}")
+    return payload
+
+
+def _none(payload: Any) -> Dict[str, Any]:
+    return {}
+
+
+def _open_session(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId",))
+    session_id = check_id(p["sessionId"], "sessionId")
+    state = p.get("state")
+    if state is not None:
+        try:
+            state = SessionState.from_dict(state)
+        except ValueError as exc:
+            raise BadRequest(f"state: {exc}") from None
+        if state.session_id != session_id:
+            raise BadRequest("state.sessionId differs from sessionId")
+    return {"session_id": session_id, "state": state}
+
+
+def _start_turn(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId", "turnId", "prompt"))
+    prompt = p["prompt"]
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    if len(prompt) > MAX_PROMPT_BYTES // 4 and len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise BadRequest(f"prompt is over {MAX_PROMPT_BYTES} bytes")
+    return {
+        "session_id": check_id(p["sessionId"], "sessionId"),
+        "turn_id": check_id(p["turnId"], "turnId"),
+        "prompt": prompt,
+    }
+
+
+def _nonneg(p: Mapping[str, Any], key: str) -> int:
+    value = p.get(key, 0)
+    if value is None:
+        value = 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest(f"{key} must be an integer >= 0")
+    return value
+
+
+def _read_turn(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId", "turnId"))
+    return {
+        "session_id": check_id(p["sessionId"], "sessionId"),
+        "turn_id": check_id(p["turnId"], "turnId"),
+        "offset": _nonneg(p, "offset"),
+        "after_step": _nonneg(p, "afterStep"),
+    }
+
+
+def _turn_ref(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId", "turnId"))
+    return {"session_id": check_id(p["sessionId"], "sessionId"), "turn_id": check_id(p["turnId"], "turnId")}
+
+
+def _session_ref(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId",))
+    return {"session_id": check_id(p["sessionId"], "sessionId")}
+
+
+@dataclass(frozen=True)
+class Rpc:
+    """One row of the catalogue.
+
+    Attributes:
+        tag: the RPC's name on the wire (``Request.tag``).
+        stream: True when the answer is a stream of Chunks ended by an Exit.
+        resend: True when the host may send it again over a new connection after a drop (C08).
+        errors: the ``_tag`` names of the typed errors it may answer with.
+        check: checks a payload and returns it as snake_case keyword arguments; raises
+            :class:`~bridge_client.errors.BadRequest`.
+    """
+
+    tag: str
+    stream: bool
+    resend: bool
+    errors: Tuple[str, ...]
+    check: Callable[[Any], Dict[str, Any]]
+
+    def decode_payload(self, payload: Any) -> Dict[str, Any]:
+        """Check ``payload`` and return its fields as snake_case keyword arguments.
+
+        Raises:
+            BadRequest: the payload is not of this RPC's shape.
+        """
+        return self.check(payload)
+
+
+HELLO = Rpc("Hello", stream=False, resend=True, errors=(), check=_none)
+OPEN_SESSION = Rpc("OpenSession", stream=False, resend=True, errors=("BadRequest",), check=_open_session)
+START_TURN = Rpc(
+    "StartTurn",
+    stream=False,
+    resend=True,
+    errors=("SessionNotFound", "TurnConflict", "BadRequest"),
+    check=_start_turn,
+)
+READ_TURN = Rpc(
+    "ReadTurn",
+    stream=True,
+    resend=True,
+    errors=("SessionNotFound", "TurnNotFound", "BadRequest"),
+    check=_read_turn,
+)
+CANCEL_TURN = Rpc("CancelTurn", stream=False, resend=True, errors=("TurnNotFound",), check=_turn_ref)
+CLOSE_SESSION = Rpc("CloseSession", stream=False, resend=True, errors=("SessionNotFound",), check=_session_ref)
+
+CATALOGUE: Dict[str, Rpc] = {
+    rpc.tag: rpc for rpc in (HELLO, OPEN_SESSION, START_TURN, READ_TURN, CANCEL_TURN, CLOSE_SESSION)
+}
+"""Every RPC of protocol 1, by tag."""
+
+
+def lookup(tag: str) -> Optional[Rpc]:
+    """Return the catalogue row for ``tag``, or ``None`` for an unknown RPC."""
+    return CATALOGUE.get(tag)
