@@ -1,0 +1,113 @@
+"""The public entry: create a session of the agent behind a bridge (C01, C02).
+
+``create_session(options, session_options)`` is what an adapter's :class:`Agent` does;
+:func:`bridge_options` builds the options for the built-in drivers and for your own.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from .client.session import Session
+from .errors import HarnessError
+from .options import BridgeOptions, CreateSessionOptions
+from .paths import default_secret
+from .redacted import Redacted, TokenFunction, hmac_token
+from .template import Template, bridge_template
+
+__all__ = ["Agent", "bridge_agent", "bridge_options", "create_session"]
+
+
+def create_session(options: BridgeOptions, session_options: CreateSessionOptions) -> Session:
+    """Create a session of the agent behind the bridge ``options`` describes, in the sandbox
+    of the session's workspace (C02).
+
+    The session connects when first used (C06): finding or launching the bridge happens then.
+
+    Args:
+        options: how to install, launch and reach the bridge (C01).
+        session_options: the workspace (with its sandbox), a state to resume, timeouts.
+
+    Returns:
+        A :class:`~bridge_client.client.session.Session` (a context manager).
+
+    Raises:
+        HarnessError: the workspace has no sandbox (C02).
+        TypeError: ``agent_options`` is not plain JSON.
+        BadRequest: ``session_id`` is not a valid id.
+    """
+    if not isinstance(options, BridgeOptions):
+        raise TypeError("options must be a BridgeOptions")
+    if not isinstance(session_options, CreateSessionOptions):
+        raise TypeError("session_options must be a CreateSessionOptions")
+    sandbox = session_options.workspace.sandbox
+    if sandbox is None:
+        raise HarnessError(f"agent {options.id!r} runs behind a bridge and requires a sandbox: set Workspace(sandbox=...)")
+    return Session(options, session_options, sandbox)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An adapter's agent value: what it is and how to start its sessions.
+
+    Attributes:
+        id: the agent id.
+        requires_sandbox: always True for agents behind a bridge.
+        template: installs the agent and its bridge in a sandbox.
+        create_session: ``(CreateSessionOptions) -> Session``.
+    """
+
+    id: str
+    requires_sandbox: bool
+    template: Template
+    create_session: Callable[[CreateSessionOptions], Session]
+
+
+def bridge_agent(options: BridgeOptions) -> Agent:
+    """Return the :class:`Agent` whose sessions run behind the bridge ``options`` describes."""
+
+    def start(session_options: CreateSessionOptions) -> Session:
+        return create_session(options, session_options)
+
+    return Agent(id=options.id, requires_sandbox=True, template=options.template, create_session=start)
+
+
+def bridge_options(
+    driver: str = "shell",
+    *,
+    agent_options: Any = None,
+    agent_id: Optional[str] = None,
+    python: Optional[str] = None,
+    secret: Union[str, bytes, Redacted, None] = None,
+    token: Optional[TokenFunction] = None,
+    bridge_idle_timeout: float = 600.0,
+) -> BridgeOptions:
+    """Options for a bridge that runs this package's bridge program with ``driver``.
+
+    Args:
+        driver: ``"echo"``, ``"shell"`` or ``"module:callable"`` (a driver factory).
+        agent_options: plain JSON for the driver (part of the bridge id, C03).
+        agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
+            for ``module:callable`` drivers unless it is the same string).
+        python: the interpreter that runs the bridge in the sandbox (default: this one,
+            ``sys.executable``, which suits :class:`~bridge_client.sandbox.LocalSandbox`).
+        secret: the secret shared by hosts (default :func:`~bridge_client.paths.default_secret`).
+        token: a token function, instead of ``hmac_token(secret)``.
+        bridge_idle_timeout: seconds before an unused bridge exits (B06).
+
+    Returns:
+        A :class:`BridgeOptions`.
+    """
+    python = python or sys.executable
+    if token is None:
+        token = hmac_token(secret if secret is not None else default_secret())
+    return BridgeOptions(
+        id=agent_id or driver,
+        template=bridge_template(python),
+        command=python,
+        args=("-m", "bridge_client.bridge", "--driver", driver),
+        token=token,
+        agent_options=agent_options,
+        bridge_idle_timeout=bridge_idle_timeout,
+    )

@@ -1,0 +1,384 @@
+"""The ``bridge-client`` command (API.md, "Command line").
+
+::
+
+    bridge-client run PROMPT... [--sandbox DIR] [--agent shell|echo|MODULE:CALLABLE]
+                      [--option KEY=VALUE]... [--json]
+    bridge-client continue TURN_STATE_FILE [--steps K] [same options as run]
+    bridge-client bridges [--sandbox DIR]
+    bridge-client stop BRIDGE_ID [--sandbox DIR]
+
+Exit status: 0 for a turn that finished with ``stop`` (or a command that did its job), 1 for
+a turn that finished otherwise or a failure, 2 for bad command-line input, 130 after Ctrl-C
+(the turn is suspended, not cancelled, and the command says how to continue it).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import posixpath
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from . import __version__
+from .agent import bridge_options, create_session
+from .bridge import identity
+from .client.session import Session
+from .errors import HarnessError
+from .options import BridgeOptions, CreateSessionOptions, Workspace
+from .paths import user_home
+from .sandbox.local import LocalSandbox
+from .wire.parts import (
+    Part,
+    ReasoningDelta,
+    StepReset,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    TurnFinish,
+    TurnState,
+)
+
+__all__ = ["main", "UsageError"]
+
+BUILTIN_AGENTS = ("shell", "echo")
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _parse_options(pairs: Sequence[str]) -> Dict[str, Any]:
+    """``KEY=VALUE`` pairs to a dict; a VALUE that is JSON is taken as JSON, else as text."""
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--option takes KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _sandbox(folder: Optional[str]) -> LocalSandbox:
+    try:
+        return LocalSandbox(folder or ".")
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _agent_id(agent: str, agent_options: Dict[str, Any]) -> str:
+    """The agent id of ``agent``: its name for a built-in, else the driver's ``agent_id``."""
+    if agent in BUILTIN_AGENTS:
+        return agent
+    module_name, sep, attr = agent.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_AGENTS)} or MODULE:CALLABLE")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load agent {agent!r}: {exc}") from None
+    if not callable(factory):
+        raise UsageError(f"agent {agent!r} is not callable")
+    try:
+        driver = factory(agent_options)
+        agent_id = driver.agent_id
+    except Exception as exc:
+        raise UsageError(f"agent {agent!r} could not be made: {exc}") from None
+    if not isinstance(agent_id, str) or not agent_id:
+        raise UsageError(f"agent {agent!r} has no agent_id")
+    return agent_id
+
+
+def _session_options(args: argparse.Namespace) -> Tuple[BridgeOptions, CreateSessionOptions]:
+    sandbox = _sandbox(args.sandbox)
+    agent_options = _parse_options(args.option or [])
+    options = bridge_options(
+        args.agent,
+        agent_options=agent_options or None,
+        agent_id=_agent_id(args.agent, agent_options),
+    )
+    return options, CreateSessionOptions(workspace=Workspace(sandbox))
+
+
+# ----------------------------------------------------------------------------- output
+
+
+class _Printer:
+    """Shows parts as people read them: text as it arrives, tools marked, a final line."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.at_line_start = True
+
+    def _line(self, text: str) -> None:
+        if not self.at_line_start:
+            self.out.write("\n")
+        self.out.write(text + "\n")
+        self.at_line_start = True
+
+    def show(self, part: Part) -> None:
+        if isinstance(part, (TextDelta, ReasoningDelta)):
+            if part.text:
+                self.out.write(part.text)
+                self.at_line_start = part.text.endswith("\n")
+        elif isinstance(part, ToolCall):
+            shown = part.input.get("command") if isinstance(part.input, dict) else None
+            self._line(f"[{part.tool_name}] {shown if isinstance(shown, str) else json.dumps(part.input)}")
+        elif isinstance(part, ToolResult):
+            label = "error" if part.is_error else "ok"
+            self._line(f"[{part.tool_name} {label}] {json.dumps(part.output, ensure_ascii=False)[:200]}")
+        elif isinstance(part, StepReset):
+            self._line(f"[step {part.step} restarted: {part.reason}; what it printed above is void]")
+        elif isinstance(part, TurnFinish):
+            reason = part.finish_reason + (f": {part.error}" if part.error else "")
+            self._line(f"[finished] {reason}")
+        self.out.flush()
+
+
+def _save_turn_state(state: TurnState) -> str:
+    folder = os.path.join(user_home(), "turns")
+    path = os.path.join(folder, f"{state.turn_id}.json")
+    identity.secure_write(path, state.to_json().encode())
+    return path
+
+
+def _stream(session: Session, turn: Any, as_json: bool) -> int:
+    out = sys.stdout
+    printer = _Printer(out)
+    try:
+        for part in turn:
+            if as_json:
+                out.write(part.to_json() + "\n")
+                out.flush()
+            else:
+                printer.show(part)
+    except KeyboardInterrupt:
+        state = turn.suspend()
+        path = _save_turn_state(state)
+        print(f"\nsuspended; the turn goes on in the bridge. Continue it with: bridge-client continue {path}", file=sys.stderr)
+        return 130
+    finish = turn.finish
+    if finish is None:
+        print("bridge-client: the turn ended without turn-finish", file=sys.stderr)
+        return 1
+    if finish.finish_reason != "stop":
+        detail = f": {finish.error}" if finish.error else ""
+        print(f"bridge-client: turn finished with {finish.finish_reason}{detail}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    prompt = "\n".join(args.prompt)
+    options, session_options = _session_options(args)
+    with create_session(options, session_options) as session:
+        return _stream(session, session.turn(prompt), args.json)
+
+
+def _cmd_continue(args: argparse.Namespace) -> int:
+    try:
+        with open(args.turn_state_file, "rb") as f:
+            state = TurnState.from_json(f.read())
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.turn_state_file}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{args.turn_state_file} is not a turn state: {exc}") from None
+    if args.steps < 0:
+        raise UsageError("--steps must be >= 0")
+    if args.agent is None:
+        args.agent = state.agent_id
+    options, session_options = _session_options(args)
+    with create_session(options, session_options) as session:
+        return _stream(session, session.continue_turn(state, steps=args.steps), args.json)
+
+
+def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
+    root = posixpath.join(sandbox.state_root, "bridges")
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    rows = []
+    for name in names:
+        folder = posixpath.join(root, name)
+        row: Dict[str, Any] = {"id": name, "agent": "?", "pid": None, "port": None, "alive": False}
+        try:
+            row["agent"] = identity.parse_launch(sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))).agent_id
+        except (OSError, ValueError):
+            pass
+        try:
+            info = identity.parse_listening(sandbox.read_file(posixpath.join(folder, identity.LISTENING_FILE)))
+            row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port))
+        except (OSError, ValueError):
+            pass
+        row.update(_store_counts(posixpath.join(folder, identity.STORE_FILE)))
+        rows.append(row)
+    return rows
+
+
+def _healthy(sandbox: LocalSandbox, port: int) -> bool:
+    import requests
+
+    url = sandbox.expose(port).url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+    try:
+        response = requests.get(url.rstrip("/") + "/healthz", timeout=1.0)
+        return response.status_code == 200 and response.json().get("protocol") is not None
+    except (requests.RequestException, ValueError):
+        return False
+
+
+def _store_counts(path: str) -> Dict[str, Any]:
+    import sqlite3
+
+    if not os.path.exists(path):
+        return {"sessions": 0, "turns": 0}
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        try:
+            sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+            turns = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return {"sessions": "?", "turns": "?"}
+    return {"sessions": sessions, "turns": turns}
+
+
+def _cmd_bridges(args: argparse.Namespace) -> int:
+    sandbox = _sandbox(args.sandbox)
+    rows = _bridge_rows(sandbox)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    if not rows:
+        print(f"no bridges in {sandbox.workdir}")
+        return 0
+    header = ("BRIDGE ID", "AGENT", "PID", "PORT", "ALIVE", "SESSIONS", "TURNS")
+    table = [header] + [
+        (r["id"], r["agent"], str(r["pid"] or "-"), str(r["port"] or "-"), "yes" if r["alive"] else "no",
+         str(r["sessions"]), str(r["turns"]))
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    sandbox = _sandbox(args.sandbox)
+    folder = identity.state_dir(sandbox.state_root, args.bridge_id)
+    listening = posixpath.join(folder, identity.LISTENING_FILE)
+    try:
+        info = identity.parse_listening(sandbox.read_file(listening))
+    except FileNotFoundError:
+        raise UsageError(f"no running bridge {args.bridge_id} in {sandbox.workdir}") from None
+    except ValueError as exc:
+        raise UsageError(f"bridge {args.bridge_id}: {exc}") from None
+    result = sandbox.exec(["kill", "-TERM", str(info.pid)])
+    if not result.ok:
+        raise HarnessError(f"bridge {args.bridge_id} (pid {info.pid}) is not running")
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            sandbox.read_file(listening)
+        except FileNotFoundError:
+            print(f"stopped bridge {args.bridge_id} (pid {info.pid})")
+            return 0
+        time.sleep(0.05)
+    raise HarnessError(f"bridge {args.bridge_id} (pid {info.pid}) did not stop within {args.timeout:g} s")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+        raise UsageError(message)
+
+
+def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str]) -> None:
+    p.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
+    p.add_argument(
+        "--agent", default=default_agent, help="shell, echo, or MODULE:CALLABLE (a driver factory); default: %(default)s"
+    )
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="an agent option (VALUE as JSON, else text)")
+    p.add_argument("--json", action="store_true", help="print one JSON part per line")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of ``bridge-client``."""
+    parser = _Parser(prog="bridge-client", description="Drive an AI agent that lives in a sandbox.")
+    parser.add_argument("--version", action="version", version=f"bridge-client {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does (DEBUG)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    run = commands.add_parser("run", help="run one turn and stream it")
+    run.add_argument("prompt", nargs="+", metavar="PROMPT", help="the prompt; several are joined as lines")
+    _add_agent_arguments(run, "shell")
+    run.set_defaults(func=_cmd_run)
+
+    cont = commands.add_parser("continue", help="continue a suspended turn")
+    cont.add_argument("turn_state_file", metavar="TURN_STATE_FILE")
+    cont.add_argument("--steps", type=int, default=0, help="complete steps you already have (skipped)")
+    _add_agent_arguments(cont, None)
+    cont.set_defaults(func=_cmd_continue)
+
+    bridges = commands.add_parser("bridges", help="list the bridges of a sandbox")
+    bridges.add_argument("--sandbox", metavar="DIR")
+    bridges.add_argument("--json", action="store_true")
+    bridges.set_defaults(func=_cmd_bridges)
+
+    stop = commands.add_parser("stop", help="stop a bridge cleanly")
+    stop.add_argument("bridge_id", metavar="BRIDGE_ID")
+    stop.add_argument("--sandbox", metavar="DIR")
+    stop.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it to exit")
+    stop.set_defaults(func=_cmd_stop)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``bridge-client`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Errors are one line on stderr, never a traceback: 2 for bad input, 1 for failures.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+        if args.verbose:
+            logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"bridge-client: error: {exc}", file=sys.stderr)
+        return 2
+    except HarnessError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"bridge-client: {type(exc).__name__}: {first}", file=sys.stderr)
+        tail = getattr(exc, "log_tail", "")
+        if tail:
+            print(tail, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bridge-client: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""The host side: find or launch the bridge, connect, and read turns (ARCHITECTURE.md)."""
+from .session import Session
+from .turn import Turn
+
+__all__ = ["Session", "Turn"]

@@ -1,0 +1,366 @@
+"""One WebSocket connection to a bridge: a reader thread, request routing, acks, pings.
+
+A :class:`Connection` never reconnects (C08): when it drops, every pending request fails with
+:class:`~bridge_client.errors.ConnectionLost` and the object is finished. The session decides
+whether to send a request again over a new one.
+
+Threads: the caller's threads send requests and read their answers; one daemon reader thread
+(``bridge-client-reader-<id>``) alone reads the socket, routes Chunks and Exits by request id,
+acks Chunks while the request's buffer has room (PROTOCOL.md, "Streams"), sends ``Ping``
+every ``ping_interval`` seconds, and declares the connection lost after
+``ping_interval + ping_timeout`` seconds of silence, even on a half-open socket.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Union
+
+import websocket
+
+from ..errors import ConnectionLost, ProtocolError, Unauthorized, rpc_error_from_wire
+from ..redacted import Redacted
+from ..sandbox.base import Endpoint
+from ..wire import frames
+from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Pong, Request, Success
+
+__all__ = ["Connection", "Stream", "END"]
+
+log = logging.getLogger("bridge_client")
+
+END = object()
+"""Returned by :meth:`Stream.next` when the stream ended with ``Exit Success``."""
+
+_HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
+_ids = itertools.count(1)
+
+
+def _failure_error(exit_value: Failure) -> Exception:
+    """Turn a ``Failure`` exit into the exception the caller sees."""
+    for cause in exit_value.cause:
+        if isinstance(cause, Fail):
+            if isinstance(cause.error, dict) and isinstance(cause.error.get("_tag"), str):
+                return rpc_error_from_wire(cause.error)
+            return ProtocolError(f"the bridge failed with an untyped error: {cause.error!r}"[:500])
+    for cause in exit_value.cause:
+        if isinstance(cause, Die):
+            return ProtocolError(f"the bridge could not serve the request: {cause.defect}"[:500])
+    return ProtocolError("the request was interrupted by the bridge")
+
+
+class _Pending:
+    """One request in flight: its buffered values, its outcome, and whether an Ack is owed.
+
+    All fields are guarded by ``cond``.
+    """
+
+    __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed")
+
+    def __init__(self, request_id: int, stream: bool) -> None:
+        self.id = request_id
+        self.stream = stream
+        self.cond = threading.Condition(threading.Lock())
+        self.values: Deque[Any] = deque()
+        self.outcome: Optional[Union[Exit, BaseException]] = None
+        self.ack_owed = False
+
+
+class Stream:
+    """The answer to a streaming request (``ReadTurn``): values, then the end.
+
+    Read it with :meth:`take` from one thread at a time. :meth:`close` interrupts it.
+    """
+
+    def __init__(self, connection: "Connection", pending: _Pending) -> None:
+        self._connection = connection
+        self._pending = pending
+
+    def take(self, timeout: Optional[float] = None) -> Union[List[Any], object]:
+        """Return every value buffered so far (at least one), or :data:`END` once the stream
+        ended with ``Exit Success`` and every value was taken.
+
+        Taking values frees room in the buffer, which releases a held-back Ack (back-pressure).
+
+        Args:
+            timeout: seconds to wait for a value; ``None`` waits until one arrives or the
+                connection is lost (the keepalive bounds that).
+
+        Raises:
+            ConnectionLost: the connection dropped before the stream ended.
+            RpcError: the bridge ended the stream with a typed failure.
+            ProtocolError: the bridge ended it with a defect.
+            TimeoutError: nothing arrived within ``timeout``.
+        """
+        p = self._pending
+        with p.cond:
+            if not p.values and p.outcome is None:
+                if not p.cond.wait_for(lambda: p.values or p.outcome is not None, timeout):
+                    raise TimeoutError(f"no part within {timeout} s")
+            if p.values:
+                values: List[Any] = list(p.values)
+                p.values.clear()
+                send_ack, p.ack_owed = p.ack_owed, False
+                outcome = None
+            else:
+                outcome = p.outcome
+        if outcome is None:
+            if send_ack:
+                self._connection._send_quietly(Ack(p.id))
+            return values
+        return self._connection._finish(p, outcome)
+
+    def close(self) -> None:
+        """Stop reading: send ``Interrupt`` if the stream has not ended. Idempotent."""
+        self._connection._abandon(self._pending)
+
+
+class Connection:
+    """One WebSocket connection to a bridge (C06, C08, C17; PROTOCOL.md).
+
+    Opening it performs the upgrade with ``Authorization: Bearer <token>`` and the endpoint's
+    own headers, then starts the reader thread.
+
+    Args:
+        endpoint: where to connect (from ``Sandbox.expose``).
+        token: the bridge's token.
+        open_timeout: seconds for TCP connect, TLS and the upgrade together.
+        ping_interval: seconds between ``Ping`` frames.
+        ping_timeout: extra seconds of silence after ``ping_interval`` before the connection
+            counts as lost.
+
+    Raises:
+        Unauthorized: the bridge answered 401 (C17).
+        ConnectionLost: nothing answered, the upgrade failed, or it took longer than
+            ``open_timeout`` (nothing usable listens there).
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        token: Redacted,
+        *,
+        open_timeout: float = 10.0,
+        ping_interval: float = 5.0,
+        ping_timeout: float = 5.0,
+    ) -> None:
+        self.url = endpoint.url
+        self.name = f"{next(_ids):x}"
+        self._ping_interval = ping_interval
+        self._silence_limit = ping_interval + ping_timeout
+        self._pending: Dict[int, _Pending] = {}
+        self._lock = threading.Lock()  # guards _pending, _next_id, _closed, _error
+        self._next_id = 1
+        self._closed = False
+        self._error: Optional[BaseException] = None
+        headers = [f"{name}: {value}" for name, value in endpoint.headers]
+        headers.append(f"Authorization: Bearer {token.reveal()}")
+        try:
+            self._ws = websocket.create_connection(
+                endpoint.url,
+                timeout=open_timeout,
+                header=headers,
+                skip_utf8_validation=True,  # Python's UTF-8 codec still rejects bad text
+                enable_multithread=True,
+                suppress_origin=True,
+            )
+        except websocket.WebSocketBadStatusException as exc:
+            if exc.status_code == 401:
+                raise Unauthorized(f"the bridge at {endpoint.url} refused the token (HTTP 401)") from None
+            raise ConnectionLost(f"{endpoint.url} answered HTTP {exc.status_code}, not a bridge upgrade") from None
+        except (OSError, websocket.WebSocketException, ssl.SSLError) as exc:
+            raise ConnectionLost(f"cannot connect to {endpoint.url}: {exc}") from None
+        # The reader wakes at least this often to ping and to measure silence.
+        self._ws.settimeout(max(0.01, min(ping_interval, ping_timeout) / 2))
+        self._last_rx = self._last_ping = time.monotonic()
+        self._reader = threading.Thread(target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True)
+        self._reader.start()
+        log.debug("connected to %s (connection %s)", endpoint.url, self.name)
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection has dropped or was closed."""
+        return self._closed
+
+    def call(self, tag: str, payload: Any, timeout: Optional[float] = None) -> Any:
+        """Send a request and wait for its single answer.
+
+        Args:
+            tag: the RPC name; payload: its JSON payload.
+            timeout: seconds to wait for the answer; ``None`` waits until it comes or the
+                connection is lost.
+
+        Returns:
+            The ``Success`` value (plain JSON).
+
+        Raises:
+            ConnectionLost: the connection dropped, or no answer came within ``timeout``
+                (the connection is then closed: a bridge that does not answer is lost).
+            RpcError: the bridge answered with a typed failure.
+            ProtocolError: the bridge answered with a defect.
+        """
+        pending = self._send_request(tag, payload, stream=False)
+        with pending.cond:
+            done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
+            outcome = pending.outcome
+        if not done:
+            self.close()
+            raise ConnectionLost(f"{tag}: no answer within {timeout} s")
+        return self._finish(pending, outcome)  # type: ignore[arg-type]
+
+    def stream(self, tag: str, payload: Any) -> Stream:
+        """Send a streaming request and return its :class:`Stream`.
+
+        Raises:
+            ConnectionLost: the connection is already closed.
+        """
+        return Stream(self, self._send_request(tag, payload, stream=True))
+
+    def close(self) -> None:
+        """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
+        may be called from any thread, the reader included."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._ws.send_close()
+        except Exception:  # closing anyway: the peer may be gone
+            pass
+        self._ws.abort()  # wakes the reader, which fails what is pending
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout=5.0)
+
+    # ------------------------------------------------------------------ internals
+
+    def _send_request(self, tag: str, payload: Any, stream: bool) -> _Pending:
+        with self._lock:
+            if self._closed:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
+            request_id = self._next_id
+            self._next_id += 1
+            pending = _Pending(request_id, stream)
+            self._pending[request_id] = pending
+        try:
+            self._ws.send(frames.encode(Request(request_id, tag, payload, ())))
+        except (OSError, websocket.WebSocketException) as exc:
+            self._lost(exc)
+        return pending
+
+    def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
+        try:
+            self._ws.send(frames.encode(message))
+        except (OSError, websocket.WebSocketException) as exc:
+            self._lost(exc)
+
+    def _finish(self, pending: _Pending, outcome: Union[Exit, BaseException]) -> Any:
+        with self._lock:
+            self._pending.pop(pending.id, None)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if isinstance(outcome.exit, Success):
+            return END if pending.stream else outcome.exit.value
+        raise _failure_error(outcome.exit)
+
+    def _abandon(self, pending: _Pending) -> None:
+        with self._lock:
+            active = self._pending.pop(pending.id, None) is not None and not self._closed
+        with pending.cond:
+            finished = pending.outcome is not None
+        if active and not finished:
+            self._send_quietly(Interrupt(pending.id))
+
+    def _lost(self, cause: BaseException) -> None:
+        """Fail every pending request and close. Safe from any thread."""
+        with self._lock:
+            if self._error is None:
+                self._error = cause
+        self.close()
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._lock:
+            self._closed = True
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for p in pending:
+            with p.cond:
+                if p.outcome is None:
+                    p.outcome = error
+                p.cond.notify_all()
+
+    def _route(self, message: frames.BridgeMessage) -> None:
+        if isinstance(message, Chunk):
+            with self._lock:
+                p = self._pending.get(message.request_id)  # type: ignore[arg-type]
+            if p is None or not p.stream:
+                return  # a late chunk of an interrupted stream
+            with p.cond:
+                p.values.extend(message.values)
+                ack_now = len(p.values) < _HIGH_WATER
+                p.ack_owed = not ack_now
+                p.cond.notify()
+            if ack_now:
+                self._send_quietly(Ack(p.id))
+        elif isinstance(message, Exit):
+            with self._lock:
+                p = self._pending.get(message.request_id)  # type: ignore[arg-type]
+            if p is None:
+                return
+            with p.cond:
+                p.outcome = message
+                p.cond.notify_all()
+        elif isinstance(message, Defect):
+            raise ProtocolError(f"the bridge reported a defect: {message.defect}"[:500])
+        # Pong: a sign of life, counted by the caller.
+
+    def _read_loop(self) -> None:
+        error: BaseException = ConnectionLost(f"connection {self.name} closed")
+        try:
+            while not self._closed:
+                try:
+                    opcode, data = self._ws.recv_data()
+                except websocket.WebSocketTimeoutException:
+                    opcode = None
+                now = time.monotonic()
+                if opcode is None:
+                    if now - self._last_rx > self._silence_limit:
+                        raise ConnectionLost(f"no frame from the bridge for {now - self._last_rx:.1f} s")
+                else:
+                    self._last_rx = now
+                    if opcode == websocket.ABNF.OPCODE_CLOSE:
+                        raise ConnectionLost("the bridge closed the connection")
+                    for obj in frames.parse_frame(data):
+                        self._route(frames.bridge_message(obj))
+                if now - self._last_ping >= self._ping_interval:
+                    self._last_ping = now
+                    self._ws.send(frames.encode(Ping()))
+        except ConnectionLost as exc:
+            error = exc
+        except ProtocolError as exc:
+            error = exc
+            log.debug("connection %s: protocol error from the bridge: %s", self.name, exc)
+        except (OSError, websocket.WebSocketException, ssl.SSLError, socket.timeout) as exc:
+            if not self._closed:
+                error = ConnectionLost(f"connection {self.name} dropped: {exc}")
+        except Exception as exc:  # a bug here must still fail the callers, not hang them
+            log.exception("connection %s: reader failed", self.name)
+            error = ConnectionLost(f"connection {self.name} failed: {exc!r}")
+        finally:
+            if self._error is not None and isinstance(error, ConnectionLost) and error.__cause__ is None:
+                error.__cause__ = self._error
+            self._fail_all(error)
+            try:
+                self._ws.shutdown()
+            except Exception:
+                pass
+            log.debug("connection %s closed: %s", self.name, error)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Connection {self.name} {self.url} {state}>"

@@ -1,0 +1,220 @@
+"""Find the bridge, or launch it (C04, C05, B07).
+
+:func:`connect` reads the listening file, exposes its port, connects and checks with
+``Hello`` that the bridge of this agent id and bridge id answers. When none answers (no
+file, a bad file, refused, timed out, another program on that port, another bridge) it runs
+the template, writes the launch file and the token, spawns the bridge detached, and waits for
+a fresh listening file whose bridge answers.
+"""
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+from ..bridge import identity
+from ..errors import (
+    BridgeLaunchError,
+    BridgeMismatch,
+    ConnectionLost,
+    HarnessError,
+    ProtocolError,
+    SandboxGone,
+    Unauthorized,
+)
+from ..redacted import Redacted
+from ..sandbox.base import Sandbox
+from ..template import Template
+from ..wire.parts import PROTOCOL_VERSION, HelloResult
+from .connection import Connection
+
+__all__ = ["LaunchPlan", "connect", "find", "launch"]
+
+log = logging.getLogger("bridge_client")
+
+_LOG_TAIL_BYTES = 4000
+_POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
+_POLL_MAX = 0.25  # ...growing to this
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to find or launch one bridge in one sandbox.
+
+    Attributes:
+        sandbox: where the bridge lives.
+        agent_id: the agent id the bridge must answer with (B07).
+        bridge_id: the bridge id (C03).
+        command, args: how to run the bridge program in the sandbox.
+        template: install steps run before a launch.
+        agent_options: JSON for the driver.
+        token: the sandbox's token.
+        bridge_idle_timeout: seconds the bridge waits unused before it exits (B06).
+        bind: the address the bridge listens on inside the sandbox.
+        launch_timeout: seconds to wait for a launched bridge to answer.
+        open_timeout, ping_interval, ping_timeout: passed to :class:`Connection`.
+    """
+
+    sandbox: Sandbox
+    agent_id: str
+    bridge_id: str
+    command: str
+    args: Tuple[str, ...]
+    template: Template
+    agent_options: Any
+    token: Redacted
+    bridge_idle_timeout: float = 600.0
+    bind: str = "127.0.0.1"
+    launch_timeout: float = 30.0
+    open_timeout: float = 10.0
+    ping_interval: float = 5.0
+    ping_timeout: float = 5.0
+
+    @property
+    def state_dir(self) -> str:
+        """``<state_root>/bridges/<bridge id>``."""
+        return identity.state_dir(self.sandbox.state_root, self.bridge_id)
+
+    def path(self, name: str) -> str:
+        """A file in the state directory."""
+        return posixpath.join(self.state_dir, name)
+
+
+def _read_listening(plan: LaunchPlan) -> Optional[identity.ListeningInfo]:
+    try:
+        return identity.parse_listening(plan.sandbox.read_file(plan.path(identity.LISTENING_FILE)))
+    except FileNotFoundError:
+        return None
+    except (ProtocolError, OSError) as exc:
+        log.debug("ignoring listening file of bridge %s: %s", plan.bridge_id, exc)
+        return None
+
+
+def _check_hello(plan: LaunchPlan, hello: HelloResult) -> None:
+    if hello.protocol != PROTOCOL_VERSION:
+        raise BridgeMismatch(f"the bridge speaks protocol {hello.protocol}, this client {PROTOCOL_VERSION}")
+    if hello.agent_id != plan.agent_id or hello.bridge_id != plan.bridge_id:
+        raise BridgeMismatch(
+            f"expected agent {plan.agent_id!r} bridge {plan.bridge_id}, "
+            f"found agent {hello.agent_id!r} bridge {hello.bridge_id}"
+        )
+
+
+def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tuple[Connection, HelloResult]]:
+    """Connect to the bridge named by the listening file, if it answers as ours.
+
+    Returns:
+        ``(connection, hello)``, or ``None`` when no bridge of ours answers there.
+
+    Raises:
+        Unauthorized: the bridge there refused the token (C17; never retried).
+        SandboxGone: the sandbox is gone.
+    """
+    info = _read_listening(plan)
+    if info is None:
+        return None
+    endpoint = plan.sandbox.expose(info.port)
+    try:
+        conn = Connection(
+            endpoint,
+            plan.token,
+            open_timeout=open_timeout if open_timeout is not None else plan.open_timeout,
+            ping_interval=plan.ping_interval,
+            ping_timeout=plan.ping_timeout,
+        )
+    except ConnectionLost as exc:
+        log.debug("bridge %s: nothing answers on port %d: %s", plan.bridge_id, info.port, exc)
+        return None
+    try:
+        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=plan.open_timeout + plan.ping_timeout))
+        _check_hello(plan, hello)
+    except HarnessError as exc:  # dropped, garbled, a typed failure, or another bridge
+        log.debug("bridge %s: port %d is not our bridge: %s", plan.bridge_id, info.port, exc)
+        conn.close()
+        return None
+    return conn, hello
+
+
+def _log_tail(plan: LaunchPlan) -> str:
+    try:
+        data = plan.sandbox.read_file(plan.path(identity.LOG_FILE))
+    except (OSError, HarnessError):
+        return ""
+    return data[-_LOG_TAIL_BYTES:].decode("utf-8", "replace").strip()
+
+
+def launch(plan: LaunchPlan) -> Any:
+    """Run the template, write ``launch.json`` and ``token`` (mode 0600), and spawn the
+    bridge detached from the host, with the workspace as its working folder.
+
+    Returns:
+        The :class:`~bridge_client.sandbox.base.SpawnedProcess` handle.
+
+    Raises:
+        TemplateError: an install step failed.
+        SandboxGone: the sandbox is gone.
+        BridgeLaunchError: the bridge program could not be started.
+    """
+    plan.template.run(plan.sandbox)
+    launch_info = identity.LaunchInfo(
+        agent_id=plan.agent_id,
+        bridge_id=plan.bridge_id,
+        agent_options=plan.agent_options,
+        idle_timeout=plan.bridge_idle_timeout,
+        bind=plan.bind,
+    )
+    try:
+        plan.sandbox.write_file(plan.path(identity.LAUNCH_FILE), launch_info.to_json().encode(), mode=0o600)
+        plan.sandbox.write_file(plan.path(identity.TOKEN_FILE), plan.token.reveal().encode(), mode=0o600)
+    except OSError as exc:
+        raise BridgeLaunchError(f"cannot write the bridge's state directory {plan.state_dir}: {exc}") from None
+    argv: Sequence[str] = [plan.command, *plan.args]
+    log.debug("launching bridge %s: %s", plan.bridge_id, " ".join(argv))
+    try:
+        return plan.sandbox.spawn(
+            argv,
+            env={identity.STATE_DIR_ENV: plan.state_dir},
+            log_path=plan.path(identity.LOG_FILE),
+        )
+    except SandboxGone:
+        raise
+    except OSError as exc:
+        raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
+
+
+def connect(plan: LaunchPlan) -> Tuple[Connection, HelloResult]:
+    """Find the bridge or launch it, and return a connection to it (C04, C05).
+
+    Waits up to ``plan.launch_timeout`` seconds (monotonic clock) for a launched bridge.
+    When several hosts launch at once, the bridges that lose the lock exit quietly and every
+    host ends up connected to the winner.
+
+    Raises:
+        Unauthorized: the bridge refused the token.
+        BridgeLaunchError: the launched bridge exited with an error or did not answer in
+            time (with the tail of ``bridge.log``).
+        TemplateError: an install step failed.
+        SandboxGone: the sandbox is gone.
+    """
+    found = find(plan)
+    if found is not None:
+        return found
+    process = launch(plan)
+    deadline = time.monotonic() + plan.launch_timeout
+    pause = _POLL_FIRST
+    while True:
+        remaining = deadline - time.monotonic()
+        found = find(plan, open_timeout=max(0.05, min(plan.open_timeout, remaining)))
+        if found is not None:
+            log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
+            return found
+        status = process.poll()
+        if status not in (None, 0):
+            # Exit 0 is a bridge that lost the lock race (C05): keep waiting for the winner.
+            raise BridgeLaunchError(f"the bridge exited with status {status} before it answered", _log_tail(plan))
+        if remaining <= 0:
+            raise BridgeLaunchError(f"the bridge did not answer within {plan.launch_timeout:g} s", _log_tail(plan))
+        time.sleep(min(pause, max(0.0, remaining)))
+        pause = min(pause * 1.5, _POLL_MAX)

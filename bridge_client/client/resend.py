@@ -1,0 +1,45 @@
+"""The resend policy (C08), as one tenacity value.
+
+A request dropped with its connection is sent again over a new connection with exponential
+backoff and jitter, for at most ``window`` seconds in total, measured on the monotonic clock
+from the first attempt. ``stop_before_delay`` ends the policy *before* an attempt that would
+start past the window, so the window is never overshot by a sleep. Only
+:class:`~bridge_client.errors.ConnectionLost` is retried: ``Unauthorized``, typed RPC failures
+and protocol errors are final. Backoff sleeps wait on an Event, so releasing the session cuts
+them short.
+"""
+from __future__ import annotations
+
+import threading
+
+import tenacity
+
+from ..errors import ConnectionLost
+
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "resend_policy"]
+
+FIRST_BACKOFF = 0.05
+"""Seconds before the first resend."""
+
+MAX_BACKOFF = 2.0
+"""The longest pause between two resends, in seconds."""
+
+
+def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
+    """Return the policy that sends a request again after ``ConnectionLost`` (C08).
+
+    Args:
+        window: seconds, from the first attempt, during which attempts may start.
+        cancelled: when set (the session is released), no further attempt is made and any
+            pause ends at once.
+
+    Returns:
+        A ``tenacity.Retrying`` that re-raises the last ``ConnectionLost`` when it gives up.
+    """
+    return tenacity.Retrying(
+        stop=tenacity.stop_before_delay(window) | tenacity.stop_when_event_set(cancelled),
+        wait=tenacity.wait_exponential_jitter(initial=FIRST_BACKOFF, max=MAX_BACKOFF, jitter=FIRST_BACKOFF),
+        retry=tenacity.retry_if_exception_type(ConnectionLost),
+        sleep=cancelled.wait,
+        reraise=True,
+    )

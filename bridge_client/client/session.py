@@ -1,0 +1,428 @@
+"""Session: one conversation with the agent behind a bridge (C06–C08, C15, C16).
+
+The session connects lazily, opens itself on every new connection from the last state the
+bridge gave (C07), sends dropped requests again within the resend window (C08), closes an
+unused connection after ``idle_timeout`` (C06), and hands out :class:`~.turn.Turn` iterators.
+
+Threads: public methods run in the caller's thread; one daemon idle-timer thread
+(``bridge-client-idle-<session>``) lives while a connection is open.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from ..bridge import identity
+from ..errors import (
+    BridgeUnavailable,
+    ConnectionLost,
+    HarnessError,
+    MayHaveBeenReceived,
+    SandboxGone,
+    SessionReleased,
+    TurnInProgress,
+)
+from ..options import BridgeOptions, CreateSessionOptions
+from ..sandbox.base import Sandbox
+from ..wire import rpcs
+from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
+from . import launcher
+from .connection import Connection
+from .resend import resend_policy
+
+__all__ = ["Session"]
+
+log = logging.getLogger("bridge_client")
+
+T = TypeVar("T")
+
+
+class Session:
+    """A session of the agent behind a bridge, in one sandbox. Use :func:`create_session`.
+
+    Attributes:
+        id: the session id (``str``).
+        bridge_id: the id of the session's own bridge (C03).
+        sandbox: the sandbox the session works in.
+
+    A context manager: leaving the ``with`` block calls :meth:`release`.
+    """
+
+    def __init__(self, options: BridgeOptions, session_options: CreateSessionOptions, sandbox: Sandbox) -> None:
+        self._options = options
+        self._opts = session_options
+        self.sandbox = sandbox
+        token = options.token(sandbox.id)
+        self.bridge_id = identity.bridge_id(options.id, options.command, options.args, options.agent_options, token)
+        resume = session_options.resume
+        self.id: str = resume.session_id if resume is not None else (session_options.session_id or uuid.uuid4().hex)
+        rpcs.check_id(self.id, "session_id")
+        self._state: Optional[SessionState] = resume
+        self._plan = launcher.LaunchPlan(
+            sandbox=sandbox,
+            agent_id=options.id,
+            bridge_id=self.bridge_id,
+            command=options.command,
+            args=options.args,
+            template=options.template,
+            agent_options=options.agent_options,
+            token=token,
+            bridge_idle_timeout=options.bridge_idle_timeout,
+            bind=options.bind,
+            launch_timeout=session_options.launch_timeout,
+            open_timeout=session_options.open_timeout,
+            ping_interval=session_options.ping_interval,
+            ping_timeout=session_options.ping_timeout,
+        )
+        # _cond guards the fields below; no network I/O happens while it is held.
+        self._cond = threading.Condition(threading.Lock())
+        self._conn: Optional[Connection] = None
+        self._hello: Optional[HelloResult] = None
+        self._busy = 0
+        self._last_use = time.monotonic()
+        self._idle_thread: Optional[threading.Thread] = None
+        self._released = False
+        self._active_turn: Any = None
+        self._reading_thread: Optional[int] = None
+        # Held while a connection is being made, so that two callers do not launch twice.
+        self._connect_lock = threading.Lock()
+        self._closing = threading.Event()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def state(self) -> Optional[SessionState]:
+        """The last session state the bridge gave (``None`` before the first connection of a
+        new session). Keep it to resume the session elsewhere (C07)."""
+        return self._state
+
+    @property
+    def connected(self) -> bool:
+        """True while the session holds an open connection."""
+        conn = self._conn
+        return conn is not None and not conn.closed
+
+    @property
+    def instance(self) -> Optional[str]:
+        """The instance id of the bridge the current connection reaches (``None`` if none)."""
+        hello = self._hello
+        return hello.instance if hello is not None else None
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` was called or the bridge became unavailable (C15)."""
+        return self._released
+
+    # ------------------------------------------------------------------ turns
+
+    def turn(self, prompt: str, turn_id: Optional[str] = None) -> "Turn":
+        """Start a turn and return its iterator of parts (C09, C10).
+
+        Sends ``StartTurn`` (safe to send twice) and reads the ``turn-start`` part, so
+        ``turn.state`` is ready at once; the iterator yields ``turn-start`` first.
+
+        Args:
+            prompt: the prompt (``str``).
+            turn_id: the turn's id (default: a random one); 1 to 128 characters of letters,
+                digits, ``. _ : @ -``.
+
+        Raises:
+            SessionReleased: the session was released.
+            TurnInProgress: another thread is reading a turn of this session right now.
+            Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
+            BridgeUnavailable: no bridge answered within the resend window (C15).
+            TurnConflict: ``turn_id`` was used with another prompt.
+        """
+        from .turn import Turn
+
+        if not isinstance(prompt, str):
+            raise TypeError("prompt must be a str")
+        turn_id = rpcs.check_id(turn_id or uuid.uuid4().hex, "turn_id")
+        turn = Turn(self, session_id=self.id, turn_id=turn_id, prompt=prompt)
+        with self._reading(turn):
+            turn._start()
+        return turn
+
+    def continue_turn(self, state: TurnState, steps: int = 0) -> "Turn":
+        """Continue a turn from its state: start it again in its bridge (which continues it if
+        it had not finished) and read it from its start, skipping the first ``steps`` steps
+        (C12).
+
+        Args:
+            state: the turn's :class:`TurnState` (from ``suspend_turn()`` or its ``turn-start``).
+            steps: complete steps the caller already has (>= 0).
+
+        Raises:
+            SessionReleased, TurnInProgress, BridgeUnavailable: as for :meth:`turn`.
+            BridgeMismatch: the turn runs in a bridge of other options (C14; not built yet).
+        """
+        from ..errors import BridgeMismatch
+        from .turn import Turn
+
+        if not isinstance(state, TurnState):
+            raise TypeError("state must be a TurnState (TurnState.from_json)")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError("steps must be an integer >= 0")
+        if state.bridge_id != self.bridge_id:
+            raise BridgeMismatch(
+                f"turn {state.turn_id} runs in bridge {state.bridge_id}, this session's bridge is "
+                f"{self.bridge_id}; continuing it across options (C14) is not supported yet"
+            )
+        turn = Turn(self, session_id=state.session_id, turn_id=state.turn_id, prompt=state.prompt, after_step=steps)
+        with self._reading(turn):
+            turn._start()
+        return turn
+
+    def suspend_turn(self) -> Optional[TurnState]:
+        """Stop reading the current turn and return its state; the turn keeps running in its
+        bridge (C11). Returns ``None`` when there is no current turn."""
+        turn = self._active_turn
+        if turn is None:
+            return None
+        return turn.suspend()  # type: ignore[no-any-return]
+
+    def cancel_turn(self) -> Optional[StartTurnResult]:
+        """Ask the bridge to cancel the current turn; the turn's reader then receives
+        ``turn-finish{finishReason: "cancelled"}``. Returns ``None`` without a current turn.
+
+        Raises:
+            SessionReleased, BridgeUnavailable, TurnNotFound.
+        """
+        turn = self._active_turn
+        if turn is None:
+            return None
+        return turn.cancel()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ release
+
+    def release(self) -> Optional[SessionState]:
+        """Close the session in the bridge when it can, close the connection, stop the idle
+        timer, and return the last session state (C16). Idempotent; never raises for a bridge
+        that cannot be reached (C15).
+        """
+        with self._cond:
+            already = self._released
+            self._released = True
+            turn, self._active_turn = self._active_turn, None
+        self._closing.set()
+        if turn is not None:
+            turn._close_stream()
+        conn = self._conn
+        if not already and conn is not None and not conn.closed:
+            try:
+                value = conn.call(rpcs.CLOSE_SESSION.tag, {"sessionId": self.id}, timeout=self._opts.request_timeout)
+                self._state = SessionState.from_dict(value)
+            except HarnessError as exc:
+                log.debug("session %s: CloseSession failed: %s", self.id, exc)
+        self._drop()
+        self._stop_idle_timer()
+        return self._state
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        status = "released" if self._released else ("connected" if self.connected else "not connected")
+        return f"<Session {self.id} bridge={self.bridge_id} {status}>"
+
+    # ------------------------------------------------------------------ internals: connection
+
+    def _check_open(self) -> None:
+        if self._released:
+            raise SessionReleased(f"session {self.id} was released")
+
+    def _connect(self) -> Connection:
+        """Return the open connection, or make one: find or launch the bridge (C04), then open
+        the session there from the last state (C07). Caller's thread; may block."""
+        with self._connect_lock:
+            self._check_open()
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            conn, hello = launcher.connect(self._plan)
+            try:
+                value = conn.call(
+                    rpcs.OPEN_SESSION.tag,
+                    {"sessionId": self.id, "state": self._state.to_dict() if self._state else None},
+                    timeout=self._opts.request_timeout,
+                )
+                state = SessionState.from_dict(value)
+            except BaseException:
+                conn.close()
+                raise
+            with self._cond:
+                if self._released:
+                    conn.close()
+                    raise SessionReleased(f"session {self.id} was released")
+                self._conn, self._hello, self._state = conn, hello, state
+                self._last_use = time.monotonic()
+            log.debug("session %s opened on bridge %s (instance %s)", self.id, self.bridge_id, hello.instance)
+            self._start_idle_timer()
+            return conn
+
+    def _drop(self, conn: Optional[Connection] = None) -> None:
+        """Forget the connection (all of it, or only if it is ``conn``) and close it."""
+        with self._cond:
+            current = self._conn
+            if current is None or (conn is not None and current is not conn):
+                current = None
+            else:
+                self._conn = None
+            self._cond.notify_all()
+        if current is not None:
+            current.close()
+        if conn is not None and conn is not current:
+            conn.close()
+
+    def _unavailable(self, exc: BaseException) -> BridgeUnavailable:
+        """C15: the bridge cannot answer; release the session and say so with its state."""
+        with self._cond:
+            self._released = True
+            self._active_turn = None
+        self._closing.set()
+        self._drop()
+        self._stop_idle_timer()
+        err = BridgeUnavailable(f"the bridge of session {self.id} cannot be reached: {exc}", self._state)
+        err.__cause__ = exc
+        return err
+
+    def _with_connection(
+        self,
+        fn: Callable[[Connection], T],
+        *,
+        resend: bool = True,
+        window: Optional[float] = None,
+    ) -> T:
+        """Run ``fn(connection)``; on ``ConnectionLost`` drop that connection and run it again
+        on a new one, within the resend window (C08). With ``resend=False`` a drop after the
+        connection was made raises :class:`MayHaveBeenReceived`.
+
+        Raises:
+            BridgeUnavailable: the window ran out or the sandbox is gone (C15).
+            SessionReleased: the session was released meanwhile.
+        """
+        self._check_open()
+        policy = resend_policy(self._opts.resend_window if window is None else max(window, 0.0), self._closing)
+
+        def attempt() -> T:
+            conn = self._connect()
+            try:
+                return fn(conn)
+            except ConnectionLost as exc:
+                self._drop(conn)
+                if not resend:
+                    raise MayHaveBeenReceived(f"the connection dropped; the request may have arrived: {exc}") from exc
+                log.debug("session %s: connection lost, resending: %s", self.id, exc)
+                raise
+
+        try:
+            return policy(attempt)
+        except ConnectionLost as exc:
+            if self._released:
+                raise SessionReleased(f"session {self.id} was released") from exc
+            raise self._unavailable(exc) from None
+        except SandboxGone as exc:
+            raise self._unavailable(exc) from None
+
+    def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
+        """Send a request that does not stream and return its ``Success`` value."""
+        timeout = self._opts.request_timeout
+        with self._use():
+            return self._with_connection(lambda conn: conn.call(rpc.tag, payload, timeout=timeout), resend=rpc.resend)
+
+    # ------------------------------------------------------------------ internals: use and idle
+
+    @contextlib.contextmanager
+    def _use(self) -> Iterator[None]:
+        """Count a request or a read in progress as use of the connection (C06)."""
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._last_use = time.monotonic()
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def _reading(self, turn: Any) -> Iterator[None]:
+        """Make ``turn`` the session's current turn while the caller's thread reads it.
+
+        Raises:
+            SessionReleased: the session was released.
+            TurnInProgress: another thread is reading a turn of this session right now.
+        """
+        me = threading.get_ident()
+        with self._cond:
+            self._check_open()
+            if self._reading_thread is not None and self._reading_thread != me:
+                raise TurnInProgress(f"another thread is reading a turn of session {self.id}")
+            previous = self._active_turn
+            self._active_turn = turn
+            outer = self._reading_thread is None
+            self._reading_thread = me
+        if previous is not None and previous is not turn:
+            previous._close_stream()  # the other turn is suspended: it keeps running (C11)
+        try:
+            with self._use():
+                yield
+        finally:
+            if outer:
+                with self._cond:
+                    self._reading_thread = None
+
+    def _forget_turn(self, turn: Any) -> None:
+        with self._cond:
+            if self._active_turn is turn:
+                self._active_turn = None
+
+    def _start_idle_timer(self) -> None:
+        with self._cond:
+            if self._idle_thread is not None and self._idle_thread.is_alive():
+                return
+            thread = threading.Thread(target=self._idle_loop, name=f"bridge-client-idle-{self.id[:8]}", daemon=True)
+            self._idle_thread = thread
+        thread.start()
+
+    def _stop_idle_timer(self) -> None:
+        with self._cond:
+            thread = self._idle_thread
+            self._idle_thread = None
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    def _idle_loop(self) -> None:
+        """Close the connection once it has gone unused for ``idle_timeout`` seconds (C06).
+        Ends when the connection is gone or the session released."""
+        me = threading.current_thread()
+        timeout = self._opts.idle_timeout
+        with self._cond:
+            while self._idle_thread is me and self._conn is not None and not self._released:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                remaining = self._last_use + timeout - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                conn, self._conn = self._conn, None
+                log.debug("session %s: idle for %g s, closing connection", self.id, timeout)
+                break
+            else:
+                conn = None
+            if self._idle_thread is me:
+                self._idle_thread = None
+        if conn is not None:
+            conn.close()
+
+
+from .turn import Turn  # noqa: E402  (Turn refers back to Session)

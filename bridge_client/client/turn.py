@@ -1,0 +1,259 @@
+"""Turn: the iterator of a turn's parts, which survives drops and bridge restarts (C09–C13).
+
+The read is resumed inside ``__next__``, in the caller's thread: after a dropped connection
+it goes on over a new one from the part after the last one received (C09); when a new bridge
+instance answers (the old one died), it sends ``StartTurn`` again, which continues the turn,
+and reads on with ``afterStep`` = the complete steps received (C13). A step read only in part
+is then announced by ``step-reset`` and delivered again from its ``step-start``.
+
+All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
+:meth:`Turn.__next__` (what was read).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
+
+from ..errors import ConnectionLost, HarnessError, ProtocolError
+from ..wire import rpcs
+from ..wire.parts import (
+    Part,
+    SessionStateChanged,
+    StartTurnResult,
+    StepFinish,
+    StepReset,
+    TextDelta,
+    TurnFinish,
+    TurnStart,
+    TurnState,
+    part_from_dict,
+)
+from .connection import END, Connection, Stream
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["Turn"]
+
+log = logging.getLogger("bridge_client")
+
+
+class Turn:
+    """The parts of one turn, as an iterator (API.md). Get one from ``Session.turn()``.
+
+    Iterating yields :class:`~bridge_client.wire.parts.Part` values in log order,
+    ``turn-start`` first and ``turn-finish`` last, each exactly once. Leaving a ``for`` loop
+    early (``break``, an exception, ``KeyboardInterrupt``) does not cancel the turn: it keeps
+    running in the bridge, and iterating again (or ``Session.continue_turn``) reads on.
+
+    Attributes:
+        id: the turn id. prompt: its prompt.
+        steps: complete steps yielded so far (``int``; includes steps skipped by
+            ``continue_turn(steps=k)``).
+        finish: the ``turn-finish`` part once yielded, else ``None``.
+
+    Only one thread at a time may iterate a session's turns.
+    """
+
+    def __init__(self, session: "Session", *, session_id: str, turn_id: str, prompt: str, after_step: int = 0) -> None:
+        self._session = session
+        self.id = turn_id
+        self.prompt = prompt
+        self._session_id = session_id
+        self._state: Optional[TurnState] = None
+        self.steps = after_step
+        self.finish: Optional[TurnFinish] = None
+        self.status: Optional[str] = None
+        # Where the next ReadTurn starts: parts received (not only yielded) count.
+        self._offset = 0
+        self._after_step = after_step
+        self._steps_received = after_step
+        self._buffer: Deque[Part] = deque()
+        self._stream: Optional[Stream] = None
+        self._stream_conn: Optional[Connection] = None
+        self._instance: Optional[str] = None
+        self._done_receiving = False
+        self._exhausted = False
+        self._lost_since: Optional[float] = None
+        self._texts: List[Tuple[Optional[int], int, str]] = []
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def state(self) -> TurnState:
+        """The turn's :class:`TurnState` (C10): what ``turn-start`` carries."""
+        if self._state is None:  # pragma: no cover - _start reads turn-start first
+            raise HarnessError("the turn has not started")
+        return self._state
+
+    @property
+    def done(self) -> bool:
+        """True once ``turn-finish`` was yielded."""
+        return self._exhausted or self.finish is not None
+
+    def __iter__(self) -> "Turn":
+        return self
+
+    def __next__(self) -> Part:
+        """Return the next part, resuming the read after drops and restarts.
+
+        Raises:
+            StopIteration: after ``turn-finish``.
+            BridgeUnavailable: no bridge answered within the resend window (C15).
+            SessionReleased: the session was released.
+            TurnInProgress: another thread is reading a turn of this session.
+            ProtocolError: the bridge sent something that is not a part.
+        """
+        if not self._buffer and (self._done_receiving or self._exhausted):
+            self._exhausted = True
+            self._close_stream()
+            self._session._forget_turn(self)
+            raise StopIteration
+        if not self._buffer:
+            with self._session._reading(self):
+                self._fill()
+        part = self._buffer.popleft()
+        self._account(part)
+        return part
+
+    def suspend(self) -> TurnState:
+        """Stop reading and return the turn state; the turn keeps running in its bridge (C11).
+
+        Parts received but not yet yielded are dropped: ``continue_turn(state, steps=turn.steps)``
+        delivers them again.
+        """
+        self._close_stream()
+        self._buffer.clear()
+        self._offset = self._next_unyielded_offset
+        self._steps_received = self.steps
+        self._session._forget_turn(self)
+        log.debug("turn %s suspended after %d steps", self.id, self.steps)
+        return self.state
+
+    def cancel(self) -> StartTurnResult:
+        """Ask the bridge to cancel the turn (``CancelTurn``); keep iterating to read up to
+        ``turn-finish{finishReason: "cancelled"}``.
+
+        Raises:
+            SessionReleased, BridgeUnavailable, TurnNotFound.
+        """
+        value = self._session._call(rpcs.CANCEL_TURN, {"sessionId": self._session_id, "turnId": self.id})
+        return StartTurnResult.from_dict(value)
+
+    def text(self) -> str:
+        """The text of the text-delta parts yielded so far, with reset attempts removed."""
+        return "".join(text for _, _, text in self._texts)
+
+    def __repr__(self) -> str:
+        where = "done" if self.done else f"{self.steps} steps read"
+        return f"<Turn {self.id} of session {self._session_id}: {where}>"
+
+    # ------------------------------------------------------------------ the read
+
+    def _start(self) -> None:
+        """Send ``StartTurn`` and receive ``turn-start`` (called by the session)."""
+        self._fill()
+        if self._state is None:
+            raise ProtocolError(f"turn {self.id}: the first part is {self._buffer[0].type}, not turn-start")
+
+    def _start_turn(self, conn: Connection) -> None:
+        value = conn.call(
+            rpcs.START_TURN.tag,
+            {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt},
+            timeout=self._session._opts.request_timeout,
+        )
+        result = StartTurnResult.from_dict(value)
+        if self._instance is not None and result.status == "started":
+            # The bridge had no record of the turn (its state was lost): it runs afresh
+            # from its prompt, and the reader sees the new log from its turn-start (C14).
+            log.debug("turn %s: runs again from its prompt", self.id)
+            self._offset = 0
+            self._after_step = self._steps_received = 0
+        self.status = result.status
+        self._instance = self._session.instance
+
+    def _open(self, conn: Connection) -> Stream:
+        """Open ``ReadTurn`` on ``conn`` from where the read stands (C09, C13)."""
+        if self._instance != self._session.instance:
+            if self._instance is not None:
+                log.debug("turn %s: bridge restarted, starting the turn again", self.id)
+                self._after_step = self._steps_received
+            self._start_turn(conn)
+        return conn.stream(
+            rpcs.READ_TURN.tag,
+            {"sessionId": self._session_id, "turnId": self.id, "offset": self._offset, "afterStep": self._after_step},
+        )
+
+    def _fill(self) -> None:
+        """Receive at least one part into the buffer, reconnecting as needed."""
+        session = self._session
+        while not self._buffer:
+            if self._stream is None:
+                window = session._opts.resend_window
+                if self._lost_since is not None:
+                    window -= time.monotonic() - self._lost_since
+                conn_box: List[Connection] = []
+
+                def open_on(conn: Connection) -> Stream:
+                    conn_box[:] = [conn]
+                    return self._open(conn)
+
+                self._stream = session._with_connection(open_on, window=window)
+                self._stream_conn = conn_box[0]
+            try:
+                values = self._stream.take()
+            except ConnectionLost as exc:
+                log.debug("turn %s: connection lost at offset %d, resuming: %s", self.id, self._offset, exc)
+                if self._lost_since is None:
+                    self._lost_since = time.monotonic()
+                session._drop(self._stream_conn)
+                self._stream = self._stream_conn = None
+                continue
+            if values is END:
+                self._stream = self._stream_conn = None
+                if not self._done_receiving:
+                    raise ProtocolError(f"turn {self.id}: the stream ended before turn-finish")
+                return
+            self._receive(values)  # type: ignore[arg-type]
+
+    def _receive(self, values: List[Any]) -> None:
+        for value in values:
+            part = part_from_dict(value)
+            if part.index < self._offset:
+                continue  # already received (a resend overlapped)
+            self._offset = part.index + 1
+            self._lost_since = None
+            if isinstance(part, StepFinish):
+                self._steps_received += 1
+            elif isinstance(part, TurnStart):
+                if self._state is not None and part.turn.turn_id != self.id:
+                    raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
+                self._state = part.turn
+            elif isinstance(part, TurnFinish):
+                self._done_receiving = True
+            self._buffer.append(part)
+
+    @property
+    def _next_unyielded_offset(self) -> int:
+        return self._buffer[0].index if self._buffer else self._offset
+
+    def _account(self, part: Part) -> None:
+        """Bookkeeping for a part the caller is about to get."""
+        if isinstance(part, TextDelta):
+            self._texts.append((part.step, part.attempt, part.text))
+        elif isinstance(part, StepFinish):
+            self.steps += 1
+        elif isinstance(part, StepReset):
+            dropped = (part.step, part.discarded_attempt)
+            self._texts = [t for t in self._texts if (t[0], t[1]) != dropped]
+        elif isinstance(part, SessionStateChanged):
+            self._session._state = part.state
+        elif isinstance(part, TurnFinish):
+            self.finish = part
+
+    def _close_stream(self) -> None:
+        stream, self._stream, self._stream_conn = self._stream, None, None
+        if stream is not None:
+            stream.close()

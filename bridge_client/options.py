@@ -1,0 +1,112 @@
+"""The options users give: how to reach a bridge, and how a session behaves (C01, API.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+from .redacted import TokenFunction
+from .sandbox.base import Sandbox
+from .template import Template
+from .wire.parts import SessionState
+
+__all__ = ["BridgeOptions", "Workspace", "CreateSessionOptions"]
+
+
+@dataclass(frozen=True)
+class BridgeOptions:
+    """How to install, launch and reach a bridge, and what its driver is made with (C01).
+
+    Attributes:
+        id: the agent id; the bridge must answer ``Hello`` with it (B07).
+        template: installs the bridge program in a sandbox that lacks it; run before every
+            launch.
+        command: the program that runs the bridge in the sandbox (e.g. ``"python3"``).
+        args: its arguments (e.g. ``("-m", "bridge_client.bridge", "--driver", "shell")``).
+        token: a function from a sandbox id to that sandbox's token (a
+            :class:`~bridge_client.redacted.Redacted`), the same on every host, e.g.
+            :func:`~bridge_client.redacted.hmac_token`.
+        agent_options: plain JSON handed to the driver factory; part of the bridge id (C03).
+        bridge_idle_timeout: seconds with no connection and no running turn before the bridge
+            exits (B06); not part of the bridge id.
+        bind: the address the bridge listens on inside the sandbox (loopback by default).
+    """
+
+    id: str
+    template: Template
+    command: str
+    args: Tuple[str, ...]
+    token: TokenFunction
+    agent_options: Any = None
+    bridge_idle_timeout: float = 600.0
+    bind: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError("BridgeOptions.id must be a non-empty string")
+        if not isinstance(self.command, str) or not self.command:
+            raise ValueError("BridgeOptions.command must be a non-empty string")
+        if isinstance(self.args, str) or not all(isinstance(a, str) for a in self.args):
+            raise ValueError("BridgeOptions.args must be a sequence of strings")
+        object.__setattr__(self, "args", tuple(self.args))
+        if not callable(self.token):
+            raise ValueError("BridgeOptions.token must be a function from a sandbox id to a Redacted token")
+        if not self.bridge_idle_timeout > 0:
+            raise ValueError("BridgeOptions.bridge_idle_timeout must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a session works.
+
+    Attributes:
+        sandbox: the sandbox the agent works in (required by bridge agents, C02).
+    """
+
+    sandbox: Optional[Sandbox] = None
+
+
+@dataclass(frozen=True)
+class CreateSessionOptions:
+    """How one session behaves. Durations are in seconds.
+
+    Attributes:
+        workspace: the session's workspace; its sandbox is required (C02).
+        resume: a :class:`~bridge_client.wire.parts.SessionState` to resume from (its
+            ``session_id`` is the session's id), or ``None`` for a new session.
+        session_id: the id of a new session (default: a random one).
+        idle_timeout: an unused connection is closed after this long (C06).
+        resend_window: how long a dropped request is sent again, in total (C08).
+        launch_timeout: how long to wait for a launched bridge to answer (C04).
+        open_timeout: how long one connection attempt (TCP, TLS, upgrade) may take.
+        ping_interval: seconds between keepalive pings (PROTOCOL.md, "Streams").
+        ping_timeout: extra silence after ``ping_interval`` before the connection is lost.
+        request_timeout: how long to wait for the answer to a request that does not stream;
+            a bridge that does not answer in time counts as lost.
+    """
+
+    workspace: Workspace = field(default_factory=Workspace)
+    resume: Optional[SessionState] = None
+    session_id: Optional[str] = None
+    idle_timeout: float = 60.0
+    resend_window: float = 30.0
+    launch_timeout: float = 30.0
+    open_timeout: float = 10.0
+    ping_interval: float = 5.0
+    ping_timeout: float = 5.0
+    request_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "idle_timeout",
+            "resend_window",
+            "launch_timeout",
+            "open_timeout",
+            "ping_interval",
+            "ping_timeout",
+            "request_timeout",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"CreateSessionOptions.{name} must be a number of seconds > 0")
+        if self.resume is not None and not isinstance(self.resume, SessionState):
+            raise TypeError("CreateSessionOptions.resume must be a SessionState (SessionState.from_json)")

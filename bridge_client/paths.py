@@ -1,0 +1,75 @@
+"""Where this user's bridge_client files live, and the default secret for tokens.
+
+Layout (``BRIDGE_CLIENT_HOME`` overrides the root)::
+
+    $XDG_STATE_HOME/bridge-client/          (default ~/.local/state/bridge-client)
+        secret                              the per-user secret for tokens, mode 0600
+        sandboxes/<sandbox id>/bridges/...  LocalSandbox state roots
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+
+from .errors import HarnessError
+from .redacted import Redacted
+
+__all__ = ["HOME_ENV", "SECRET_ENV", "user_home", "default_secret"]
+
+HOME_ENV = "BRIDGE_CLIENT_HOME"
+"""Environment variable naming the folder for this user's bridge_client files."""
+
+SECRET_ENV = "BRIDGE_CLIENT_SECRET"
+"""Environment variable holding the secret every host shares (overrides the secret file)."""
+
+
+def user_home() -> str:
+    """Return this user's bridge_client folder (not created here).
+
+    ``$BRIDGE_CLIENT_HOME``, else ``$XDG_STATE_HOME/bridge-client``, else
+    ``~/.local/state/bridge-client``.
+    """
+    explicit = os.environ.get(HOME_ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "bridge-client")
+
+
+def default_secret() -> Redacted:
+    """Return the secret for :func:`~bridge_client.redacted.hmac_token`.
+
+    ``$BRIDGE_CLIENT_SECRET`` when set; otherwise the file ``<user_home>/secret``, created
+    once with 32 random bytes (hex) and mode 0600. Creation is exclusive, so two processes
+    that start at once agree on one secret.
+
+    Raises:
+        HarnessError: the secret file is readable by others (mode not 0600) or empty.
+        OSError: the folder cannot be created or read.
+    """
+    from_env = os.environ.get(SECRET_ENV)
+    if from_env:
+        return Redacted(from_env)
+    home = user_home()
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    path = os.path.join(home, "secret")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        # Written in one call before anyone reads it; readers that race see at worst an
+        # empty file and retry below.
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    for _ in range(50):
+        st = os.stat(path)
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise HarnessError(f"{path} is readable by others; run: chmod 600 {path}")
+        with open(path) as f:
+            value = f.read().strip()
+        if value:
+            return Redacted(value)
+        os.sched_yield()
+    raise HarnessError(f"{path} is empty; remove it to make a new secret")

@@ -1,0 +1,5 @@
+"""Sandboxes: where the agent works (the ``Sandbox`` protocol and its adapters)."""
+from .base import Endpoint, ExecResult, Sandbox, SpawnedProcess
+from .local import LocalProcess, LocalSandbox
+
+__all__ = ["Sandbox", "SpawnedProcess", "ExecResult", "Endpoint", "LocalSandbox", "LocalProcess"]

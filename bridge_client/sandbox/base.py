@@ -1,0 +1,157 @@
+"""The Sandbox protocol: what the host needs of a place where an agent works.
+
+A sandbox runs commands, spawns detached processes, reads and writes files, and exposes a
+port as a URL the host can reach. Paths are POSIX paths inside the sandbox. Each adapter
+(a local folder, a container, a cloud sandbox) is a small class with these methods.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Tuple
+
+try:  # Protocol is in typing from 3.8; runtime_checkable keeps isinstance() usable.
+    from typing import Protocol, runtime_checkable
+except ImportError:  # pragma: no cover
+    from typing_extensions import Protocol, runtime_checkable  # type: ignore[assignment]
+
+__all__ = ["Sandbox", "ExecResult", "Endpoint", "SpawnedProcess"]
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command run with :meth:`Sandbox.exec` gave.
+
+    Attributes:
+        exit_code: the process's exit status (negative: killed by that signal).
+        stdout: what it printed on standard output, in bytes.
+        stderr: what it printed on standard error, in bytes.
+    """
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        """True when ``exit_code`` is 0."""
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the host reaches an exposed port.
+
+    Attributes:
+        url: a ``ws://`` or ``wss://`` URL (its path is used for the upgrade).
+        headers: extra HTTP headers the sandbox provider's endpoint needs, as (name, value)
+            pairs; the bridge's ``Authorization`` header is added by the host.
+    """
+
+    url: str
+    headers: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
+
+    def __repr__(self) -> str:
+        # Provider headers may hold credentials: show only their names.
+        names = ", ".join(name for name, _ in self.headers)
+        return f"Endpoint(url={self.url!r}, headers=[{names}])"
+
+
+@runtime_checkable
+class SpawnedProcess(Protocol):
+    """A handle on a process started with :meth:`Sandbox.spawn`."""
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The process id inside the sandbox, when the adapter knows it."""
+
+    def poll(self) -> Optional[int]:
+        """Return the exit status if the process has ended and the adapter can tell, else ``None``."""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated place where the agent works (CONTRACT.md, "Words").
+
+    Attributes:
+        id: the sandbox id: stable for the same sandbox, used to derive the token (C01).
+        state_root: a folder inside the sandbox, outside the user's workspace, where bridges
+            keep their state directories (``<state_root>/bridges/<bridge id>``).
+        workdir: the folder inside the sandbox where the agent works.
+    """
+
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+
+    @property
+    def state_root(self) -> str:
+        """The folder for bridge state directories (POSIX path inside the sandbox)."""
+
+    @property
+    def workdir(self) -> str:
+        """The agent's working folder (POSIX path inside the sandbox)."""
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Run a command to completion.
+
+        Args:
+            argv: the program and its arguments.
+            cwd: working folder (default: ``workdir``).
+            env: variables added to the sandbox's environment.
+            timeout: seconds before the command is killed; ``None`` waits for ever.
+
+        Raises:
+            SandboxGone: the sandbox cannot run commands any more.
+            TimeoutError: the command ran longer than ``timeout``.
+        """
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        log_path: Optional[str] = None,
+    ) -> SpawnedProcess:
+        """Start a process detached from the host: it outlives the host process.
+
+        Args:
+            argv: the program and its arguments.
+            cwd: working folder (default: ``workdir``).
+            env: variables added to the sandbox's environment.
+            log_path: a file inside the sandbox to append its stdout and stderr to.
+
+        Raises:
+            SandboxGone: the sandbox cannot run commands any more.
+            FileNotFoundError: the program does not exist.
+        """
+
+    def read_file(self, path: str) -> bytes:
+        """Return a file's bytes.
+
+        Raises:
+            FileNotFoundError: no such file.
+            SandboxGone: the sandbox is gone.
+        """
+
+    def write_file(self, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        """Write a file atomically with ``mode``, creating its folders (mode 0700).
+
+        Raises:
+            SandboxGone: the sandbox is gone.
+            OSError: the file cannot be written.
+        """
+
+    def expose(self, port: int) -> Endpoint:
+        """Return the URL at which the host reaches ``port`` inside the sandbox.
+
+        Raises:
+            SandboxGone: the sandbox is gone.
+        """

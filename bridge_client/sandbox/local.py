@@ -1,0 +1,173 @@
+"""LocalSandbox: a folder on this machine, the embedded default sandbox."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from typing import Mapping, Optional, Sequence
+
+from ..bridge.identity import secure_write
+from ..errors import SandboxGone
+from ..paths import user_home
+from .base import Endpoint, ExecResult
+
+__all__ = ["LocalSandbox", "LocalProcess"]
+
+_SCRUBBED_PREFIX = "BRIDGE_CLIENT_"
+
+
+def _child_env(extra: Optional[Mapping[str, str]]) -> dict:
+    # Host secrets (BRIDGE_CLIENT_SECRET and friends) never reach sandbox processes.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIX)}
+    if extra:
+        env.update(extra)
+    return env
+
+
+class LocalProcess:
+    """A process spawned by :meth:`LocalSandbox.spawn` (wraps ``subprocess.Popen``)."""
+
+    def __init__(self, popen: "subprocess.Popen[bytes]") -> None:
+        self._popen = popen
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The process id on this machine."""
+        return self._popen.pid
+
+    def poll(self) -> Optional[int]:
+        """Return the exit status once the process has ended, else ``None``."""
+        return self._popen.poll()
+
+    def __repr__(self) -> str:
+        return f"LocalProcess(pid={self.pid})"
+
+
+class LocalSandbox:
+    """A folder on this machine as a sandbox: commands run here, with the folder as their
+    working directory. No isolation: use it for your own code, demos and tests.
+
+    Args:
+        path: the workspace folder; it must exist.
+        home: the folder for bridge_client's own files (default
+            :func:`~bridge_client.paths.user_home`); state roots go in
+            ``<home>/sandboxes/<sandbox id>``, never inside the workspace.
+
+    Attributes:
+        id: ``"local-"`` and 16 hex characters of a digest of the folder's real path: the
+            same folder always gives the same id.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        NotADirectoryError: ``path`` is not a folder.
+    """
+
+    def __init__(self, path: "str | os.PathLike[str]", *, home: Optional[str] = None) -> None:
+        real = os.path.realpath(os.fspath(path))
+        if not os.path.exists(real):
+            raise FileNotFoundError(f"sandbox folder {os.fspath(path)!r} does not exist")
+        if not os.path.isdir(real):
+            raise NotADirectoryError(f"sandbox folder {os.fspath(path)!r} is not a folder")
+        self._workdir = real
+        self._id = "local-" + hashlib.sha256(real.encode()).hexdigest()[:16]
+        self._state_root = os.path.join(home or user_home(), "sandboxes", self._id)
+
+    @property
+    def id(self) -> str:
+        """The sandbox id (stable for the same folder)."""
+        return self._id
+
+    @property
+    def state_root(self) -> str:
+        """``<home>/sandboxes/<id>``: where this sandbox's bridges keep their state."""
+        return self._state_root
+
+    @property
+    def workdir(self) -> str:
+        """The workspace folder (its real path)."""
+        return self._workdir
+
+    def _check_alive(self) -> None:
+        if not os.path.isdir(self._workdir):
+            raise SandboxGone(f"sandbox folder {self._workdir} is gone")
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Run ``argv`` to completion in ``cwd`` (default: the workspace).
+
+        Raises:
+            SandboxGone: the workspace folder is gone.
+            TimeoutError: it ran longer than ``timeout`` seconds (it is killed).
+            FileNotFoundError: the program does not exist.
+        """
+        self._check_alive()
+        try:
+            done = subprocess.run(
+                list(argv),
+                cwd=cwd or self._workdir,
+                env=_child_env(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{argv[0]} ran longer than {timeout} s") from None
+        return ExecResult(done.returncode, done.stdout, done.stderr)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        log_path: Optional[str] = None,
+    ) -> LocalProcess:
+        """Start ``argv`` in a new session (no controlling terminal, own process group), so
+        it outlives the host and a Ctrl-C in the host's terminal does not reach it.
+
+        Raises:
+            SandboxGone: the workspace folder is gone.
+            FileNotFoundError: the program does not exist.
+        """
+        self._check_alive()
+        log = None
+        if log_path:
+            os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
+            log = open(log_path, "ab")
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd or self._workdir,
+                env=_child_env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log if log is not None else subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if log is not None:
+                log.close()
+        return LocalProcess(popen)
+
+    def read_file(self, path: str) -> bytes:
+        """Return the bytes of ``path``. Raises ``FileNotFoundError`` when it does not exist."""
+        with open(path, "rb") as f:
+            return f.read()
+
+    def write_file(self, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        """Write ``path`` atomically with ``mode`` (folders created 0700). Raises ``OSError``."""
+        secure_write(path, data, mode)
+
+    def expose(self, port: int) -> Endpoint:
+        """Return ``ws://127.0.0.1:<port>/``: the port is on this machine already."""
+        return Endpoint(f"ws://127.0.0.1:{int(port)}/")
+
+    def __repr__(self) -> str:
+        return f"LocalSandbox({self._workdir!r}, id={self._id!r})"

@@ -1,0 +1,117 @@
+"""Templates: idempotent install steps that prepare a sandbox for a bridge (C01, C04).
+
+Each step has a check and an install command. The check runs first; the install runs only
+when the check fails, and the check must pass after it. A session runs the template before
+every launch, so a sandbox prepared by another version keeps what it has and gets only what
+it lacks.
+"""
+from __future__ import annotations
+
+import logging
+import shlex
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Tuple
+
+from . import __version__
+from .errors import SandboxGone, TemplateError
+from .sandbox.base import ExecResult, Sandbox
+
+__all__ = ["TemplateStep", "Template", "bridge_template"]
+
+log = logging.getLogger("bridge_client")
+
+_TAIL_BYTES = 2000
+
+
+def _tail(result: ExecResult) -> str:
+    text = (result.stdout + result.stderr)[-_TAIL_BYTES:]
+    return text.decode("utf-8", "replace").strip()
+
+
+@dataclass(frozen=True)
+class TemplateStep:
+    """One install step.
+
+    Attributes:
+        name: what the step provides, for messages ("the bridge program").
+        check: a command that exits 0 when the sandbox already has it.
+        install: a command that provides it.
+        timeout: seconds each command may take.
+    """
+
+    name: str
+    check: Tuple[str, ...]
+    install: Tuple[str, ...]
+    timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class Template:
+    """Install steps, run in order by :meth:`run`.
+
+    Attributes:
+        steps: the steps (each checked before it runs).
+    """
+
+    steps: Tuple[TemplateStep, ...] = field(default_factory=tuple)
+
+    def run(self, sandbox: Sandbox) -> None:
+        """Run every step whose check fails, and check it again after installing.
+
+        Raises:
+            TemplateError: an install command failed, timed out, or its check still fails.
+            SandboxGone: the sandbox cannot run commands.
+        """
+        for step in self.steps:
+            if self._exec(sandbox, step, step.check).ok:
+                continue
+            log.debug("template: installing %s", step.name)
+            installed = self._exec(sandbox, step, step.install)
+            if not installed.ok:
+                raise TemplateError(
+                    f"installing {step.name} failed (exit {installed.exit_code}): {shlex.join(step.install)}",
+                    step=step.name,
+                    output=_tail(installed),
+                )
+            again = self._exec(sandbox, step, step.check)
+            if not again.ok:
+                raise TemplateError(
+                    f"{step.name} is still missing after installing it: {shlex.join(step.check)} failed",
+                    step=step.name,
+                    output=_tail(again),
+                )
+
+    @staticmethod
+    def _exec(sandbox: Sandbox, step: TemplateStep, argv: Sequence[str]) -> ExecResult:
+        try:
+            return sandbox.exec(argv, timeout=step.timeout)
+        except SandboxGone:
+            raise
+        except TimeoutError:
+            raise TemplateError(f"{step.name}: {shlex.join(argv)} ran longer than {step.timeout} s", step=step.name)
+        except OSError as exc:
+            raise TemplateError(f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name)
+
+
+def bridge_template(python: str = "python3", requirement: Optional[str] = None) -> Template:
+    """The template that installs the bridge program of this package in a sandbox.
+
+    Args:
+        python: the Python interpreter in the sandbox that will run the bridge.
+        requirement: what pip installs when the bridge is missing (default
+            ``bridge-client[bridge]==<this version>``).
+
+    Returns:
+        A one-step :class:`Template`: check ``python -c "import bridge_client.bridge.server"``,
+        install with ``python -m pip install``.
+    """
+    requirement = requirement or f"bridge-client[bridge]=={__version__}"
+    return Template(
+        (
+            TemplateStep(
+                name="the bridge program (bridge_client[bridge])",
+                check=(python, "-c", "import bridge_client.bridge.server"),
+                install=(python, "-m", "pip", "install", "--quiet", requirement),
+            ),
+        )
+    )
