@@ -1,0 +1,112 @@
+"""The bridge-client command, run as a user runs it: a real process, real output."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from host_support import wait_until
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def cli(*args, cwd=None, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "bridge_client.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def _one_line_error(done):
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bridge-client: error:"), done.stderr
+    return lines[0]
+
+
+def test_run_streams_a_shell_turn(workspace):
+    done = cli("run", "echo made > out.txt", "cat out.txt", "--sandbox", workspace)
+    assert done.returncode == 0, done.stderr
+    assert "made\n" in done.stdout
+    assert "[shell] cat out.txt" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1] == "[finished] stop"
+    with open(os.path.join(workspace, "out.txt")) as f:
+        assert f.read() == "made\n"
+
+
+def test_run_json_prints_one_part_per_line(workspace):
+    done = cli("run", "hello world", "--agent", "echo", "--option", "steps=2", "--sandbox", workspace, "--json")
+    assert done.returncode == 0, done.stderr
+    parts = [json.loads(line) for line in done.stdout.splitlines()]
+    assert parts[0]["type"] == "turn-start" and parts[-1]["type"] == "turn-finish"
+    assert [p["index"] for p in parts] == list(range(len(parts)))
+    assert "".join(p["text"] for p in parts if p["type"] == "text-delta") == "hello world" * 2
+
+
+def test_run_failing_command_exits_non_zero_with_one_line(workspace):
+    done = cli("run", "exit 3", "--sandbox", workspace)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("bridge-client: turn finished with error")
+
+
+def test_run_in_the_current_folder_by_default(workspace):
+    done = cli("run", "pwd", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert os.path.realpath(workspace) in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["run", "x", "--agent", "nonsense"], "unknown agent"),
+        (["run", "x", "--agent", "no_such_module_xyz:make"], "cannot load agent"),
+        (["run", "x", "--option", "novalue"], "KEY=VALUE"),
+        (["run", "x", "--option", "=3"], "KEY=VALUE"),
+        (["run", "x", "--sandbox", "/no/such/folder/anywhere"], "does not exist"),
+        (["run"], "required"),
+        (["frobnicate"], "invalid choice"),
+        (["continue", "/no/such/turn.json"], "cannot read"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(workspace, args, fragment):
+    if "--sandbox" not in args and args[0] == "run":
+        args = [*args, "--sandbox", workspace]
+    line = _one_line_error(cli(*args))
+    assert fragment in line
+
+
+def test_continue_rejects_a_file_that_is_not_a_turn_state(workspace, tmp_path):
+    bad = tmp_path / "state.json"
+    bad.write_text('{"protocol": 1}')
+    assert "not a turn state" in _one_line_error(cli("continue", str(bad), "--sandbox", workspace))
+
+
+def test_bridges_lists_and_stop_stops(workspace):
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    listed = cli("bridges", "--sandbox", workspace, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["agent"] == "echo" and row["alive"] is True and row["sessions"] == 1 and row["turns"] == 1
+    table = cli("bridges", "--sandbox", workspace)
+    assert row["id"] in table.stdout and "ALIVE" in table.stdout
+    stopped = cli("stop", row["id"], "--sandbox", workspace)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_until(lambda: not os.path.exists(f"/proc/{row['pid']}") or open(f"/proc/{row['pid']}/stat").read().split()[2] == "Z")
+    after = [json.loads(line) for line in cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()]
+    assert after[0]["alive"] is False
+    assert "no running bridge" in _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
+
+
+def test_version():
+    done = cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == "bridge-client 0.1.0"

@@ -1,0 +1,49 @@
+"""Connections close when unused and reopen on use; bridges exit when unused (C06, C07, B06)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import bridge_client as bc
+from bridge_client.bridge import identity
+from host_support import options, session_options, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_c06_c07_idle_connection_closes_and_next_turn_reconnects(sandbox):
+    with bc.create_session(options("echo"), session_options(sandbox, idle_timeout=0.3)) as session:
+        assert not session.connected, "the session connects lazily"
+        list(session.turn("first"))
+        assert session.connected
+        assert wait_until(lambda: not session.connected, timeout=5), "idle connection was not closed"
+        assert not [t for t in __import__("threading").enumerate() if t.name.startswith("bridge-client-idle")]
+        parts = list(session.turn("second"))
+        assert parts[-1].finish_reason == "stop"
+        assert session.state.data == {"turns": 2}
+
+
+def test_c06_a_turn_being_read_is_use(sandbox):
+    opts = options("echo", agent_options={"steps": 6, "delay": 0.1})
+    with bc.create_session(opts, session_options(sandbox, idle_timeout=0.2)) as session:
+        turn = session.turn("slow")
+        connections = set()
+        for part in turn:
+            connections.add(id(session._conn))
+        assert part.type == "turn-finish"
+        assert len(connections) == 1, "the connection stayed open while the turn was read"
+
+
+def test_b06_bridge_exits_when_idle_and_c07_a_new_one_restores_the_session(sandbox):
+    opts = options("echo", bridge_idle_timeout=0.5)
+    with bc.create_session(opts, session_options(sandbox, idle_timeout=0.2)) as session:
+        list(session.turn("before"))
+        pid = session._hello.pid
+        listening = os.path.join(identity.state_dir(sandbox.state_root, session.bridge_id), identity.LISTENING_FILE)
+        assert os.path.exists(listening)
+        assert wait_until(lambda: not os.path.exists(listening), timeout=10), "bridge did not exit when idle"
+        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=5)
+        list(session.turn("after"))
+        assert session._hello.pid != pid
+        assert session.state.data == {"turns": 2}
