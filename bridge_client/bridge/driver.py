@@ -1,0 +1,341 @@
+"""What an agent implements to run inside the bridge: :class:`Driver`, and the
+:class:`TurnContext` a turn runs with.
+
+Pure Python: no sockets, no store, no websockets. The bridge's turn runner
+(``bridge_client.bridge.turns``) builds a :class:`TurnContext` over a :class:`TurnSink` and
+calls :meth:`Driver.run_turn` in the turn's own thread (B04).
+
+A turn is a sequence of steps (one model call and the tool calls it makes). A driver opens a
+step with :meth:`TurnContext.start_step`, emits parts into it, and closes it with
+:meth:`TurnContext.finish_step`. After a restart the bridge continues an unfinished turn (B05):
+the context then says how many steps are already complete, and the driver goes on from there.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+
+from ..wire.parts import Part, SessionState
+
+__all__ = ["Driver", "DriverFactory", "TurnResult", "TurnContext", "TurnSink"]
+
+
+class TurnResult(NamedTuple):
+    """How a turn ended, when a driver wants to say more than a finish reason.
+
+    Attributes:
+        finish_reason: one of ``stop``, ``cancelled``, ``error``, ``max-steps``
+            (``wire.parts.FINISH_REASONS``); anything else ends the turn with ``error``.
+        usage: the driver's JSON usage figures for the whole turn, or ``None``.
+        error: a one-line description when ``finish_reason`` is ``error``, else ``None``.
+    """
+
+    finish_reason: str = "stop"
+    usage: Any = None
+    error: Optional[str] = None
+
+
+class Driver(Protocol):
+    """An agent, as the bridge runs it.
+
+    Attributes:
+        agent_id: the agent's id; it must equal ``agentId`` in ``launch.json`` and is what
+            ``Hello`` answers with (B07).
+
+    Optional methods, looked up with ``getattr``:
+        ``initial_state() -> JSON``: the ``data`` of a new session (``None`` without it).
+        ``close() -> None``: called once when the bridge shuts down (stop child processes).
+    """
+
+    agent_id: str
+
+    def run_turn(self, ctx: "TurnContext") -> "Union[None, str, TurnResult]":
+        """Run one turn (or the rest of it, after a restart: see ``ctx.completed_steps``).
+
+        Called in the turn's own thread. Emit parts through ``ctx``; return ``None`` (finish
+        reason ``stop``), a finish reason, or a :class:`TurnResult`. An exception ends the turn
+        with ``error``; a set ``ctx.cancelled`` ends it with ``cancelled`` whatever is returned.
+        """
+        ...
+
+
+DriverFactory = Callable[[Any], Driver]
+"""Makes a driver from the ``agentOptions`` of ``launch.json`` (plain JSON, maybe ``None``).
+Raises ``ValueError`` (or anything else) for options it cannot take: the bridge then exits 2."""
+
+
+class TurnSink(Protocol):
+    """Where a :class:`TurnContext` writes: the bridge's turn runner implements it.
+
+    Every method is called from the driver's thread, with the context's lock held.
+    """
+
+    def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
+        """Append a part to the turn's log; return its index. Raises TypeError/ValueError for
+        fields JSON cannot carry (nothing is appended then)."""
+        ...
+
+    def next_attempt(self, step: int) -> int:
+        """Return the attempt number the next ``step-start`` of ``step`` carries (1, or one
+        more than any attempt of that step already in the log)."""
+        ...
+
+    def finish_step(self, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
+        """Append ``step-finish`` and checkpoint the session state with it, atomically (B05)."""
+        ...
+
+    def set_state(self, data: Any, step: Optional[int], attempt: int) -> SessionState:
+        """Store ``data`` as the session's next revision and append a ``session-state`` part."""
+        ...
+
+
+# The context's state machine, as a table: (state, action) -> next state. A missing key is a
+# driver bug; the method raises RuntimeError and nothing is written.
+_IDLE = "outside a step"
+_IN_STEP = "inside a step"
+_CLOSED = "closed"
+
+_MOVES: Dict[Tuple[str, str], str] = {
+    (_IDLE, "start_step"): _IN_STEP,
+    (_IN_STEP, "part"): _IN_STEP,
+    (_IN_STEP, "finish_step"): _IDLE,
+    (_IDLE, "data"): _IDLE,
+    (_IN_STEP, "data"): _IN_STEP,
+    (_IDLE, "set_state"): _IDLE,
+    (_IN_STEP, "set_state"): _IN_STEP,
+}
+
+_HINTS = {
+    (_IDLE, "part"): "call start_step() first",
+    (_IDLE, "finish_step"): "no step is open",
+    (_IN_STEP, "start_step"): "call finish_step() first",
+}
+
+
+class TurnContext:
+    """What a turn runs with: its prompt, the session state, the steps already complete, a
+    cancel event, and the methods that emit parts (PROTOCOL.md, "Values").
+
+    Built by the bridge, one per run of a turn; a driver never constructs one. Methods may be
+    called from any thread of the driver (a lock orders them). Emitting in the wrong place
+    (a text before ``start_step()``, a second ``start_step()`` without ``finish_step()``, any
+    call after ``run_turn`` returned) raises ``RuntimeError`` and writes nothing.
+
+    Attributes:
+        prompt: the turn's prompt.
+        session_id, turn_id: the ids the host picked.
+        completed_steps: how many steps are already complete (0 for a new turn; more when the
+            bridge continues a turn after a restart, B05). The next ``start_step()`` opens
+            step number ``completed_steps``.
+        steps: the parts of each completed step (its latest attempt), ``step-start`` to
+            ``step-finish``, for drivers that rebuild their conversation from them.
+        cancelled: set when the host cancels the turn, or when the bridge shuts down; stop
+            promptly (wait on it rather than sleeping).
+    """
+
+    def __init__(
+        self,
+        *,
+        prompt: str,
+        session_id: str,
+        turn_id: str,
+        state: SessionState,
+        completed_steps: int,
+        steps: Sequence[Sequence[Part]],
+        cancelled: threading.Event,
+        sink: TurnSink,
+    ) -> None:
+        self.prompt = prompt
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.completed_steps = completed_steps
+        self.steps: List[List[Part]] = [list(s) for s in steps]
+        self.cancelled = cancelled
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._state = state
+        self._phase = _IDLE
+        self._next_step = completed_steps
+        self._step: Optional[int] = None
+        self._attempt = 1
+
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def state(self) -> SessionState:
+        """The session state as this turn knows it: as of the last completed step (B05) or the
+        turn's start, then whatever :meth:`set_state` stored."""
+        return self._state
+
+    @property
+    def step(self) -> Optional[int]:
+        """The number of the open step, or ``None`` outside a step."""
+        return self._step
+
+    @property
+    def attempt(self) -> int:
+        """The attempt of the open (or last) step: 1, or more when a step is run again (B05)."""
+        return self._attempt
+
+    # ------------------------------------------------------------------ the state machine
+
+    def _move(self, action: str, name: str) -> None:
+        """Check and apply one transition; the caller holds ``self._lock``."""
+        nxt = _MOVES.get((self._phase, action))
+        if nxt is None:
+            if self._phase == _CLOSED:
+                raise RuntimeError(f"{name}() after run_turn() returned: the turn is over")
+            hint = _HINTS.get((self._phase, action), "")
+            where = self._phase if self._step is None else f"{self._phase} (step {self._step})"
+            raise RuntimeError(f"{name}() {where}" + (f": {hint}" if hint else ""))
+        self._phase = nxt
+
+    def _check(self, action: str, name: str) -> None:
+        """Raise like :meth:`_move` would, without moving (used before a write that may fail)."""
+        if (self._phase, action) not in _MOVES:
+            self._move(action, name)
+
+    # ------------------------------------------------------------------ emitting
+
+    def start_step(self) -> int:
+        """Open the next step: emit ``step-start``.
+
+        Returns:
+            The step number (``completed_steps`` for the first call, then one more each time).
+            The step's attempt is 1, or one more than a discarded attempt of it (B05).
+
+        Raises:
+            RuntimeError: a step is already open, or the turn is over.
+        """
+        with self._lock:
+            self._check("start_step", "start_step")
+            step = self._next_step
+            attempt = self._sink.next_attempt(step)
+            self._sink.emit("step-start", step, attempt, {})
+            self._move("start_step", "start_step")
+            self._step, self._attempt = step, attempt
+            self._next_step = step + 1
+            return step
+
+    def _part(self, name: str, kind: str, fields: Dict[str, Any]) -> None:
+        with self._lock:
+            self._check("part", name)
+            self._sink.emit(kind, self._step, self._attempt, fields)
+
+    def text(self, s: str) -> None:
+        """Emit a ``text-delta`` (model text) in the open step.
+
+        Raises:
+            TypeError: ``s`` is not a str. RuntimeError: no step is open.
+        """
+        if not isinstance(s, str):
+            raise TypeError(f"text() takes a str, got {type(s).__name__}")
+        self._part("text", "text-delta", {"text": s})
+
+    def reasoning(self, s: str) -> None:
+        """Emit a ``reasoning-delta`` in the open step.
+
+        Raises:
+            TypeError: ``s`` is not a str. RuntimeError: no step is open.
+        """
+        if not isinstance(s, str):
+            raise TypeError(f"reasoning() takes a str, got {type(s).__name__}")
+        self._part("reasoning", "reasoning-delta", {"text": s})
+
+    def tool_call(self, tool_call_id: str, tool_name: str, input: Any) -> None:
+        """Emit a ``tool-call`` in the open step.
+
+        Args:
+            tool_call_id: the call's id (listed in a ``step-reset`` if the step is run again).
+            tool_name: the tool's name. input: the tool's JSON input.
+
+        Raises:
+            TypeError: an id or name is not a str, or ``input`` is not JSON.
+            RuntimeError: no step is open.
+        """
+        _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
+        self._part("tool_call", "tool-call", {"toolCallId": tool_call_id, "toolName": tool_name, "input": input})
+
+    def tool_result(self, tool_call_id: str, tool_name: str, output: Any, is_error: bool = False) -> None:
+        """Emit a ``tool-result`` in the open step.
+
+        Raises:
+            TypeError: an id or name is not a str, or ``output`` is not JSON.
+            RuntimeError: no step is open.
+        """
+        _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
+        self._part(
+            "tool_result",
+            "tool-result",
+            {"toolCallId": tool_call_id, "toolName": tool_name, "output": output, "isError": bool(is_error)},
+        )
+
+    def data(self, name: str, value: Any) -> None:
+        """Emit a driver-defined ``data`` part, inside or outside a step.
+
+        Raises:
+            TypeError: ``name`` is not a str, or ``value`` is not JSON. RuntimeError: turn over.
+        """
+        _need_str(name=name)
+        with self._lock:
+            self._check("data", "data")
+            self._sink.emit("data", self._step, self._attempt if self._step is not None else 1, {"name": name, "data": value})
+
+    def finish_step(self, finish_reason: str = "stop", usage: Any = None) -> None:
+        """Close the open step: emit ``step-finish`` and checkpoint the session state, so a
+        restart continues after this step (B05).
+
+        Args:
+            finish_reason: why the step ended (``stop``, ``tool-calls``, ... free text).
+            usage: the step's JSON usage figures, or ``None``.
+
+        Raises:
+            TypeError: ``finish_reason`` is not a str or ``usage`` is not JSON.
+            RuntimeError: no step is open.
+        """
+        _need_str(finish_reason=finish_reason)
+        with self._lock:
+            self._check("finish_step", "finish_step")
+            assert self._step is not None
+            self._sink.finish_step(self._step, self._attempt, finish_reason, usage)
+            self._move("finish_step", "finish_step")
+            self._step = None
+
+    def set_state(self, data: Any) -> SessionState:
+        """Store ``data`` as the session's new state (revision + 1) and emit ``session-state``.
+
+        Args:
+            data: the driver's JSON for the session (copied; later changes to it do nothing).
+
+        Returns:
+            The new :class:`SessionState`.
+
+        Raises:
+            TypeError / ValueError: ``data`` is not JSON. RuntimeError: the turn is over.
+        """
+        with self._lock:
+            self._check("set_state", "set_state")
+            step = self._step
+            state = self._sink.set_state(data, step, self._attempt if step is not None else 1)
+            self._state = state
+            return state
+
+    # ------------------------------------------------------------------ used by the runner
+
+    def close(self) -> Optional[Tuple[int, int]]:
+        """End the context (the runner calls it once ``run_turn`` returned).
+
+        Returns:
+            ``(step, attempt)`` of a step the driver left open (the runner closes it), or
+            ``None``. Every later call on the context raises ``RuntimeError``.
+        """
+        with self._lock:
+            open_step = (self._step, self._attempt) if self._step is not None else None
+            self._phase = _CLOSED
+            return open_step  # type: ignore[return-value]
+
+
+def _need_str(**values: Any) -> None:
+    for name, value in values.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
