@@ -1,0 +1,718 @@
+"""Sessions and turns inside the bridge: runs each turn in its own thread, appends its parts
+to the store, wakes its readers, and continues turns a restart left unfinished.
+
+- B03: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
+  calls after the commit.
+- B04: a turn runs in its thread whoever reads it; readers read the in-memory committed log
+  (:meth:`Turn.take`) from their own offsets, as many at once as like.
+- B05: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
+  running appends a ``step-reset`` for its unfinished step, resets the session state to the
+  checkpoint of the last completed step, and runs the driver from there.
+
+Lock order (never the other way round): ``TurnManager._lock`` → ``Turn.append_lock`` →
+the store's lock. The store's writer takes only ``Turn._cond`` (to publish).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from ..errors import SessionNotFound, TurnConflict, TurnNotFound
+from ..wire.parts import FINISH_REASONS, PROTOCOL_VERSION, Part, SessionState, TurnState, part_from_dict
+from .driver import Driver, TurnContext, TurnResult
+from .store import (
+    Op,
+    Store,
+    StoredPart,
+    StoreError,
+    checkpoint_op,
+    finish_op,
+    part_op,
+    session_op,
+    turn_op,
+)
+
+__all__ = [
+    "TurnManager",
+    "Turn",
+    "Session",
+    "iso_now",
+    "STEP_RESET_REASON",
+    "MAX_CHUNK_VALUES",
+    "MAX_CHUNK_BYTES",
+]
+
+log = logging.getLogger("bridge_client.bridge.turns")
+
+STEP_RESET_REASON = "bridge restarted"
+"""The ``reason`` of the ``step-reset`` the bridge writes when it continues a turn (B05)."""
+
+MAX_CHUNK_VALUES = 256
+"""Parts per Chunk, at most."""
+
+MAX_CHUNK_BYTES = 256 * 1024
+"""Characters of part JSON per Chunk, about (a single larger part still goes alone)."""
+
+_MAX_CACHED_FINISHED = 32
+"""Finished turns whose log stays in memory; older ones are read back from the store."""
+
+
+def iso_now() -> str:
+    """Return the current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T00:34:13.123Z``."""
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+class _Abandoned(BaseException):
+    """Raised into a turn's thread when the bridge shuts down (or its store failed): the turn
+    is left unfinished in the store, to be continued after a restart (B05). A BaseException
+    so that a driver's ``except Exception`` does not swallow it."""
+
+
+class Session:
+    """A session as this bridge holds it (the store keeps a copy; revisions only grow, B03).
+
+    Attributes:
+        id: the session id; revision, data: its state; closed: closed by ``CloseSession``.
+    """
+
+    __slots__ = ("id", "revision", "data", "closed")
+
+    def __init__(self, session_id: str, revision: int, data: Any, closed: bool = False) -> None:
+        self.id = session_id
+        self.revision = revision
+        self.data = data
+        self.closed = closed
+
+    def state(self) -> SessionState:
+        """Return the state as a :class:`SessionState` value."""
+        return SessionState(self.id, self.revision, self.data)
+
+    def op(self) -> Op:
+        """Return the store op that writes this session."""
+        return session_op(self.id, self.revision, self.data, self.closed)
+
+
+class Turn:
+    """One turn's log and status.
+
+    The committed log (``texts`` and their ``(step, attempt, type)``) grows only through
+    :meth:`publish`, after the store committed the parts (B03); readers wait on it with
+    :meth:`wait_for_parts` and take chunks with :meth:`take`.
+
+    Attributes:
+        id, session_id, prompt: what the host gave.
+        status: ``running`` (its thread runs), ``finished``, or ``orphan`` (unfinished and
+            not running: left by a restart; the next StartTurn continues it). Guarded by the
+            manager's lock.
+        checkpoint: the session state as of the last completed step (B05).
+        cancelled: the driver's cancel event.
+    """
+
+    def __init__(self, turn_id: str, session_id: str, prompt: str, checkpoint: SessionState, status: str) -> None:
+        self.id = turn_id
+        self.session_id = session_id
+        self.prompt = prompt
+        self.checkpoint = checkpoint
+        self.status = status
+        self.cancelled = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+        # Append side (the turn's thread, or an RPC thread before it starts): append_lock.
+        self.append_lock = threading.Lock()
+        self.next_index = 0
+        self.max_attempt: Dict[int, int] = {}
+        self.abandoned = False
+        # Committed side (published by the store's writer): _cond.
+        self._cond = threading.Condition()
+        self.texts: List[str] = []
+        self.metas: List[Tuple[Optional[int], int, str]] = []
+        self.discarded: Set[Tuple[Optional[int], int]] = set()
+        self.complete = False
+
+    # ------------------------------------------------------------------ committed log
+
+    def publish(self, parts: List[StoredPart]) -> None:
+        """Add committed parts (store writer thread) and wake every reader."""
+        with self._cond:
+            for p in parts:
+                self.texts.append(p.text)
+                self.metas.append((p.step, p.attempt, p.type))
+                if p.type == "step-reset":
+                    self.discarded.add((p.step, p.attempt))
+                elif p.type == "turn-finish":
+                    self.complete = True
+            self._cond.notify_all()
+
+    def load(self, parts: List[StoredPart]) -> None:
+        """Fill a turn read back from the store with its committed parts."""
+        self.publish(parts)
+        self.next_index = len(parts)
+        for p in parts:
+            if p.type == "step-start" and p.step is not None:
+                self.max_attempt[p.step] = max(self.max_attempt.get(p.step, 0), p.attempt)
+
+    def wake(self) -> None:
+        """Wake every reader waiting on this turn (to notice an interrupt or a close)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for_parts(self, position: int, stopped: Callable[[], bool]) -> None:
+        """Block until the committed log holds a part at ``position``, the turn is complete, or
+        ``stopped()`` is true (call :meth:`wake` after making it true)."""
+        with self._cond:
+            while len(self.texts) <= position and not self.complete and not stopped():
+                self._cond.wait()
+
+    def take(
+        self,
+        position: int,
+        after_step: int = 0,
+        max_values: int = MAX_CHUNK_VALUES,
+        max_bytes: int = MAX_CHUNK_BYTES,
+    ) -> Tuple[List[str], int, bool]:
+        """Take the next committed parts a reader should get.
+
+        Skips parts of steps below ``after_step`` and parts of attempts a ``step-reset``
+        discarded (the ``step-reset`` itself is kept), as ReadTurn's ``afterStep`` says.
+
+        Args:
+            position: the index of the first part to look at.
+            after_step: the first step wanted (0 = all).
+            max_values, max_bytes: bounds of one Chunk (bytes: characters of JSON, about).
+
+        Returns:
+            ``(texts, new_position, done)``: the JSON texts to send (maybe none), where to go
+            on, and whether the turn is complete and nothing is left after ``new_position``.
+        """
+        out: List[str] = []
+        size = 0
+        with self._cond:
+            texts, metas, discarded = self.texts, self.metas, self.discarded
+            n = len(texts)
+            filtering = after_step > 0 or bool(discarded)
+            while position < n and len(out) < max_values:
+                if filtering:
+                    step, attempt, kind = metas[position]
+                    if step is not None and (
+                        step < after_step or (kind != "step-reset" and (step, attempt) in discarded)
+                    ):
+                        position += 1
+                        continue
+                text = texts[position]
+                if out and size + len(text) > max_bytes:
+                    break
+                out.append(text)
+                size += len(text)
+                position += 1
+            return out, position, self.complete and position >= n
+
+
+class _Progress(NamedTuple):
+    """How far a turn's log got: the basis of a continue (B05)."""
+
+    completed: int
+    open_step: Optional[Tuple[int, int]]
+    latest: Dict[int, int]
+
+
+def _progress(metas: Sequence[Tuple[Optional[int], int, str]], discarded: Set[Tuple[Optional[int], int]]) -> _Progress:
+    """Find the completed steps (a step-finish of their latest attempt, in order from 0) and
+    the step left open (a step-start of its latest attempt, no step-finish, no step-reset)."""
+    latest: Dict[int, int] = {}
+    finished: Set[Tuple[int, int]] = set()
+    for step, attempt, kind in metas:
+        if step is None:
+            continue
+        if kind == "step-start":
+            latest[step] = max(latest.get(step, 0), attempt)
+        elif kind == "step-finish":
+            finished.add((step, attempt))
+    completed = 0
+    while completed in latest and (completed, latest[completed]) in finished:
+        completed += 1
+    open_step = None
+    attempt = latest.get(completed)
+    if attempt is not None and (completed, attempt) not in finished and (completed, attempt) not in discarded:
+        open_step = (completed, attempt)
+    return _Progress(completed, open_step, latest)
+
+
+def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
+    """Turn what ``run_turn`` returned into ``(finish_reason, usage, error)``."""
+    if result is None:
+        return "stop", None, None
+    if isinstance(result, TurnResult):
+        reason, usage, error = result
+    elif isinstance(result, str):
+        reason, usage, error = result, None, None
+    else:
+        return "error", None, f"driver returned {type(result).__name__}; expected None, a finish reason or a TurnResult"
+    if reason not in FINISH_REASONS:
+        return "error", usage, f"driver returned the unknown finish reason {reason!r}"
+    if error is not None and not isinstance(error, str):
+        error = str(error)
+    return reason, usage, error
+
+
+class _Sink:
+    """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
+
+    def __init__(self, manager: "TurnManager", turn: Turn) -> None:
+        self._manager = manager
+        self._turn = turn
+
+    def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
+        return self._manager._append(self._turn, kind, step, attempt, fields)[0]
+
+    def next_attempt(self, step: int) -> int:
+        return self._turn.max_attempt.get(step, 0) + 1
+
+    def finish_step(self, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
+        self._manager._finish_step(self._turn, step, attempt, finish_reason, usage)
+
+    def set_state(self, data: Any, step: Optional[int], attempt: int) -> SessionState:
+        return self._manager._set_state(self._turn, data, step, attempt)
+
+
+class TurnManager:
+    """The bridge's sessions and turns: what the RPC handlers call.
+
+    Args:
+        store: the bridge's :class:`~bridge_client.bridge.store.Store`.
+        driver: the agent.
+        agent_id, bridge_id: carried in every ``turn-start`` (C10).
+        on_running: called with the number of running turns whenever it changes (the idle
+            watcher, B06); called with a lock held, so it must only record and notify.
+        commit_timeout: seconds an RPC waits for its writes to be committed.
+
+    Every public method may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        driver: Driver,
+        *,
+        agent_id: str,
+        bridge_id: str,
+        on_running: Optional[Callable[[int], None]] = None,
+        commit_timeout: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._driver = driver
+        self._agent_id = agent_id
+        self._bridge_id = bridge_id
+        self._on_running = on_running
+        self._commit_timeout = commit_timeout
+        self._lock = threading.Lock()
+        self._sessions: Dict[str, Session] = {}
+        self._turns: Dict[str, Turn] = {}
+        self._finished: "OrderedDict[str, None]" = OrderedDict()
+        self._running = 0
+        self._closing = False
+
+    # ------------------------------------------------------------------ RPCs
+
+    def open_session(self, session_id: str, state: Optional[SessionState]) -> Dict[str, Any]:
+        """``OpenSession``: keep whichever of the stored copy and ``state`` has the higher
+        revision; a new session starts at revision 0 with the driver's initial data. Re-opens
+        a closed session.
+
+        Returns:
+            The SessionState JSON object.
+        """
+        with self._lock:
+            self._check_open()
+            session = self._get_session(session_id)
+            if session is None:
+                if state is not None:
+                    session = Session(session_id, state.revision, state.data)
+                else:
+                    session = Session(session_id, 0, self._initial_data())
+                self._sessions[session_id] = session
+            else:
+                if state is not None and state.revision > session.revision:
+                    session.revision, session.data = state.revision, state.data
+                session.closed = False
+            ticket = self._store.submit(session.op())
+            result = session.state().to_dict()
+        self._store.wait(ticket, self._commit_timeout)
+        return result
+
+    def close_session(self, session_id: str) -> Dict[str, Any]:
+        """``CloseSession``: mark the session closed (its turns keep running).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        with self._lock:
+            self._check_open()
+            session = self._get_session(session_id)
+            if session is None:
+                raise SessionNotFound(f"no session {session_id!r}", sessionId=session_id)
+            session.closed = True
+            ticket = self._store.submit(session.op())
+            result = session.state().to_dict()
+        self._store.wait(ticket, self._commit_timeout)
+        return result
+
+    def start_turn(self, session_id: str, turn_id: str, prompt: str) -> Dict[str, Any]:
+        """``StartTurn``: start a new turn, or report on (or continue, B05) an existing one.
+        Sending it twice is harmless.
+
+        Returns:
+            ``{"turnId", "status"}``: ``started``, ``running``, ``continued`` or ``finished``.
+
+        Raises:
+            SessionNotFound: no such session, or it is closed.
+            TurnConflict: the turn id is taken by another prompt or another session.
+        """
+        with self._lock:
+            self._check_open()
+            session = self._get_session(session_id)
+            if session is None:
+                raise SessionNotFound(f"no session {session_id!r}: open it with OpenSession", sessionId=session_id)
+            if session.closed:
+                raise SessionNotFound(f"session {session_id!r} is closed: open it again", sessionId=session_id)
+            turn = self._get_turn(turn_id)
+            ticket = 0
+            if turn is None:
+                ticket = self._create(session, turn_id, prompt)
+                status = "started"
+            elif turn.session_id != session_id:
+                raise TurnConflict(f"turn {turn_id!r} belongs to another session", turnId=turn_id)
+            elif turn.prompt != prompt:
+                raise TurnConflict(f"turn {turn_id!r} was started with another prompt", turnId=turn_id)
+            elif turn.status in ("running", "finished"):
+                status = turn.status
+            else:
+                ticket = self._continue(turn, session)
+                status = "continued"
+            self._evict()
+        if ticket:
+            self._store.wait(ticket, self._commit_timeout)
+        return {"turnId": turn_id, "status": status}
+
+    def find_turn(self, session_id: str, turn_id: str) -> Turn:
+        """Find a turn for ``ReadTurn`` (reading it back from the store when needed).
+
+        Raises:
+            SessionNotFound: no such session. TurnNotFound: no such turn in that session.
+        """
+        with self._lock:
+            if self._get_session(session_id) is None:
+                raise SessionNotFound(f"no session {session_id!r}", sessionId=session_id)
+            turn = self._get_turn(turn_id)
+            if turn is None or turn.session_id != session_id:
+                raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
+            return turn
+
+    def cancel_turn(self, session_id: str, turn_id: str) -> Dict[str, Any]:
+        """``CancelTurn``: set the driver's cancel event; the turn ends with
+        ``turn-finish{finishReason: "cancelled"}``. A turn a restart left unfinished is
+        finished as cancelled at once.
+
+        Returns:
+            ``{"turnId", "status"}``: ``running`` (it is stopping) or ``finished``.
+
+        Raises:
+            TurnNotFound: no such turn in that session.
+        """
+        ticket = 0
+        with self._lock:
+            self._check_open()
+            turn = self._get_turn(turn_id)
+            if turn is None or turn.session_id != session_id:
+                raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
+            if turn.status == "running":
+                turn.cancelled.set()
+            elif turn.status == "orphan":
+                session = self._get_session(session_id)
+                self._reset_open_step(turn, session)
+                ticket = self._finish_turn(turn, None, "cancelled", None, None)
+                turn.status = "finished"
+                self._finished[turn.id] = None
+            status = turn.status
+        if ticket:
+            self._store.wait(ticket, self._commit_timeout)
+        return {"turnId": turn_id, "status": status}
+
+    @property
+    def running(self) -> int:
+        """How many turns run in this process now."""
+        with self._lock:
+            return self._running
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop for shutdown: refuse new RPCs, leave running turns unfinished in the store
+        (abandon their writes, set their cancel events so drivers stop; B05 continues them
+        after a restart), call the driver's ``close()``. Idempotent.
+
+        Args:
+            timeout: seconds to wait, in all, for turn threads to end.
+        """
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            turns = [t for t in self._turns.values() if t.status == "running"]
+        for turn in turns:
+            with turn.append_lock:
+                turn.abandoned = True
+            turn.cancelled.set()
+        closer = getattr(self._driver, "close", None)
+        if callable(closer):
+            try:
+                closer()
+            except Exception:
+                log.exception("driver close() failed")
+        deadline = time.monotonic() + timeout
+        for turn in turns:
+            if turn.thread is not None:
+                turn.thread.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ lookups (lock held)
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise RuntimeError("the bridge is shutting down")
+
+    def _get_session(self, session_id: str) -> Optional[Session]:
+        session = self._sessions.get(session_id)
+        if session is None:
+            row = self._store.load_session(session_id)
+            if row is not None:
+                session = Session(row.session_id, row.revision, row.data, row.closed)
+                self._sessions[session_id] = session
+        return session
+
+    def _get_turn(self, turn_id: str) -> Optional[Turn]:
+        turn = self._turns.get(turn_id)
+        if turn is not None:
+            return turn
+        row = self._store.load_turn(turn_id)
+        if row is None:
+            return None
+        parts = self._store.load_parts(turn_id)
+        finished = row.status == "finished" or (bool(parts) and parts[-1].type == "turn-finish")
+        turn = Turn(
+            row.turn_id,
+            row.session_id,
+            row.prompt,
+            SessionState.from_dict(row.checkpoint),
+            "finished" if finished else "orphan",
+        )
+        turn.load(parts)
+        self._turns[turn_id] = turn
+        if finished:
+            self._finished[turn_id] = None
+        return turn
+
+    def _evict(self) -> None:
+        """Drop the oldest finished turns from memory (their logs stay in the store)."""
+        while len(self._finished) > _MAX_CACHED_FINISHED:
+            turn_id, _ = self._finished.popitem(last=False)
+            turn = self._turns.get(turn_id)
+            if turn is not None and not turn.complete:
+                # Its turn-finish is not committed yet: keep it until it is.
+                self._finished[turn_id] = None
+                break
+            self._turns.pop(turn_id, None)
+
+    def _initial_data(self) -> Any:
+        init = getattr(self._driver, "initial_state", None)
+        data = init() if callable(init) else None
+        return json.loads(_dumps(data))  # a JSON copy; raises TypeError for anything else
+
+    # ------------------------------------------------------------------ writing a turn's log
+
+    def _append(
+        self,
+        turn: Turn,
+        kind: str,
+        step: Optional[int],
+        attempt: int,
+        fields: Dict[str, Any],
+        extra: Sequence[Op] = (),
+    ) -> Tuple[int, int]:
+        """Append one part (and ``extra`` ops, in the same transaction); return
+        ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
+        and _Abandoned when the bridge is shutting down."""
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            obj: Dict[str, Any] = {"type": kind, "index": index, "step": step, "attempt": attempt}
+            obj.update(fields)
+            part = StoredPart(index, step, attempt, kind, _dumps(obj))
+            try:
+                ticket = self._store.submit(*extra, part_op(turn, turn.id, part))
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+            if kind == "step-start" and step is not None:
+                turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+            return index, ticket
+
+    def _finish_step(self, turn: Turn, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
+        with self._lock:
+            session = self._sessions[turn.session_id]
+            checkpoint = session.state()
+            fields = {"finishReason": finish_reason, "usage": usage}
+            self._append(turn, "step-finish", step, attempt, fields, (checkpoint_op(turn.id, checkpoint.to_dict()),))
+            turn.checkpoint = checkpoint
+
+    def _set_state(self, turn: Turn, data: Any, step: Optional[int], attempt: int) -> SessionState:
+        data = json.loads(_dumps(data))  # check it is JSON, and keep a copy the driver cannot change
+        with self._lock:
+            session = self._sessions[turn.session_id]
+            state = SessionState(session.id, session.revision + 1, data)
+            op = session_op(session.id, state.revision, data, session.closed)
+            self._append(turn, "session-state", step, attempt, {"state": state.to_dict()}, (op,))
+            session.revision, session.data = state.revision, data
+            return state
+
+    def _finish_turn(
+        self, turn: Turn, open_step: Optional[Tuple[int, int]], reason: str, usage: Any, error: Optional[str]
+    ) -> int:
+        """Close a step left open, then append ``turn-finish`` with the turn's status."""
+        if open_step is not None:
+            self._append(turn, "step-finish", open_step[0], open_step[1], {"finishReason": reason, "usage": None})
+        fields = {"finishReason": reason, "usage": usage, "error": error}
+        try:
+            _dumps(usage)
+        except (TypeError, ValueError):
+            fields = {"finishReason": "error", "usage": None, "error": "driver returned usage that is not JSON"}
+        return self._append(turn, "turn-finish", None, 1, fields, (finish_op(turn.id, fields),))[1]
+
+    # ------------------------------------------------------------------ starting and continuing (lock held)
+
+    def _create(self, session: Session, turn_id: str, prompt: str) -> int:
+        started_at = iso_now()
+        turn_state = TurnState(
+            PROTOCOL_VERSION, self._agent_id, self._bridge_id, session.id, turn_id, prompt, started_at
+        ).to_dict()
+        checkpoint = session.state()
+        turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
+        row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
+        _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
+        self._turns[turn_id] = turn
+        self._launch(turn, 0, [], checkpoint)
+        log.info("turn %s started (session %s)", turn_id, session.id)
+        return ticket
+
+    def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, int]:
+        """B05: discard the attempt a restart cut short (``step-reset``), and put the session
+        state back to the turn's checkpoint as a new revision. Returns the progress and the
+        last ticket (0 when nothing was written)."""
+        with turn._cond:  # a consistent view of the committed log
+            metas = list(turn.metas)
+            texts = list(turn.texts)
+            discarded = set(turn.discarded)
+        progress = _progress(metas, discarded)
+        ticket = 0
+        if progress.open_step is not None:
+            step, attempt = progress.open_step
+            ids = [
+                json.loads(text).get("toolCallId")
+                for (s, a, kind), text in zip(metas, texts)
+                if kind == "tool-call" and (s, a) == (step, attempt)
+            ]
+            fields = {"discardedAttempt": attempt, "reason": STEP_RESET_REASON, "toolCallIds": [i for i in ids if i]}
+            _, ticket = self._append(turn, "step-reset", step, attempt, fields)
+            log.info("turn %s: step %d attempt %d discarded (%s)", turn.id, step, attempt, STEP_RESET_REASON)
+        if session is not None and not _same_json(session.data, turn.checkpoint.data):
+            state = SessionState(session.id, session.revision + 1, turn.checkpoint.data)
+            op = session_op(session.id, state.revision, state.data, session.closed)
+            _, ticket = self._append(turn, "session-state", None, 1, {"state": state.to_dict()}, (op,))
+            session.revision, session.data = state.revision, state.data
+        return progress, ticket
+
+    def _continue(self, turn: Turn, session: Session) -> int:
+        progress, ticket = self._reset_open_step(turn, session)
+        steps: List[List[Part]] = []
+        with turn._cond:
+            pairs = list(zip(turn.metas, turn.texts))
+        for number in range(progress.completed):
+            attempt = progress.latest[number]
+            steps.append([part_from_dict(json.loads(t)) for (s, a, _), t in pairs if s == number and a == attempt])
+        self._launch(turn, progress.completed, steps, session.state())
+        log.info("turn %s continued after %d complete step(s) (B05)", turn.id, progress.completed)
+        return ticket
+
+    def _launch(self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState) -> None:
+        ctx = TurnContext(
+            prompt=turn.prompt,
+            session_id=turn.session_id,
+            turn_id=turn.id,
+            state=state,
+            completed_steps=completed,
+            steps=steps,
+            cancelled=turn.cancelled,
+            sink=_Sink(self, turn),
+        )
+        turn.status = "running"
+        self._running += 1
+        thread = threading.Thread(target=self._run, args=(turn, ctx), name=f"bridge-turn-{turn.id}", daemon=True)
+        turn.thread = thread
+        thread.start()
+        self._notify_running(self._running)
+
+    # ------------------------------------------------------------------ the turn's thread
+
+    def _run(self, turn: Turn, ctx: TurnContext) -> None:
+        finished = False
+        try:
+            reason, usage, error = self._drive(turn, ctx)
+            self._finish_turn(turn, ctx.close(), reason, usage, error)
+            finished = True
+            log.info("turn %s finished: %s%s", turn.id, reason, f" ({error})" if error else "")
+        except _Abandoned:
+            log.info("turn %s left unfinished: the bridge is shutting down", turn.id)
+        except Exception:
+            log.exception("turn %s: could not write its end", turn.id)
+        finally:
+            ctx.close()
+            with self._lock:
+                turn.status = "finished" if finished else "orphan"
+                if finished:
+                    self._finished[turn.id] = None
+                self._running -= 1
+                self._notify_running(self._running)
+
+    def _drive(self, turn: Turn, ctx: TurnContext) -> Tuple[str, Any, Optional[str]]:
+        try:
+            result = self._driver.run_turn(ctx)
+        except _Abandoned:
+            raise
+        except Exception as exc:
+            if turn.abandoned:
+                raise _Abandoned() from None
+            if ctx.cancelled.is_set():
+                return "cancelled", None, None
+            log.error("turn %s: the driver raised", turn.id, exc_info=True)
+            return "error", None, f"{type(exc).__name__}: {exc}"
+        if ctx.cancelled.is_set():
+            return "cancelled", None, None
+        return _outcome(result)
+
+    def _notify_running(self, count: int) -> None:
+        if self._on_running is not None:
+            try:
+                self._on_running(count)
+            except Exception:
+                log.exception("on_running failed")
