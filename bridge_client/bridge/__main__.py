@@ -1,0 +1,359 @@
+"""The bridge program: ``python -m bridge_client.bridge --driver NAME_OR_MODULE:CALLABLE``.
+
+Reads its state directory from ``BRIDGE_CLIENT_STATE_DIR``, then ``launch.json`` and
+``token`` there; makes the driver; takes the lock (B02: a second bridge on the same state
+directory exits 0 quietly, C05); opens the store; listens; writes ``listening.json`` (B01);
+serves until SIGTERM/SIGINT or idle (B06); then removes ``listening.json`` (only if it still
+names this instance), releases the lock and exits 0.
+
+Exit codes: 0 clean exit, or another bridge holds the lock; 1 the store failed or the
+server crashed; 2 a launch problem (environment, files, driver, bind), told in one line on
+stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import importlib
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+import time
+import uuid
+from typing import Any, NamedTuple, Optional, Sequence
+
+from ..drivers import BUILTIN_DRIVERS
+from ..errors import ProtocolError
+from ..redacted import Redacted
+from ..wire.parts import PROTOCOL_VERSION, HelloResult
+from . import identity
+from .driver import Driver
+
+log = logging.getLogger("bridge_client.bridge")
+
+_ENV_PREFIX = "BRIDGE_CLIENT_"
+_SHUTDOWN_TIMEOUT = 30.0
+
+
+class LaunchError(Exception):
+    """A launch problem: the bridge says it in one line and exits 2."""
+
+
+class _Launch(NamedTuple):
+    state: str
+    info: identity.LaunchInfo
+    token: Redacted
+    driver: Driver
+
+
+# ---------------------------------------------------------------------------- startup
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s [%(threadName)s] %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise LaunchError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def load_driver(spec: str, agent_options: Any) -> Driver:
+    """Make the driver named by ``spec``: ``echo``, ``shell``, or ``MODULE:CALLABLE`` (a
+    factory called with ``agent_options``).
+
+    Raises:
+        LaunchError: unknown name, import error, missing callable, the factory raised, or what
+            it returned is not a driver.
+    """
+    target = BUILTIN_DRIVERS.get(spec, spec)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        names = ", ".join(sorted(BUILTIN_DRIVERS))
+        raise LaunchError(f"unknown driver {spec!r}: use {names} or MODULE:CALLABLE")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise LaunchError(f"cannot import driver module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for name in attr.split("."):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            raise LaunchError(f"driver module {module_name!r} has no {attr!r}") from None
+    if not callable(obj):
+        raise LaunchError(f"driver factory {target!r} is not callable")
+    try:
+        driver = obj(agent_options)
+    except Exception as exc:
+        raise LaunchError(f"driver {spec!r} refused its options: {type(exc).__name__}: {exc}") from None
+    if not isinstance(getattr(driver, "agent_id", None), str) or not callable(getattr(driver, "run_turn", None)):
+        raise LaunchError(f"driver factory {target!r} did not return a driver (agent_id: str, run_turn())")
+    return driver
+
+
+def _prepare(driver_spec: str) -> _Launch:
+    """Read the environment and the state directory, and make the driver."""
+    state = os.environ.get(identity.STATE_DIR_ENV, "")
+    # Children (the shell driver's commands) must never see our variables (the token's dir).
+    for key in [k for k in os.environ if k.startswith(_ENV_PREFIX)]:
+        del os.environ[key]
+    if not state:
+        raise LaunchError(f"{identity.STATE_DIR_ENV} is not set: it names the bridge's state directory")
+    if not os.path.isdir(state):
+        raise LaunchError(f"state directory {state} does not exist")
+    try:
+        os.chmod(state, 0o700)
+    except OSError as exc:
+        raise LaunchError(f"cannot chmod 0700 the state directory {state}: {exc.strerror}") from None
+    launch_path = os.path.join(state, identity.LAUNCH_FILE)
+    try:
+        info = identity.parse_launch(_read(launch_path, "the launch file"))
+    except ProtocolError as exc:
+        raise LaunchError(f"bad launch file {launch_path}: {exc}") from None
+    token_path = os.path.join(state, identity.TOKEN_FILE)
+    raw = _read(token_path, "the token file")
+    try:
+        text = raw.decode("utf-8").rstrip()
+    except UnicodeDecodeError:
+        raise LaunchError(f"the token file {token_path} is not UTF-8") from None
+    if not text:
+        raise LaunchError(f"the token file {token_path} is empty")
+    driver = load_driver(driver_spec, info.agent_options)
+    if driver.agent_id != info.agent_id:
+        raise LaunchError(f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}")
+    return _Launch(state, info, Redacted(text), driver)
+
+
+def _take_lock(state: str) -> Optional[int]:
+    """B02: take the state directory's lock; ``None`` when another bridge holds it."""
+    path = os.path.join(state, identity.LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (PEP 446)
+    except OSError as exc:
+        raise LaunchError(f"cannot open the lock file {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise LaunchError(f"cannot lock {path}: {exc.strerror}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _release_lock(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- running
+
+
+class _Bridge:
+    """The running bridge: its parts, and the way it stops (once, from any thread)."""
+
+    def __init__(self, launch: _Launch) -> None:
+        # Imported here so that ``load_driver`` and the startup checks work without websockets.
+        from .server import BridgeServer, IdleWatcher
+        from .store import Store
+        from .turns import TurnManager, iso_now
+
+        self.launch = launch
+        self.instance = uuid.uuid4().hex
+        self.started_at = iso_now()
+        self.code = 0
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+        self._stopped = threading.Event()
+        info = launch.info
+        store_path = os.path.join(launch.state, identity.STORE_FILE)
+        try:
+            self.store = Store(store_path, on_fatal=self._store_failed)
+        except (sqlite3.Error, OSError) as exc:
+            raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
+        self.idle = IdleWatcher(info.idle_timeout, lambda: self.stop("idle"))
+        self.manager = TurnManager(
+            self.store, launch.driver, agent_id=info.agent_id, bridge_id=info.bridge_id, on_running=self.idle.set_running
+        )
+        hello = HelloResult(info.agent_id, info.bridge_id, self.instance, PROTOCOL_VERSION, os.getpid(), self.started_at)
+        self.server = BridgeServer(self.manager, token=launch.token, hello=hello.to_dict(), bind=info.bind, idle=self.idle)
+        self.listening_path = os.path.join(launch.state, identity.LISTENING_FILE)
+
+    def _store_failed(self, exc: BaseException) -> None:
+        self.stop(f"the store failed ({type(exc).__name__})", code=1)
+
+    def stop(self, reason: str, code: int = 0) -> None:
+        """Shut down cleanly, once: in a thread of its own, because the server's shutdown
+        waits for the connection threads and for serve_forever to return."""
+        with self._stop_lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            self.code = code
+        log.info("shutting down: %s", reason)
+        threading.Thread(target=self._shutdown, name="bridge-shutdown", daemon=True).start()
+
+    def _shutdown(self) -> None:
+        try:
+            self.idle.stop()
+            self.manager.close()  # running turns write nothing more; they stay unfinished (B05)
+            self.server.shutdown()
+        except Exception:
+            log.exception("shutdown failed")
+        finally:
+            self._stopped.set()
+
+    def run(self) -> int:
+        """Listen, announce, serve until stopped, clean up. Returns the exit code."""
+        try:
+            port = self.server.start()
+        except OSError as exc:
+            self.store.close()
+            raise LaunchError(f"cannot listen on {self.launch.info.bind}: {exc.strerror or exc}") from None
+        info = self.launch.info
+        listening = identity.ListeningInfo(
+            PROTOCOL_VERSION, info.agent_id, info.bridge_id, info.bind, port, os.getpid(), self.instance, self.started_at
+        )
+        identity.secure_write(self.listening_path, listening.to_json().encode("utf-8"))
+        log.info(
+            "bridge %s (agent %s, instance %s) listening on %s:%d", info.bridge_id, info.agent_id, self.instance,
+            info.bind, port,
+        )
+        signals = _SignalWatcher(self.stop)
+        self.idle.start()
+        try:
+            self.server.serve_forever()
+        except Exception:
+            log.exception("the server failed")
+            self.stop("the server failed", code=1)
+        finally:
+            self._stopped.wait(_SHUTDOWN_TIMEOUT)
+            signals.close()
+            self.store.close()
+            self._remove_listening()
+        log.info("bridge stopped")
+        return self.code
+
+    def _remove_listening(self) -> None:
+        """B01: remove listening.json, only when it still names this instance."""
+        data = identity.optional_read(self.listening_path)
+        if data is None:
+            return
+        try:
+            named = identity.parse_listening(data).instance
+        except ProtocolError:
+            return
+        if named == self.instance:
+            try:
+                os.unlink(self.listening_path)
+            except FileNotFoundError:
+                pass
+
+
+class _SignalWatcher:
+    """Turns SIGTERM/SIGINT into ``stop(name)`` from a thread of its own.
+
+    The signals only write a byte to a socket (``signal.set_wakeup_fd``); a thread reads it.
+    So no lock is ever taken inside a signal handler (it could be held by the interrupted
+    main thread). Create it in the main thread.
+    """
+
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: Any) -> None:
+        self._stop = stop
+        self._rsock, self._wsock = socket.socketpair()
+        self._wsock.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        for sig in self._SIGNALS:
+            signal.signal(sig, lambda signum, frame: None)  # the wakeup fd carries it
+        self._thread = threading.Thread(target=self._run, name="bridge-signals", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = self._rsock.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for number in data:
+                if number in (int(s) for s in self._SIGNALS):
+                    self._stop(signal.Signals(number).name)
+
+    def close(self) -> None:
+        """Restore the default handlers and stop the thread."""
+        signal.set_wakeup_fd(self._old_fd)
+        for sig in self._SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        self._wsock.close()
+        self._rsock.close()
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge_client.bridge",
+        description="Serve an agent's driver over the bridge protocol (state directory from "
+        f"{identity.STATE_DIR_ENV}).",
+    )
+    parser.add_argument("--driver", required=True, help="echo, shell, or MODULE:CALLABLE (a driver factory)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the bridge program.
+
+    Args:
+        argv: the arguments (without the program name); ``None`` reads ``sys.argv``.
+
+    Returns:
+        The exit code: 0 clean, or another bridge holds the lock (C05); 1 the store or server
+        failed; 2 a launch problem.
+    """
+    args = _parse(argv)
+    _configure_logging()
+    try:
+        launch = _prepare(args.driver)
+        lock = _take_lock(launch.state)
+    except LaunchError as exc:
+        log.error("%s", exc)
+        return 2
+    if lock is None:
+        log.info("another bridge holds the lock on %s; this one exits (C05)", launch.state)
+        return 0
+    try:
+        return _Bridge(launch).run()
+    except LaunchError as exc:
+        log.error("%s", exc)
+        return 2
+    finally:
+        _release_lock(lock)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

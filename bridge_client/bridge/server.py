@@ -1,0 +1,538 @@
+"""The bridge's WebSocket server: the token check before the upgrade (C17), the RPC dispatch
+over Effect RPC's envelope (PROTOCOL.md), ReadTurn streams with acks, and the idle watcher
+(B06).
+
+Built on websockets' sync server: one thread per connection reads frames and answers the
+quick RPCs itself; each ``ReadTurn`` gets its own thread; every send goes through the
+connection's send lock. A bad frame is answered alone and never ends the connection or the
+bridge (B08).
+"""
+from __future__ import annotations
+
+import hmac
+import http
+import itertools
+import logging
+import threading
+import time
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, Set, Tuple
+
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.server import Server, ServerConnection, serve
+
+from ..errors import BadRequest, RpcError
+from ..redacted import Redacted
+from ..wire.frames import (
+    Ack,
+    Defect,
+    Die,
+    Eof,
+    Exit,
+    Fail,
+    Failure,
+    FrameError,
+    Interrupt,
+    Interrupted,
+    Ping,
+    Pong,
+    Request,
+    RequestId,
+    Success,
+    encode,
+    encode_chunk_raw,
+    host_message,
+    parse_frame,
+)
+from ..wire.parts import PROTOCOL_VERSION
+from ..wire.rpcs import CATALOGUE
+from .turns import Turn, TurnManager
+
+__all__ = ["BridgeServer", "IdleWatcher", "MAX_FRAME_BYTES", "SILENCE_TIMEOUT", "HEALTHZ_PATH"]
+
+log = logging.getLogger("bridge_client.bridge.server")
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Largest frame accepted, in bytes; a larger one closes its connection with 1009."""
+
+SILENCE_TIMEOUT = 120.0
+"""Seconds without any frame after which a connection counts as dead and is closed. Hosts ping
+every 5 s, so this only catches half-open TCP, which would otherwise hold off the idle exit."""
+
+HEALTHZ_PATH = "/healthz"
+
+_HEALTHZ_BODY = '{"protocol": %d}' % PROTOCOL_VERSION
+_STREAM_JOIN_TIMEOUT = 2.0
+_CLOSE_TIMEOUT = 2.0  # seconds a closing handshake may take before the socket is closed
+
+
+class IdleWatcher:
+    """Calls ``on_idle`` once, after ``idle_timeout`` seconds with no connection open and no
+    turn running (B06). Its thread waits on a condition that every change notifies; it never
+    polls.
+
+    Args:
+        idle_timeout: in seconds.
+        on_idle: called from the watcher's thread; must not block for long.
+
+    Call :meth:`start` once the bridge listens (the idle time counts from then).
+    """
+
+    def __init__(self, idle_timeout: float, on_idle: Callable[[], None]) -> None:
+        self.idle_timeout = idle_timeout
+        self._on_idle = on_idle
+        self._cond = threading.Condition()
+        self._connections = 0
+        self._running = 0
+        self._since = time.monotonic()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="bridge-idle", daemon=True)
+
+    def start(self) -> None:
+        """Start counting idle time from now."""
+        with self._cond:
+            self._since = time.monotonic()
+        self._thread.start()
+
+    def _changed(self) -> None:
+        # Caller holds the condition. Idle time restarts at every change.
+        self._since = time.monotonic()
+        self._cond.notify_all()
+
+    def connection_opened(self) -> None:
+        """A WebSocket connection opened."""
+        with self._cond:
+            self._connections += 1
+            self._changed()
+
+    def connection_closed(self) -> None:
+        """A WebSocket connection closed."""
+        with self._cond:
+            self._connections -= 1
+            self._changed()
+
+    def set_running(self, count: int) -> None:
+        """The number of running turns is now ``count``."""
+        with self._cond:
+            self._running = count
+            self._changed()
+
+    def stop(self) -> None:
+        """Stop watching (idempotent); ``on_idle`` is not called after this."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                if self._connections or self._running:
+                    self._cond.wait()
+                    continue
+                remaining = self._since + self.idle_timeout - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            if self._stopped:
+                return
+        log.info("idle for %s s with no connection and no running turn (B06)", self.idle_timeout)
+        self._on_idle()
+
+
+def _key(request_id: RequestId) -> Tuple[type, RequestId]:
+    # Ids keep their JSON type: 1 and "1" are different requests.
+    return (type(request_id), request_id)
+
+
+class BridgeServer:
+    """The bridge's WebSocket server.
+
+    Args:
+        manager: sessions and turns.
+        token: the bearer token every upgrade must carry (C17); never logged.
+        hello: the ``Hello`` answer (B07).
+        bind: the address to listen on (port 0: the system picks).
+        idle: the idle watcher told about connections, or ``None``.
+        max_size: the largest frame, in bytes.
+        silence_timeout: seconds without a frame before a connection is closed.
+    """
+
+    def __init__(
+        self,
+        manager: TurnManager,
+        *,
+        token: Redacted,
+        hello: Dict[str, Any],
+        bind: str = "127.0.0.1",
+        idle: Optional[IdleWatcher] = None,
+        max_size: int = MAX_FRAME_BYTES,
+        silence_timeout: float = SILENCE_TIMEOUT,
+    ) -> None:
+        self.manager = manager
+        self._token = token
+        self.hello = dict(hello)
+        self.bind = bind
+        self._idle = idle
+        self._max_size = max_size
+        self.silence_timeout = silence_timeout
+        self._numbers = itertools.count(1)
+        self._server: Optional[Server] = None
+        self._lock = threading.Lock()
+        self._live: Set[ServerConnection] = set()  # open connections, guarded by _lock
+        self.handlers: Dict[str, Callable[..., Any]] = {
+            "Hello": lambda: self.hello,
+            "OpenSession": manager.open_session,
+            "StartTurn": manager.start_turn,
+            "CancelTurn": manager.cancel_turn,
+            "CloseSession": manager.close_session,
+        }
+
+    def start(self) -> int:
+        """Bind and listen.
+
+        Returns:
+            The port the system picked.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._server = serve(
+            self._handle,
+            self.bind,
+            0,
+            process_request=self._process_request,
+            ping_interval=None,  # the host pings with protocol Ping frames; we never ping
+            max_size=self._max_size,
+            compression=None,  # parts are small JSON; deflate costs more CPU than it saves
+            close_timeout=_CLOSE_TIMEOUT,
+        )
+        return int(self._server.socket.getsockname()[1])
+
+    def serve_forever(self) -> None:
+        """Accept connections until :meth:`shutdown` (called from another thread)."""
+        assert self._server is not None, "call start() first"
+        self._server.serve_forever()
+
+    def shutdown(self) -> None:
+        """Stop listening, close every connection (1001) and wait for their threads. Idempotent;
+        call it from a thread that is not a connection's."""
+        if self._server is None:
+            return
+        # websockets' shutdown closes OPEN connections, but waits without end for one left
+        # CLOSING by a peer that never closes TCP (after a 1009, say); close() on it gives up
+        # after close_timeout. So close them all first, in parallel.
+        with self._lock:
+            live = list(self._live)
+        closers = [threading.Thread(target=_close_quietly, args=(ws,), daemon=True) for ws in live]
+        for thread in closers:
+            thread.start()
+        deadline = time.monotonic() + _CLOSE_TIMEOUT + 1.0
+        for thread in closers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._server.shutdown()
+
+    # ------------------------------------------------------------------ HTTP, before the upgrade
+
+    def _process_request(self, connection: ServerConnection, request: Any) -> Any:
+        path = urllib.parse.urlsplit(request.path).path
+        if path == HEALTHZ_PATH:
+            response = connection.respond(http.HTTPStatus.OK, _HEALTHZ_BODY)
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        if not self._authorized(request.headers.get_all("Authorization")):
+            log.warning("refused an upgrade without the right bearer token (401)")
+            response = connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        return None  # go on with the upgrade
+
+    def _authorized(self, values: Any) -> bool:
+        """C17: exactly one ``Authorization: Bearer <token>``, compared in constant time.
+
+        The scheme must be spelled ``Bearer`` exactly, as PROTOCOL.md writes it (RFC 7235
+        would allow any case; our hosts never send another)."""
+        if len(values) != 1:
+            return False
+        scheme, _, credentials = values[0].strip().partition(" ")
+        if scheme != "Bearer":
+            return False
+        given = credentials.strip().encode("utf-8", "surrogateescape")
+        return hmac.compare_digest(given, self._token.reveal().encode("utf-8"))
+
+    # ------------------------------------------------------------------ connections
+
+    def _handle(self, ws: ServerConnection) -> None:
+        number = next(self._numbers)
+        log.info("connection %d opened from %s", number, _peer(ws))
+        with self._lock:
+            self._live.add(ws)
+        if self._idle is not None:
+            self._idle.connection_opened()
+        try:
+            _Connection(self, ws, number).serve()
+        finally:
+            with self._lock:
+                self._live.discard(ws)
+            if self._idle is not None:
+                self._idle.connection_closed()
+            log.info("connection %d closed", number)
+
+
+def _close_quietly(ws: ServerConnection) -> None:
+    try:
+        ws.close(1001, "the bridge is shutting down")
+    except Exception:
+        pass  # closed was the goal
+
+
+def _peer(ws: ServerConnection) -> str:
+    try:
+        host, port = ws.remote_address[:2]
+        return f"{host}:{port}"
+    except Exception:
+        return "?"
+
+
+class _Connection:
+    """One WebSocket connection: reads frames (in the websockets handler thread) and answers.
+
+    ``_streams`` (the in-flight ReadTurns, by request id) is guarded by ``_lock``; every send
+    goes through ``_send_lock``.
+    """
+
+    def __init__(self, server: BridgeServer, ws: ServerConnection, number: int) -> None:
+        self.server = server
+        self.number = number
+        self._ws = ws
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._streams: Dict[Tuple[type, RequestId], _ReadStream] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, text: str) -> bool:
+        """Send one text frame; return False when the connection is closed."""
+        with self._send_lock:
+            try:
+                self._ws.send(text)
+                return True
+            except ConnectionClosed:
+                return False
+
+    def send_exit(self, request_id: RequestId, value: Any) -> None:
+        """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
+        try:
+            text = encode(Exit(request_id, value))
+        except (TypeError, ValueError) as exc:
+            log.error("connection %d: cannot encode the answer to %r: %s", self.number, request_id, exc)
+            text = encode(Exit(request_id, Failure((Die(f"the answer cannot be encoded: {exc}"),))))
+        self.send(text)
+
+    def send_fail(self, request_id: RequestId, error: Dict[str, Any]) -> None:
+        """Answer with a typed error (``Fail``)."""
+        self.send_exit(request_id, Failure((Fail(error),)))
+
+    def send_die(self, request_id: RequestId, message: str) -> None:
+        """Answer with a defect (``Die``): a bad request or a bug, for this request alone."""
+        self.send_exit(request_id, Failure((Die(message),)))
+
+    def send_defect(self, message: str) -> None:
+        """Report a frame that no request can be blamed for (B08); the connection stays."""
+        self.send(encode(Defect(message)))
+
+    # ------------------------------------------------------------------ reading
+
+    def serve(self) -> None:
+        """Read and answer frames until the connection closes, then stop its streams."""
+        try:
+            while True:
+                try:
+                    data = self._ws.recv(timeout=self.server.silence_timeout)
+                except TimeoutError:
+                    log.warning(
+                        "connection %d: no frame for %s s, closing it", self.number, self.server.silence_timeout
+                    )
+                    self._ws.close(1001, "silent for too long")
+                    break
+                except ConnectionClosed:
+                    break
+                self._frame(data)
+        finally:
+            with self._lock:
+                self._closed = True
+                streams = list(self._streams.values())
+            for stream in streams:
+                stream.stop("closed")
+            deadline = time.monotonic() + _STREAM_JOIN_TIMEOUT
+            for stream in streams:
+                stream.join(max(0.0, deadline - time.monotonic()))
+
+    def _frame(self, data: Any) -> None:
+        try:
+            objects = parse_frame(data)
+        except FrameError as exc:
+            self.send_defect(str(exc))
+            return
+        for obj in objects:
+            try:
+                message = host_message(obj)
+            except FrameError as exc:
+                if exc.request_id is not None:
+                    self.send_die(exc.request_id, str(exc))
+                else:
+                    self.send_defect(str(exc))
+                continue
+            try:
+                self._message(message)
+            except Exception as exc:  # a bug here must not end the connection (B08)
+                log.exception("connection %d: handling %r failed", self.number, message)
+                if isinstance(message, Request):
+                    self.send_die(message.id, f"{type(exc).__name__}: {exc}")
+                else:
+                    self.send_defect(f"{type(exc).__name__}: {exc}")
+
+    def _message(self, message: Any) -> None:
+        if isinstance(message, Request):
+            self._request(message)
+        elif isinstance(message, Ping):
+            self.send(encode(Pong()))
+        elif isinstance(message, Ack):
+            stream = self._stream(message.request_id)
+            if stream is not None:
+                stream.ack()
+        elif isinstance(message, Interrupt):
+            stream = self._stream(message.request_id)
+            if stream is not None:
+                stream.stop("interrupt")
+        elif isinstance(message, Eof):
+            pass  # Effect clients may send it; nothing to do
+
+    def _stream(self, request_id: RequestId) -> "Optional[_ReadStream]":
+        with self._lock:
+            return self._streams.get(_key(request_id))
+
+    def forget(self, stream: "_ReadStream") -> None:
+        """Remove a finished stream from the in-flight requests (before its Exit goes out)."""
+        with self._lock:
+            if self._streams.get(_key(stream.request_id)) is stream:
+                del self._streams[_key(stream.request_id)]
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(self, request: Request) -> None:
+        if self._stream(request.id) is not None:
+            self.send_die(request.id, f"request id {request.id!r} is already in flight on this connection")
+            return
+        rpc = CATALOGUE.get(request.tag)
+        if rpc is None:
+            self.send_die(request.id, f"unknown RPC {request.tag!r}")
+            return
+        try:
+            args = rpc.decode_payload(request.payload)
+        except BadRequest as exc:
+            self.send_fail(request.id, exc.to_wire())
+            return
+        if rpc.stream:
+            self._read_turn(request.id, **args)
+            return
+        try:
+            value = self.server.handlers[rpc.tag](**args)
+        except RpcError as exc:
+            self.send_fail(request.id, exc.to_wire())
+            return
+        except Exception as exc:
+            log.exception("connection %d: %s failed", self.number, rpc.tag)
+            self.send_die(request.id, f"{type(exc).__name__}: {exc}")
+            return
+        self.send_exit(request.id, Success(value))
+
+    def _read_turn(self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int) -> None:
+        try:
+            turn = self.server.manager.find_turn(session_id, turn_id)
+        except RpcError as exc:
+            self.send_fail(request_id, exc.to_wire())
+            return
+        stream = _ReadStream(self, request_id, turn, offset, after_step)
+        with self._lock:
+            if self._closed:
+                return
+            self._streams[_key(request_id)] = stream
+        stream.start()
+
+
+class _ReadStream:
+    """One ReadTurn: sends the turn's committed parts from ``offset`` as Chunks, one Chunk and
+    then the host's Ack before the next, and ends with Exit right after ``turn-finish``.
+
+    Runs in its own daemon thread; :meth:`stop` (Interrupt, or the connection closing) ends
+    it from any thread.
+    """
+
+    def __init__(self, conn: _Connection, request_id: RequestId, turn: Turn, offset: int, after_step: int) -> None:
+        self.conn = conn
+        self.request_id = request_id
+        self.turn = turn
+        self.offset = offset
+        self.after_step = after_step
+        self._acked = threading.Event()
+        self._stop_reason: Optional[str] = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"bridge-read-{conn.number}-{request_id}-{turn.id}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start streaming."""
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the stream's thread to end."""
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def ack(self) -> None:
+        """The host took the last Chunk."""
+        self._acked.set()
+
+    def stop(self, reason: str) -> None:
+        """Stop streaming: ``interrupt`` answers Exit Failure[Interrupt]; ``closed`` sends nothing."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._acked.set()
+        self.turn.wake()
+
+    def _stopped(self) -> bool:
+        return self._stop_reason is not None
+
+    def _run(self) -> None:
+        try:
+            self._stream()
+        except Exception as exc:
+            log.exception("connection %d: ReadTurn %r failed", self.conn.number, self.request_id)
+            self.conn.forget(self)
+            self.conn.send_die(self.request_id, f"{type(exc).__name__}: {exc}")
+
+    def _stream(self) -> None:
+        turn, position = self.turn, self.offset
+        while True:
+            turn.wait_for_parts(position, self._stopped)
+            if self._stopped():
+                break
+            texts, position, done = turn.take(position, self.after_step)
+            if texts:
+                self._acked.clear()
+                if not self.conn.send(encode_chunk_raw(self.request_id, texts)):
+                    self.stop("closed")
+                    break
+            if done:
+                self.conn.forget(self)
+                self.conn.send_exit(self.request_id, Success(None))
+                return
+            if texts:
+                self._acked.wait()
+                if self._stopped():
+                    break
+        self.conn.forget(self)
+        if self._stop_reason == "interrupt":
+            self.conn.send_exit(self.request_id, Failure((Interrupted(),)))
