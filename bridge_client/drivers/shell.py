@@ -1,0 +1,223 @@
+"""The ``shell`` driver: runs each non-blank line of the prompt as a shell command in the
+workspace (the bridge's working directory), one step per command, streaming its output as
+text deltas while it runs.
+
+Each step: ``step-start``; ``tool-call`` (``shell``, ``{"command": line}``); the output
+(stdout and stderr together) as ``text-delta`` parts as it arrives; ``tool-result``
+(``{"exitCode": code, "timedOut": bool}``, an error when the code is not 0); ``step-finish``.
+At the end the session state becomes ``{"commands": total run in the session}``. A failing
+command ends the turn with ``error`` unless ``keep_going``.
+
+Commands get no stdin, run in a new session (process group) so that a timeout or a cancel
+kills the whole group, and never see a ``BRIDGE_CLIENT_*`` variable.
+
+Options (``agent_options``, a JSON object or null):
+    timeout: seconds per command, > 0 (default 600).
+    shell: the shell that runs ``-c LINE`` (default ``/bin/sh``).
+    keep_going: bool, run the next commands after a failing one (default false).
+"""
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, List, NamedTuple, Optional, Set
+
+from ..bridge.driver import TurnContext, TurnResult
+
+__all__ = ["ShellDriver", "make_driver", "CommandResult"]
+
+_TICK = 0.05
+"""Seconds between checks of cancel and timeout while a command is silent."""
+
+_KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL to a command's process group."""
+
+_DRAIN = 0.2
+"""Seconds to keep reading after the command exited (a background child may hold the pipe)."""
+
+_ENV_PREFIX = "BRIDGE_CLIENT_"
+
+
+class CommandResult(NamedTuple):
+    """How one command ended: ``exit_code`` (negative: killed by that signal), and whether it
+    timed out or was cancelled."""
+
+    exit_code: int
+    timed_out: bool
+    cancelled: bool
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the command's process group, then SIGKILL it after a short grace."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        proc.wait(_KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+class ShellDriver:
+    """The shell agent (``agent_id`` ``"shell"``).
+
+    Args:
+        timeout: seconds per command. shell: the shell program. keep_going: go on after a
+            failing command.
+    """
+
+    agent_id = "shell"
+
+    def __init__(self, timeout: float = 600.0, shell: str = "/bin/sh", keep_going: bool = False) -> None:
+        self.timeout = timeout
+        self.shell = shell
+        self.keep_going = keep_going
+        self._lock = threading.Lock()
+        self._procs: Set["subprocess.Popen[bytes]"] = set()
+
+    def initial_state(self) -> Any:
+        """A new session's data: ``{"commands": 0}``."""
+        return {"commands": 0}
+
+    def run_turn(self, ctx: TurnContext) -> Optional[TurnResult]:
+        """Run the prompt's commands from ``ctx.completed_steps`` on (B05), one per step."""
+        commands = [line for line in ctx.prompt.splitlines() if line.strip()]
+        data = ctx.state.data
+        previous = data.get("commands", 0) if isinstance(data, dict) else 0
+        previous = previous if isinstance(previous, int) else 0
+        ran = ctx.completed_steps  # the commands of completed steps ran before a restart
+        failure: Optional[str] = None
+        for line in commands[ctx.completed_steps :]:
+            if ctx.cancelled.is_set():
+                break
+            step = ctx.start_step()
+            call_id = f"shell-{step}"
+            ctx.tool_call(call_id, "shell", {"command": line})
+            result = self.run_command(ctx, line)
+            ran += 1
+            output = {"exitCode": result.exit_code, "timedOut": result.timed_out}
+            ctx.tool_result(call_id, "shell", output, is_error=result.exit_code != 0)
+            if result.cancelled:
+                ctx.finish_step("cancelled")
+                break
+            ctx.finish_step("stop" if result.exit_code == 0 else "error")
+            if result.exit_code != 0 and not self.keep_going:
+                if result.timed_out:
+                    failure = f"command timed out after {self.timeout:g} s: {line}"
+                else:
+                    failure = f"command exited with status {result.exit_code}: {line}"
+                break
+        ctx.set_state({"commands": previous + ran})
+        return TurnResult("error", error=failure) if failure else None
+
+    def run_command(self, ctx: TurnContext, line: str) -> CommandResult:
+        """Run one command, streaming its output to ``ctx.text`` as it arrives.
+
+        Args:
+            ctx: the turn (a step must be open).
+            line: the command, run as ``[shell, "-c", line]`` in the current directory.
+
+        Returns:
+            How it ended. On timeout or cancel its process group is killed.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
+        proc = subprocess.Popen(
+            [self.shell, "-c", line],
+            cwd=os.getcwd(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+        with self._lock:
+            self._procs.add(proc)
+        try:
+            timed_out, cancelled = self._pump(ctx, proc)
+            if timed_out or cancelled:
+                _kill_group(proc)
+            return CommandResult(proc.wait(), timed_out, cancelled)
+        except BaseException:
+            _kill_group(proc)  # the bridge is stopping, or ctx refused a part: leave nothing behind
+            raise
+        finally:
+            assert proc.stdout is not None
+            proc.stdout.close()
+            with self._lock:
+                self._procs.discard(proc)
+
+    def _pump(self, ctx: TurnContext, proc: "subprocess.Popen[bytes]") -> "tuple[bool, bool]":
+        """Copy output to text deltas until EOF; return ``(timed_out, cancelled)``."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        deadline = time.monotonic() + self.timeout
+        exited_at: Optional[float] = None
+        while True:
+            if ctx.cancelled.is_set():
+                return False, True
+            now = time.monotonic()
+            if now >= deadline:
+                return True, False
+            if poller.poll(min(_TICK, deadline - now) * 1000):
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                text = decoder.decode(data)
+                if text:
+                    ctx.text(text)
+                continue
+            if proc.poll() is not None:
+                # Exited, but a background child may keep the pipe open: stop after a short drain.
+                exited_at = exited_at if exited_at is not None else now
+                if now - exited_at >= _DRAIN:
+                    break
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            ctx.text(tail)
+        return False, False
+
+    def close(self) -> None:
+        """Kill every running command's process group (the bridge is shutting down)."""
+        with self._lock:
+            procs: List["subprocess.Popen[bytes]"] = list(self._procs)
+        for proc in procs:
+            _kill_group(proc)
+
+
+def make_driver(options: Any) -> ShellDriver:
+    """Make the shell driver from its options (see the module's docstring).
+
+    Raises:
+        ValueError: an option is unknown or of the wrong type.
+    """
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValueError(f"shell options must be a JSON object, got {type(options).__name__}")
+    unknown = sorted(set(options) - {"timeout", "shell", "keep_going"})
+    if unknown:
+        raise ValueError(f"unknown shell option(s): {', '.join(unknown)}")
+    timeout = options.get("timeout", 600)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
+        raise ValueError(f"shell option 'timeout' must be a number of seconds > 0, got {timeout!r}")
+    shell = options.get("shell", "/bin/sh")
+    if not isinstance(shell, str) or not shell:
+        raise ValueError(f"shell option 'shell' must be a non-empty string, got {shell!r}")
+    keep_going = options.get("keep_going", False)
+    if not isinstance(keep_going, bool):
+        raise ValueError(f"shell option 'keep_going' must be true or false, got {keep_going!r}")
+    return ShellDriver(timeout=float(timeout), shell=shell, keep_going=keep_going)
