@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import time
 
+from .bridge.identity import make_private_dirs
 from .errors import HarnessError
 from .redacted import Redacted
 
@@ -52,18 +54,20 @@ def default_secret() -> Redacted:
     if from_env:
         return Redacted(from_env)
     home = user_home()
-    os.makedirs(home, mode=0o700, exist_ok=True)
+    make_private_dirs(home)
     path = os.path.join(home, "secret")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         pass
     else:
-        # Written in one call before anyone reads it; readers that race see at worst an
-        # empty file and retry below.
+        # Readers that race with this write see at worst an empty file and wait below.
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-    for _ in range(50):
+            f.flush()
+            os.fsync(f.fileno())
+    deadline = time.monotonic() + 2.0
+    while True:
         st = os.stat(path)
         if stat.S_IMODE(st.st_mode) & 0o077:
             raise HarnessError(f"{path} is readable by others; run: chmod 600 {path}")
@@ -71,5 +75,6 @@ def default_secret() -> Redacted:
             value = f.read().strip()
         if value:
             return Redacted(value)
-        os.sched_yield()
-    raise HarnessError(f"{path} is empty; remove it to make a new secret")
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{path} is empty; remove it to make a new secret")
+        time.sleep(0.01)  # another process created it a moment ago and is writing it

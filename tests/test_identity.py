@@ -323,21 +323,12 @@ def test_launch_file_with_wrong_types_is_rejected(key, value):
     _rejected(parse_launch, _launch(**{key: value}), key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: parse_launch accepts idleTimeout NaN (json.loads reads the NaN literal; "
-    "the check `idle <= 0` is False for NaN)",
-)
 def test_launch_file_with_nan_idle_timeout_is_rejected():
     data = LAUNCH.to_json().replace('"idleTimeout":600.0', '"idleTimeout":NaN').encode()
     assert b"NaN" in data
     _rejected(parse_launch, data, "idleTimeout")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _load_object lets RecursionError escape json.loads for deeply nested files",
-)
 @pytest.mark.parametrize("parse", [parse_listening, parse_launch], ids=["listening", "launch"])
 def test_deeply_nested_file_is_a_protocol_error(parse):
     _rejected(parse, b"[" * 100_000 + b"]" * 100_000)
@@ -396,11 +387,6 @@ def test_b01_secure_write_creates_its_folder_0700(tmp_path):
     assert _mode(tmp_path / "abc") == 0o700
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: secure_write documents parent folders 0700, but os.makedirs(mode=0o700) applies "
-    "the mode only to the last folder; intermediate ones get 0777 & ~umask",
-)
 def test_b01_secure_write_creates_every_missing_parent_folder_0700(tmp_path):
     old = os.umask(0o022)
     try:

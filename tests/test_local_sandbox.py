@@ -207,11 +207,6 @@ def test_exec_timeout_raises_timeout_error(sandbox):
     assert "sleep" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: exec's timeout kills only the direct child (subprocess.run); processes it "
-    "started keep running although the docstring says the command is killed",
-)
 def test_exec_timeout_kills_what_the_command_started(sandbox, ws, pids):
     with pytest.raises(TimeoutError):
         sandbox.exec(["sh", "-c", "sleep 30 & echo $! > child.pid; wait"], timeout=0.5)

@@ -269,11 +269,6 @@ def test_default_secret_refuses_an_empty_file(home):
     assert "empty" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a reader that races the creator waits only 50 sched_yield() calls (microseconds) "
-    "for the secret, then raises 'empty'; a creator delayed by the scheduler makes it fail",
-)
 def test_default_secret_waits_for_a_creator_that_is_still_writing(home):
     # Another process has created the file (O_EXCL) but not yet written the secret.
     home.mkdir()

@@ -37,6 +37,8 @@ __all__ = [
     "parse_listening",
     "parse_launch",
     "secure_write",
+    "make_private_dirs",
+    "optional_read",
 ]
 
 BRIDGE_ID_LENGTH = 32
@@ -116,7 +118,7 @@ def _check_int(d: Mapping[str, Any], key: str, where: str, low: int, high: int) 
 def _load_object(data: bytes, where: str) -> Mapping[str, Any]:
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise ProtocolError(f"{where} is not JSON (truncated or corrupt)") from None
     if not isinstance(value, dict):
         raise ProtocolError(f"{where} must hold a JSON object")
@@ -224,7 +226,7 @@ def parse_launch(data: bytes) -> LaunchInfo:
     if protocol != PROTOCOL_VERSION:
         raise ProtocolError(f"{where}: protocol {protocol}, this bridge speaks {PROTOCOL_VERSION}")
     idle = d.get("idleTimeout")
-    if not isinstance(idle, (int, float)) or isinstance(idle, bool) or idle <= 0:
+    if not isinstance(idle, (int, float)) or isinstance(idle, bool) or not (0 < idle < float("inf")):
         raise ProtocolError(f"{where}: idleTimeout must be a number of seconds > 0")
     bind = d.get("bind", "127.0.0.1")
     if not isinstance(bind, str) or not bind:
@@ -239,6 +241,31 @@ def parse_launch(data: bytes) -> LaunchInfo:
     )
 
 
+def make_private_dirs(folder: str) -> None:
+    """Create ``folder`` and every missing parent with mode 0700 (``os.makedirs`` would give
+    the parents the umask's mode). Folders that exist already are left as they are.
+
+    Raises:
+        OSError: a folder cannot be created.
+    """
+    missing = []
+    current = os.path.abspath(folder)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+        else:
+            os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+
+
 def secure_write(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` atomically with ``mode``: a temporary file in the same
     folder, fsync, then rename over the target. Readers see the old file or the new one,
@@ -248,7 +275,7 @@ def secure_write(path: str, data: bytes, mode: int = 0o600) -> None:
         OSError: the folder cannot be created or written.
     """
     folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    make_private_dirs(folder)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         os.fchmod(fd, mode)

@@ -273,6 +273,10 @@ class Connection:
             active = self._pending.pop(pending.id, None) is not None and not self._closed
         with pending.cond:
             finished = pending.outcome is not None
+            if not finished:
+                # Wake a reader blocked in take(): this stream is over for it.
+                pending.outcome = ConnectionLost(f"request {pending.id} was abandoned")
+                pending.cond.notify_all()
         if active and not finished:
             self._send_quietly(Interrupt(pending.id))
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 from typing import Mapping, Optional, Sequence
 
-from ..bridge.identity import secure_write
+from ..bridge.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
 from ..paths import user_home
 from .base import Endpoint, ExecResult
@@ -22,6 +23,14 @@ def _child_env(extra: Optional[Mapping[str, str]]) -> dict:
     if extra:
         env.update(extra)
     return env
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
 
 
 class LocalProcess:
@@ -107,18 +116,25 @@ class LocalSandbox:
             FileNotFoundError: the program does not exist.
         """
         self._check_alive()
+        # Its own process group, so a timeout kills what it started too (pip's children, say).
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd or self._workdir,
+            env=_child_env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                list(argv),
-                cwd=cwd or self._workdir,
-                env=_child_env(env),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout,
-            )
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             raise TimeoutError(f"{argv[0]} ran longer than {timeout} s") from None
-        return ExecResult(done.returncode, done.stdout, done.stderr)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        return ExecResult(proc.returncode, stdout, stderr)
 
     def spawn(
         self,
@@ -138,7 +154,7 @@ class LocalSandbox:
         self._check_alive()
         log = None
         if log_path:
-            os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
+            make_private_dirs(os.path.dirname(os.path.abspath(log_path)))
             log = open(log_path, "ab")
         try:
             popen = subprocess.Popen(

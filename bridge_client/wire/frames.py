@@ -270,6 +270,8 @@ def parse_frame(data: Union[str, bytes]) -> List[Any]:
         value = json.loads(data)
     except ValueError as exc:
         raise FrameError(f"frame is not JSON: {exc}") from None
+    except RecursionError:
+        raise FrameError("frame is not JSON we accept: nested too deeply") from None
     if isinstance(value, dict):
         return [value]
     if isinstance(value, list) and value:

@@ -140,6 +140,8 @@ class _Value(DataClassJsonMixin):
             value = json.loads(s)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
+        except RecursionError:
+            raise ProtocolError(f"{cls.__name__}: nested too deeply") from None
         return cls.from_dict(value)  # type: ignore[attr-defined, no-any-return]
 
 
@@ -348,9 +350,13 @@ class Part(_Value):
         """Check a wire JSON object and build the matching subclass.
 
         Raises:
-            ProtocolError: unknown ``type``, or a field missing or of the wrong type.
+            ProtocolError: unknown ``type``, a field missing or of the wrong type, or (called
+                on a subclass) a part of another type.
         """
-        return part_from_dict(kvs)
+        part = part_from_dict(kvs)
+        if not isinstance(part, cls):
+            raise ProtocolError(f"expected a {cls.type or 'part'} part, got {part.type}")
+        return part
 
 
 def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[T]], Type[T]]:
@@ -498,7 +504,7 @@ def part_from_dict(d: Any) -> Part:
     if not isinstance(d, dict):
         raise ProtocolError("a part must be a JSON object")
     kind = d.get("type")
-    cls = PART_TYPES.get(kind)  # type: ignore[arg-type]
+    cls = PART_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ProtocolError(f"unknown part type {kind!r}")
     args: List[Any] = [_int(d, "index", kind), _opt_int(d, "step", kind), _int(d, "attempt", kind, 1)]
