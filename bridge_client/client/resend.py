@@ -38,7 +38,10 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
     """
     return tenacity.Retrying(
         stop=tenacity.stop_before_delay(window) | tenacity.stop_when_event_set(cancelled),
-        wait=tenacity.wait_exponential_jitter(initial=FIRST_BACKOFF, max=MAX_BACKOFF, jitter=FIRST_BACKOFF),
+        # Exponential from FIRST_BACKOFF up to MAX_BACKOFF, plus up to FIRST_BACKOFF of jitter
+        # (composed, because wait_exponential_jitter's arguments differ across tenacity 8/9).
+        wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
+        + tenacity.wait_random(0, FIRST_BACKOFF),
         retry=tenacity.retry_if_exception_type(ConnectionLost),
         sleep=cancelled.wait,
         reraise=True,
