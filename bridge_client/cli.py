@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import posixpath
+import shlex
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
@@ -78,12 +79,14 @@ def _sandbox(folder: Optional[str]) -> LocalSandbox:
 
 
 def _agent_id(agent: str, agent_options: Dict[str, Any]) -> str:
-    """The agent id of ``agent``: its name for a built-in, else the driver's ``agent_id``."""
+    """Make the driver here once, so that bad options are reported as bad input before any
+    bridge is launched; return its ``agent_id``."""
     if agent in BUILTIN_AGENTS:
-        return agent
-    module_name, sep, attr = agent.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_AGENTS)} or MODULE:CALLABLE")
+        module_name, attr = f"bridge_client.drivers.{agent}", "make_driver"
+    else:
+        module_name, sep, attr = agent.partition(":")
+        if not sep or not module_name or not attr:
+            raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_AGENTS)} or MODULE:CALLABLE")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -91,10 +94,13 @@ def _agent_id(agent: str, agent_options: Dict[str, Any]) -> str:
     if not callable(factory):
         raise UsageError(f"agent {agent!r} is not callable")
     try:
-        driver = factory(agent_options)
-        agent_id = driver.agent_id
+        driver = factory(agent_options or None)
     except Exception as exc:
-        raise UsageError(f"agent {agent!r} could not be made: {exc}") from None
+        raise UsageError(f"agent {agent!r}: {exc}") from None
+    agent_id = getattr(driver, "agent_id", None)
+    close = getattr(driver, "close", None)
+    if callable(close):
+        close()
     if not isinstance(agent_id, str) or not agent_id:
         raise UsageError(f"agent {agent!r} has no agent_id")
     return agent_id
@@ -153,7 +159,20 @@ def _save_turn_state(state: TurnState) -> str:
     return path
 
 
-def _stream(session: Session, turn: Any, as_json: bool) -> int:
+def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
+    words = ["bridge-client", "continue", path]
+    if steps:
+        words += ["--steps", str(steps)]
+    if args.sandbox:
+        words += ["--sandbox", os.path.abspath(args.sandbox)]
+    words += ["--agent", args.agent]
+    for pair in args.option or []:
+        words += ["--option", pair]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _stream(session: Session, turn: Any, args: argparse.Namespace) -> int:
+    as_json = args.json
     out = sys.stdout
     printer = _Printer(out)
     try:
@@ -166,7 +185,10 @@ def _stream(session: Session, turn: Any, as_json: bool) -> int:
     except KeyboardInterrupt:
         state = turn.suspend()
         path = _save_turn_state(state)
-        print(f"\nsuspended; the turn goes on in the bridge. Continue it with: bridge-client continue {path}", file=sys.stderr)
+        print(
+            f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}",
+            file=sys.stderr,
+        )
         return 130
     finish = turn.finish
     if finish is None:
@@ -184,9 +206,11 @@ def _stream(session: Session, turn: Any, as_json: bool) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     prompt = "\n".join(args.prompt)
+    if not prompt.strip():
+        raise UsageError("the prompt is empty")
     options, session_options = _session_options(args)
     with create_session(options, session_options) as session:
-        return _stream(session, session.turn(prompt), args.json)
+        return _stream(session, session.turn(prompt), args)
 
 
 def _cmd_continue(args: argparse.Namespace) -> int:
@@ -203,7 +227,7 @@ def _cmd_continue(args: argparse.Namespace) -> int:
         args.agent = state.agent_id
     options, session_options = _session_options(args)
     with create_session(options, session_options) as session:
-        return _stream(session, session.continue_turn(state, steps=args.steps), args.json)
+        return _stream(session, session.continue_turn(state, steps=args.steps), args)
 
 
 def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
@@ -312,12 +336,32 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_AGENT_HELP = """agents:
+  shell   each prompt line is a command, run by /bin/sh in the workspace, each in its own
+          shell (so `cd` and `export` do not carry over to the next line); one step each.
+          options: timeout=SECONDS (per command, default 600), keep_going=true (go on after
+          a failing command), shell=PATH
+  echo    answers with the prompt, deterministically (for demos and tests).
+          options: steps=N, chunks=N (text parts per step), delay=SECONDS (before each part)
+  MODULE:CALLABLE  your own driver factory, called with the options as a dict
+"""
+
+
 def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str]) -> None:
     p.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
     p.add_argument(
-        "--agent", default=default_agent, help="shell, echo, or MODULE:CALLABLE (a driver factory); default: %(default)s"
+        "--agent",
+        default=default_agent,
+        help="shell, echo, or MODULE:CALLABLE (default: "
+        + (default_agent or "the agent named in the turn state")
+        + ")",
     )
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="an agent option (VALUE as JSON, else text)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an agent option, repeatable; VALUE is read as JSON when it parses, else as text",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON part per line")
 
 
@@ -329,25 +373,38 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    run = commands.add_parser("run", help="run one turn and stream it")
+    run = commands.add_parser(
+        "run",
+        help="run one turn and stream it",
+        description="Run one turn and stream its parts. Ctrl-C suspends it (it goes on in the bridge).",
+        epilog=_AGENT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("prompt", nargs="+", metavar="PROMPT", help="the prompt; several are joined as lines")
     _add_agent_arguments(run, "shell")
     run.set_defaults(func=_cmd_run)
 
-    cont = commands.add_parser("continue", help="continue a suspended turn")
+    cont = commands.add_parser(
+        "continue",
+        help="continue a suspended turn",
+        description="Read a turn again from its saved state, in the bridge that runs it (use the "
+        "same --sandbox, --agent and --option values as the run).",
+        epilog=_AGENT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cont.add_argument("turn_state_file", metavar="TURN_STATE_FILE")
     cont.add_argument("--steps", type=int, default=0, help="complete steps you already have (skipped)")
     _add_agent_arguments(cont, None)
     cont.set_defaults(func=_cmd_continue)
 
     bridges = commands.add_parser("bridges", help="list the bridges of a sandbox")
-    bridges.add_argument("--sandbox", metavar="DIR")
-    bridges.add_argument("--json", action="store_true")
+    bridges.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
+    bridges.add_argument("--json", action="store_true", help="print one JSON object per bridge")
     bridges.set_defaults(func=_cmd_bridges)
 
     stop = commands.add_parser("stop", help="stop a bridge cleanly")
-    stop.add_argument("bridge_id", metavar="BRIDGE_ID")
-    stop.add_argument("--sandbox", metavar="DIR")
+    stop.add_argument("bridge_id", metavar="BRIDGE_ID", help="an id from `bridge-client bridges`")
+    stop.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
     stop.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it to exit")
     stop.set_defaults(func=_cmd_stop)
     return parser

@@ -338,6 +338,8 @@ class Connection:
                 else:
                     self._last_rx = now
                     if opcode == websocket.ABNF.OPCODE_CLOSE:
+                        if self._closed:
+                            break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
                     for obj in frames.parse_frame(data):
                         self._route(frames.bridge_message(obj))

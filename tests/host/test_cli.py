@@ -110,3 +110,44 @@ def test_bridges_lists_and_stop_stops(workspace):
 def test_version():
     done = cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == "bridge-client 0.1.0"
+
+
+@pytest.mark.parametrize("option", ["steps=abc", "steps=-1", "bogus=1"])
+def test_bad_agent_option_is_bad_input_and_launches_nothing(workspace, home, option):
+    line = _one_line_error(cli("run", "hi", "--agent", "echo", "--option", option, "--sandbox", workspace))
+    assert "agent 'echo'" in line
+    assert not os.path.exists(os.path.join(home, "sandboxes")), "no bridge state was created"
+
+
+@pytest.mark.parametrize("prompt", ["", "   "])
+def test_empty_prompt_is_bad_input(workspace, prompt):
+    assert "empty" in _one_line_error(cli("run", prompt, "--sandbox", workspace))
+
+
+def test_ctrl_c_suspends_and_the_printed_command_continues_the_turn(workspace):
+    import shlex
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "a b", "--agent", "echo",
+         "--option", "steps=6", "--option", "delay=0.05", "--sandbox", workspace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline()  # the first tool call: the turn is being read
+        assert first.startswith("[echo]"), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    command = err.strip().splitlines()[-1].strip()
+    words = shlex.split(command)
+    assert words[:2] == ["bridge-client", "continue"] and "--sandbox" in words and "delay=0.05" in words
+    done = cli(*words[2:])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().splitlines()[-1] == "[finished] stop"
