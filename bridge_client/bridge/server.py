@@ -46,6 +46,7 @@ from ..wire.frames import (
 )
 from ..wire.parts import PROTOCOL_VERSION
 from ..wire.rpcs import CATALOGUE
+from .store import json_text
 from .turns import Turn, TurnManager
 
 __all__ = ["BridgeServer", "IdleWatcher", "MAX_FRAME_BYTES", "SILENCE_TIMEOUT", "HEALTHZ_PATH"]
@@ -286,6 +287,19 @@ def _close_quietly(ws: ServerConnection) -> None:
         pass  # closed was the goal
 
 
+def _check_unicode(payload: Any) -> None:
+    """Refuse strings the store cannot keep: JSON may carry a lone surrogate (``"\\ud800"``),
+    which is not valid Unicode (B08: a typed failure, not a dead writer).
+
+    Raises:
+        BadRequest: the payload holds a lone surrogate.
+    """
+    try:
+        json_text(payload)
+    except ValueError as exc:
+        raise BadRequest(f"payload: {exc}") from None
+
+
 def _peer(ws: ServerConnection) -> str:
     try:
         host, port = ws.remote_address[:2]
@@ -431,6 +445,7 @@ class _Connection:
             return
         try:
             args = rpc.decode_payload(request.payload)
+            _check_unicode(request.payload)
         except BadRequest as exc:
             self.send_fail(request.id, exc.to_wire())
             return

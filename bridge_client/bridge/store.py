@@ -37,6 +37,8 @@ __all__ = [
     "part_op",
     "checkpoint_op",
     "finish_op",
+    "json_text",
+    "part_text",
     "summary",
 ]
 
@@ -135,8 +137,56 @@ class Op(NamedTuple):
     part: Optional[StoredPart] = None
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C-accelerated
+
+
+def _utf8_checked(text: str) -> str:
+    # A lone surrogate would pass json.dumps and then fail in SQLite or on the wire; refuse it
+    # here, where the caller can be told (B08), rather than in the writer thread.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text holds a lone surrogate: it is not valid Unicode") from None
+    return text
+
+
+def json_text(value: Any) -> str:
+    """Encode ``value`` as the compact JSON the store keeps (UTF-8 kept as is).
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot carry.
+        ValueError: a float in it is NaN or infinite, or a string holds a lone surrogate.
+    """
+    return _utf8_checked(_ENCODER.encode(value))
+
+
+def part_text(kind: str, index: int, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> str:
+    """Encode a part as ``{"type", "index", "step", "attempt", ...fields}`` JSON text.
+
+    The hot path of a turn (a text delta is one string field) is formatted directly, without
+    building a dict.
+
+    Raises:
+        TypeError / ValueError: as :func:`json_text`.
+    """
+    head = '{"type":"%s","index":%d,"step":%s,"attempt":%d' % (
+        kind,
+        index,
+        "null" if step is None else "%d" % step,
+        attempt,
+    )
+    if not fields:
+        return head + "}"
+    if len(fields) == 1:
+        text = fields.get("text")
+        if type(text) is str:
+            return _utf8_checked(head + ',"text":' + _encode_str(text) + "}")
+    return _utf8_checked(head + "," + _ENCODER.encode(fields)[1:])
+
+
+_dumps = json_text
 
 
 _SESSION_SQL = (
@@ -164,9 +214,13 @@ def turn_op(turn_id: str, session_id: str, prompt: str, started_at: str, turn_st
     return Op(_TURN_SQL, (turn_id, session_id, prompt, started_at, _dumps(turn_state), _dumps(checkpoint)))
 
 
+_new_tuple = tuple.__new__  # builds a NamedTuple without its __new__ wrapper (hot path)
+
+
 def part_op(sink: Optional[PartSink], turn_id: str, part: StoredPart) -> Op:
     """Append a part; ``sink.publish`` gets it after the commit."""
-    return Op(_PART_SQL, (turn_id, part.index, part.step, part.attempt, part.type, part.text), sink, part)
+    params = (turn_id, part.index, part.step, part.attempt, part.type, part.text)
+    return _new_tuple(Op, (_PART_SQL, params, sink, part))  # type: ignore[no-any-return]
 
 
 def checkpoint_op(turn_id: str, checkpoint: Any) -> Op:
@@ -215,6 +269,7 @@ class Store:
         self._submitted = 0  # ops ever queued; a ticket is this count after its ops
         self._committed = 0  # ops ever committed (FIFO, so ticket t is durable once this >= t)
         self._closing = False
+        self._writer_waiting = False  # skip notify() while the writer is busy (hot path)
         self._failed: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="bridge-store-writer", daemon=True)
         self._thread.start()
@@ -241,7 +296,8 @@ class Store:
                 raise StoreError("the store is closed")
             self._queue.extend(ops)
             self._submitted += len(ops)
-            self._work.notify()
+            if self._writer_waiting:
+                self._work.notify()
             return self._submitted
 
     def wait(self, ticket: int, timeout: Optional[float] = 30.0) -> None:
@@ -265,7 +321,9 @@ class Store:
         while True:
             with self._lock:
                 while not self._queue and not self._closing:
+                    self._writer_waiting = True
                     self._work.wait()
+                    self._writer_waiting = False
                 if not self._queue:
                     return
                 batch, self._queue = self._queue, []

@@ -32,7 +32,9 @@ from .store import (
     StoreError,
     checkpoint_op,
     finish_op,
+    json_text,
     part_op,
+    part_text,
     session_op,
     turn_op,
 )
@@ -58,6 +60,8 @@ MAX_CHUNK_VALUES = 256
 MAX_CHUNK_BYTES = 256 * 1024
 """Characters of part JSON per Chunk, about (a single larger part still goes alone)."""
 
+_new_part = tuple.__new__  # builds a StoredPart without its __new__ wrapper (hot path)
+
 _MAX_CACHED_FINISHED = 32
 """Finished turns whose log stays in memory; older ones are read back from the store."""
 
@@ -68,8 +72,7 @@ def iso_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_dumps = json_text
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -555,9 +558,7 @@ class TurnManager:
             if turn.abandoned:
                 raise _Abandoned()
             index = turn.next_index
-            obj: Dict[str, Any] = {"type": kind, "index": index, "step": step, "attempt": attempt}
-            obj.update(fields)
-            part = StoredPart(index, step, attempt, kind, _dumps(obj))
+            part = _new_part(StoredPart, (index, step, attempt, kind, part_text(kind, index, step, attempt, fields)))
             try:
                 ticket = self._store.submit(*extra, part_op(turn, turn.id, part))
             except StoreError:

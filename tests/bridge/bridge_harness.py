@@ -190,7 +190,8 @@ class WireClient:
         elif isinstance(message, dict) or isinstance(message, list):
             self.ws.send(json.dumps(message))
         else:
-            self.ws.send(frames.encode(message))
+            # ensure_ascii: a lone surrogate goes out as a JSON escape, as any host might send it
+            self.ws.send(json.dumps(frames.to_json(message)))
 
     def recv(self) -> Dict[str, Any]:
         return json.loads(self.ws.recv())

@@ -153,6 +153,8 @@ def test_b08_unknown_rpc_gets_die(shared_echo):
         ("ReadTurn", {"sessionId": "s", "turnId": "t", "offset": "0", "afterStep": 0}),
         ("CancelTurn", ["s", "t"]),
         ("CloseSession", {"session": "s"}),
+        ("StartTurn", {"sessionId": "s", "turnId": "t", "prompt": "lone \ud800 surrogate"}),
+        ("OpenSession", {"sessionId": "s", "state": {"sessionId": "s", "revision": 9, "data": "\udfff"}}),
     ],
 )
 def test_b08_payload_of_the_wrong_shape_gets_bad_request(shared_echo, tag, payload):
