@@ -231,17 +231,22 @@ class _Bridge:
         except OSError as exc:
             self.store.close()
             raise LaunchError(f"cannot listen on {self.launch.info.bind}: {exc.strerror or exc}") from None
+        signals = _SignalWatcher(self.stop)  # before the file: a SIGTERM from now on is clean
         info = self.launch.info
         listening = identity.ListeningInfo(
             PROTOCOL_VERSION, info.agent_id, info.bridge_id, info.bind, port, os.getpid(), self.instance, self.started_at
         )
-        identity.secure_write(self.listening_path, listening.to_json().encode("utf-8"))
-        log.info(
-            "bridge %s (agent %s, instance %s) listening on %s:%d", info.bridge_id, info.agent_id, self.instance,
-            info.bind, port,
-        )
-        signals = _SignalWatcher(self.stop)
-        self.idle.start()
+        try:
+            identity.secure_write(self.listening_path, listening.to_json().encode("utf-8"))
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.listening_path, exc.strerror or exc)
+            self.stop("no listening file", code=2)
+        else:
+            log.info(
+                "bridge %s (agent %s, instance %s) listening on %s:%d",
+                info.bridge_id, info.agent_id, self.instance, info.bind, port,
+            )
+            self.idle.start()
         try:
             self.server.serve_forever()
         except Exception:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import http
+import inspect
 import itertools
 import logging
 import threading
@@ -62,6 +63,7 @@ every 5 s, so this only catches half-open TCP, which would otherwise hold off th
 
 HEALTHZ_PATH = "/healthz"
 
+_SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
 _HEALTHZ_BODY = '{"protocol": %d}' % PROTOCOL_VERSION
 _STREAM_JOIN_TIMEOUT = 2.0
 _CLOSE_TIMEOUT = 2.0  # seconds a closing handshake may take before the socket is closed
@@ -197,15 +199,18 @@ class BridgeServer:
         Raises:
             OSError: the address cannot be bound.
         """
+        options: Dict[str, Any] = {}
+        if "ping_interval" in _SERVE_PARAMETERS:  # websockets >= 15 pings by default; < 15 never
+            options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
         self._server = serve(
             self._handle,
             self.bind,
             0,
             process_request=self._process_request,
-            ping_interval=None,  # the host pings with protocol Ping frames; we never ping
             max_size=self._max_size,
             compression=None,  # parts are small JSON; deflate costs more CPU than it saves
             close_timeout=_CLOSE_TIMEOUT,
+            **options,
         )
         return int(self._server.socket.getsockname()[1])
 
@@ -222,6 +227,12 @@ class BridgeServer:
         # websockets' shutdown closes OPEN connections, but waits without end for one left
         # CLOSING by a peer that never closes TCP (after a 1009, say); close() on it gives up
         # after close_timeout. So close them all first, in parallel.
+        self._close_live()
+        self._server.shutdown()
+        # websockets < 14 only stops accepting: close what opened meanwhile.
+        self._close_live()
+
+    def _close_live(self) -> None:
         with self._lock:
             live = list(self._live)
         closers = [threading.Thread(target=_close_quietly, args=(ws,), daemon=True) for ws in live]
@@ -230,7 +241,6 @@ class BridgeServer:
         deadline = time.monotonic() + _CLOSE_TIMEOUT + 1.0
         for thread in closers:
             thread.join(max(0.0, deadline - time.monotonic()))
-        self._server.shutdown()
 
     # ------------------------------------------------------------------ HTTP, before the upgrade
 
