@@ -34,6 +34,8 @@ from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from . import identity
 from .driver import Driver
 
+__all__ = ["main", "load_driver", "LaunchError"]
+
 log = logging.getLogger("bridge_client.bridge")
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"

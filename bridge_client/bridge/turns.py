@@ -278,15 +278,19 @@ class _Sink:
         self._turn = turn
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
+        """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
         return self._manager._append(self._turn, kind, step, attempt, fields)[0]
 
     def next_attempt(self, step: int) -> int:
+        """See :meth:`TurnSink.next_attempt <bridge_client.bridge.driver.TurnSink.next_attempt>`."""
         return self._turn.max_attempt.get(step, 0) + 1
 
     def finish_step(self, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
+        """See :meth:`TurnSink.finish_step <bridge_client.bridge.driver.TurnSink.finish_step>`."""
         self._manager._finish_step(self._turn, step, attempt, finish_reason, usage)
 
     def set_state(self, data: Any, step: Optional[int], attempt: int) -> SessionState:
+        """See :meth:`TurnSink.set_state <bridge_client.bridge.driver.TurnSink.set_state>`."""
         return self._manager._set_state(self._turn, data, step, attempt)
 
 
