@@ -393,3 +393,60 @@ def test_idle_watcher_stop_prevents_firing():
     watcher.start()
     watcher.stop()
     assert not fired.wait(0.3)
+
+
+# ---------------------------------------------------------------------------- bad driver output, silent peers
+
+
+class SurrogateDriver:
+    agent_id = "echo"
+
+    def run_turn(self, ctx):
+        ctx.start_step()
+        ctx.text("fine")
+        ctx.text("lone \ud800")  # not valid Unicode: refused here, not in the store's writer
+
+
+def test_a_driver_text_that_is_not_valid_unicode_fails_the_turn_not_the_store(tmp_path):
+    store = Store(str(tmp_path / "u.sqlite3"))
+    manager = TurnManager(store, SurrogateDriver(), agent_id="echo", bridge_id="b" * 32)
+    manager.open_session("s", None)
+    manager.start_turn("s", "t", "x")
+    turn = manager.find_turn("s", "t")
+    turn.wait_for_parts(10**9, lambda: False)
+    finish = json.loads(turn.texts[-1])
+    assert finish["finishReason"] == "error" and finish["error"].startswith("ValueError: text holds a lone surrogate")
+    assert manager.start_turn("s", "t2", "y")["status"] == "started"  # the store still writes
+    manager.close()
+    store.close()
+
+
+def test_a_silent_connection_is_closed_after_the_silence_timeout(tmp_path):
+    import websocket
+
+    from bridge_client.bridge.server import BridgeServer
+    from bridge_client.redacted import Redacted
+
+    store = Store(str(tmp_path / "q.sqlite3"))
+    manager = TurnManager(store, echo.EchoDriver(), agent_id="echo", bridge_id="b" * 32)
+    closed = threading.Event()
+    idle = IdleWatcher(60, lambda: None)
+    idle.connection_closed = closed.set  # type: ignore[method-assign]
+    server = BridgeServer(manager, token=Redacted("tok"), hello={}, idle=idle, silence_timeout=0.3)
+    port = server.start()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ws = websocket.create_connection(f"ws://127.0.0.1:{port}/", header=["Authorization: Bearer tok"], timeout=5)
+        t0 = time.monotonic()
+        opcode, data = ws.recv_data(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE and int.from_bytes(data[:2], "big") == 1001
+        assert 0.2 < time.monotonic() - t0 < 3
+        ws.send_close()
+        ws.shutdown()
+        assert closed.wait(3), "the connection should count as closed"
+    finally:
+        server.shutdown()
+        thread.join(5)
+        manager.close()
+        store.close()
