@@ -392,11 +392,13 @@ class TurnManager:
             session = self._get_session(session_id)
             if session is None:
                 raise SessionNotFound(f"no session {session_id!r}: open it with OpenSession", sessionId=session_id)
-            if session.closed:
-                raise SessionNotFound(f"session {session_id!r} is closed: open it again", sessionId=session_id)
             turn = self._get_turn(turn_id)
             ticket = 0
             if turn is None:
+                # Only new turns need an open session: a turn that exists can always be
+                # continued (C12), also after the host that started it released its session.
+                if session.closed:
+                    raise SessionNotFound(f"session {session_id!r} is closed: open it again", sessionId=session_id)
                 ticket = self._create(session, turn_id, prompt)
                 status = "started"
             elif turn.session_id != session_id:

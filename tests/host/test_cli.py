@@ -148,6 +148,6 @@ def test_ctrl_c_suspends_and_the_printed_command_continues_the_turn(workspace):
     command = err.strip().splitlines()[-1].strip()
     words = shlex.split(command)
     assert words[:2] == ["bridge-client", "continue"] and "--sandbox" in words and "delay=0.05" in words
-    done = cli(*words[2:])
+    done = cli(*words[1:])
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().splitlines()[-1] == "[finished] stop"

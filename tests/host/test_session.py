@@ -168,3 +168,19 @@ def test_cancel_turn_ends_with_cancelled(sandbox):
         parts = list(turn)
         assert parts[-1].type == "turn-finish" and parts[-1].finish_reason == "cancelled"
         assert turn.steps < 50
+
+
+def test_c12_continue_from_another_session_after_the_first_was_released(sandbox):
+    opts = options("echo", agent_options={"steps": 3, "delay": 0.02})
+    first = bc.create_session(opts, session_options(sandbox))
+    turn = first.turn("go on")
+    for part in turn:
+        if isinstance(part, bc.StepFinish):
+            break
+    saved = turn.state.to_json()
+    first.release()
+    with bc.create_session(opts, session_options(sandbox)) as second:
+        rest = list(second.continue_turn(bc.TurnState.from_json(saved), steps=1))
+    assert rest[0].type == "turn-start" and rest[-1].type == "turn-finish"
+    assert rest[-1].finish_reason == "stop"
+    assert sorted({p.step for p in rest if p.step is not None}) == [1, 2]
