@@ -49,7 +49,7 @@ json_values = st.recursive(
     max_leaves=12,
 )
 texts = st.text(max_size=20)
-counts = st.integers(min_value=0, max_value=2**53)
+counts = st.integers(min_value=0, max_value=2**53 - 1)
 steps = st.none() | counts
 attempts = st.integers(min_value=1, max_value=10_000)
 
@@ -490,3 +490,11 @@ def test_states_and_parts_are_frozen():
         s.revision = 2  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         TextDelta(1, 0, 1, "x").text = "y"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("value", [2**53, 2**63, 2**70])
+def test_integers_past_the_json_safe_range_are_protocol_errors(value):
+    with pytest.raises(ProtocolError, match="2\\*\\*53-1"):
+        SessionState.from_dict({"sessionId": "s", "revision": value, "data": None})
+    with pytest.raises(ProtocolError):
+        part_from_dict({"type": "step-start", "index": value, "step": 0, "attempt": 1})

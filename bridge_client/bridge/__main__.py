@@ -40,6 +40,7 @@ log = logging.getLogger("bridge_client.bridge")
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"
 _SHUTDOWN_TIMEOUT = 30.0
+_LISTENING_CHECK = 1.0  # seconds between checks that listening.json still names this bridge
 
 
 class LaunchError(Exception):
@@ -219,8 +220,10 @@ class _Bridge:
     def _shutdown(self) -> None:
         try:
             self.idle.stop()
-            self.manager.close()  # running turns write nothing more; they stay unfinished (B05)
+            # Connections first: their hosts see a drop and resend to the next bridge (C08),
+            # rather than getting answers from a bridge that is going away.
             self.server.shutdown()
+            self.manager.close()  # running turns write nothing more; they stay unfinished (B05)
         except Exception:
             log.exception("shutdown failed")
         finally:
@@ -249,18 +252,42 @@ class _Bridge:
                 info.bridge_id, info.agent_id, self.instance, info.bind, port,
             )
             self.idle.start()
+        keeper = threading.Thread(target=self._keep_listening, args=(listening,), name="bridge-listening", daemon=True)
+        keeper.start()
         try:
             self.server.serve_forever()
+            if not self._stopping:
+                # websockets' accept loop ends on an OSError (EMFILE, say): a bridge that no
+                # longer accepts must not keep the lock and the listening file.
+                log.error("the server stopped accepting connections")
+                self.stop("the server stopped accepting connections", code=1)
         except Exception:
             log.exception("the server failed")
             self.stop("the server failed", code=1)
         finally:
             self._stopped.wait(_SHUTDOWN_TIMEOUT)
+            keeper.join(timeout=2 * _LISTENING_CHECK)  # it must not write the file again after this
             signals.close()
             self.store.close()
             self._remove_listening()
         log.info("bridge stopped")
         return self.code
+
+    def _keep_listening(self, listening: identity.ListeningInfo) -> None:
+        """Rewrite listening.json when it no longer names this instance (removed, damaged):
+        hosts find the bridge only through it, and the lock keeps any other bridge from
+        writing it (C04, C05)."""
+        expected = listening.to_json().encode("utf-8")
+        while not self._stopped.wait(_LISTENING_CHECK):
+            if self._stopping:
+                return
+            if identity.optional_read(self.listening_path) == expected:
+                continue
+            log.warning("listening file was changed or removed; writing it again")
+            try:
+                identity.secure_write(self.listening_path, expected)
+            except OSError as exc:
+                log.error("cannot write %s: %s", self.listening_path, exc.strerror or exc)
 
     def _remove_listening(self) -> None:
         """B01: remove listening.json, only when it still names this instance."""

@@ -234,6 +234,9 @@ def finish_op(turn_id: str, finish: Any) -> Op:
 
 
 def _connect(path: str) -> sqlite3.Connection:
+    # Create the file 0600 first: it holds prompts and output, and SQLite gives its -wal and
+    # -shm files the database file's mode.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # isolation_level=None: transactions are explicit (BEGIN/COMMIT in the writer).
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA journal_mode=WAL")

@@ -37,6 +37,7 @@ log = logging.getLogger("bridge_client")
 _LOG_TAIL_BYTES = 4000
 _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
 _POLL_MAX = 0.25  # ...growing to this
+_RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again
 
 
 @dataclass(frozen=True)
@@ -184,12 +185,13 @@ def launch(plan: LaunchPlan) -> Any:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
 
 
-def connect(plan: LaunchPlan) -> Tuple[Connection, HelloResult]:
+def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connection, HelloResult]:
     """Find the bridge or launch it, and return a connection to it (C04, C05).
 
-    Waits up to ``plan.launch_timeout`` seconds (monotonic clock) for a launched bridge.
-    When several hosts launch at once, the bridges that lose the lock exit quietly and every
-    host ends up connected to the winner.
+    Waits up to ``plan.launch_timeout`` seconds (or ``timeout``, if shorter; monotonic clock)
+    for a launched bridge. When several hosts launch at once, the bridges that lose the lock
+    exit quietly and every host ends up connected to the winner. When the bridge that holds
+    the lock goes away without anyone answering (it was shutting down), it launches again.
 
     Raises:
         Unauthorized: the bridge refused the token.
@@ -202,8 +204,10 @@ def connect(plan: LaunchPlan) -> Tuple[Connection, HelloResult]:
     if found is not None:
         return found
     process = launch(plan)
-    deadline = time.monotonic() + plan.launch_timeout
+    budget = plan.launch_timeout if timeout is None else min(plan.launch_timeout, timeout)
+    deadline = time.monotonic() + budget
     pause = _POLL_FIRST
+    lost_at: Optional[float] = None
     while True:
         remaining = deadline - time.monotonic()
         found = find(plan, open_timeout=max(0.05, min(plan.open_timeout, remaining)))
@@ -212,9 +216,17 @@ def connect(plan: LaunchPlan) -> Tuple[Connection, HelloResult]:
             return found
         status = process.poll()
         if status not in (None, 0):
-            # Exit 0 is a bridge that lost the lock race (C05): keep waiting for the winner.
             raise BridgeLaunchError(f"the bridge exited with status {status} before it answered", _log_tail(plan))
+        if status == 0:
+            # Ours lost the lock race (C05): the winner answers soon. If none does for a
+            # while, the lock holder was on its way out: launch again.
+            now = time.monotonic()
+            if lost_at is None:
+                lost_at = now
+            elif now - lost_at > _RELAUNCH_AFTER:
+                log.debug("bridge %s: the lock holder does not answer; launching again", plan.bridge_id)
+                process, lost_at = launch(plan), None
         if remaining <= 0:
-            raise BridgeLaunchError(f"the bridge did not answer within {plan.launch_timeout:g} s", _log_tail(plan))
+            raise BridgeLaunchError(f"the bridge did not answer within {budget:g} s", _log_tail(plan))
         time.sleep(min(pause, max(0.0, remaining)))
         pause = min(pause * 1.5, _POLL_MAX)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 from ..bridge import identity
 from ..errors import (
+    BridgeLaunchError,
     BridgeUnavailable,
     ConnectionLost,
     HarnessError,
@@ -91,6 +92,7 @@ class Session:
         # Held while a connection is being made, so that two callers do not launch twice.
         self._connect_lock = threading.Lock()
         self._closing = threading.Event()
+        self._ever_connected = False
 
     # ------------------------------------------------------------------ properties
 
@@ -136,11 +138,13 @@ class Session:
             Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
             BridgeUnavailable: no bridge answered within the resend window (C15).
             TurnConflict: ``turn_id`` was used with another prompt.
+            BadRequest: the prompt is over 4 MiB of UTF-8, or ``turn_id`` is not a valid id.
         """
         from .turn import Turn
 
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
+        rpcs.check_prompt(prompt)
         turn_id = rpcs.check_id(turn_id or uuid.uuid4().hex, "turn_id")
         turn = Turn(self, session_id=self.id, turn_id=turn_id, prompt=prompt)
         with self._reading(turn):
@@ -238,15 +242,19 @@ class Session:
         if self._released:
             raise SessionReleased(f"session {self.id} was released")
 
-    def _connect(self) -> Connection:
+    def _connect(self, timeout: Optional[float] = None) -> Connection:
         """Return the open connection, or make one: find or launch the bridge (C04), then open
-        the session there from the last state (C07). Caller's thread; may block."""
+        the session there from the last state (C07). Caller's thread; may block.
+
+        Args:
+            timeout: seconds a launch may wait at most (the rest of a resend window).
+        """
         with self._connect_lock:
             self._check_open()
             conn = self._conn
             if conn is not None and not conn.closed:
                 return conn
-            conn, hello = launcher.connect(self._plan)
+            conn, hello = launcher.connect(self._plan, timeout=timeout)
             try:
                 value = conn.call(
                     rpcs.OPEN_SESSION.tag,
@@ -263,6 +271,7 @@ class Session:
                     raise SessionReleased(f"session {self.id} was released")
                 self._conn, self._hello, self._state = conn, hello, state
                 self._last_use = time.monotonic()
+                self._ever_connected = True
             log.debug("session %s opened on bridge %s (instance %s)", self.id, self.bridge_id, hello.instance)
             self._start_idle_timer()
             return conn
@@ -309,10 +318,20 @@ class Session:
             SessionReleased: the session was released meanwhile.
         """
         self._check_open()
-        policy = resend_policy(self._opts.resend_window if window is None else max(window, 0.0), self._closing)
+        window = self._opts.resend_window if window is None else max(window, 0.0)
+        policy = resend_policy(window, self._closing)
+        started = time.monotonic()
 
         def attempt() -> T:
-            conn = self._connect()
+            try:
+                # A launch may use what is left of the window, never more.
+                conn = self._connect(timeout=max(window - (time.monotonic() - started), 0.5))
+            except BridgeLaunchError as exc:
+                if not self._ever_connected:
+                    raise  # the first launch failed: the options or the sandbox are wrong
+                # A bridge that answered before cannot be reached now (C15): keep trying
+                # within the window.
+                raise ConnectionLost(f"no bridge answers: {exc}") from exc
             try:
                 return fn(conn)
             except ConnectionLost as exc:

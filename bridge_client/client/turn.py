@@ -78,6 +78,7 @@ class Turn:
         self._exhausted = False
         self._lost_since: Optional[float] = None
         self._texts: List[Tuple[Optional[int], int, str]] = []
+        self._yielded_start = False
 
     # ------------------------------------------------------------------ public
 
@@ -252,6 +253,12 @@ class Turn:
             self._session._state = part.state
         elif isinstance(part, TurnFinish):
             self.finish = part
+        elif isinstance(part, TurnStart) and part.index == 0 and self._yielded_start:
+            # The turn runs again from its prompt (its bridge lost it, C14): a new log.
+            self._texts = []
+            self.steps = 0
+        if isinstance(part, TurnStart):
+            self._yielded_start = True
 
     def _close_stream(self) -> None:
         stream, self._stream, self._stream_conn = self._stream, None, None

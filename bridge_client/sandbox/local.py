@@ -155,7 +155,8 @@ class LocalSandbox:
         log = None
         if log_path:
             make_private_dirs(os.path.dirname(os.path.abspath(log_path)))
-            log = open(log_path, "ab")
+            # Private: the bridge logs prompts' metadata and errors there.
+            log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
             popen = subprocess.Popen(
                 list(argv),

@@ -20,6 +20,7 @@ from ..errors import ProtocolError
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "MAX_SAFE_INTEGER",
     "FINISH_REASONS",
     "TURN_STATUSES",
     "SessionState",
@@ -87,10 +88,15 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str) -> Optional[str]:
     return value
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer every JSON peer reads exactly (JavaScript's Number.MAX_SAFE_INTEGER);
+offsets, steps, attempts and revisions must stay at or below it."""
+
+
 def _int(d: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
     value = _get(d, key, where)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ProtocolError(f"{where}.{key} must be an integer >= {minimum}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_SAFE_INTEGER:
+        raise ProtocolError(f"{where}.{key} must be an integer from {minimum} to 2**53-1")
     return value
 
 
@@ -98,8 +104,8 @@ def _opt_int(d: Mapping[str, Any], key: str, where: str) -> Optional[int]:
     value = d.get(key)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProtocolError(f"{where}.{key} must be an integer >= 0 or null")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise ProtocolError(f"{where}.{key} must be an integer from 0 to 2**53-1, or null")
     return value
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ..errors import BadRequest
-from .parts import SessionState
+from .parts import MAX_SAFE_INTEGER, SessionState
 
 __all__ = [
     "Rpc",
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_PROMPT_BYTES",
     "check_id",
+    "check_prompt",
 ]
 
 MAX_ID_LENGTH = 128
@@ -77,16 +78,27 @@ def _open_session(payload: Any) -> Dict[str, Any]:
             raise BadRequest(f"state: {exc}") from None
         if state.session_id != session_id:
             raise BadRequest("state.sessionId differs from sessionId")
+        if state.revision >= MAX_SAFE_INTEGER:
+            raise BadRequest("state.revision leaves no room to grow")
     return {"session_id": session_id, "state": state}
+
+
+def check_prompt(prompt: Any) -> str:
+    """Check a prompt: a string of at most :data:`MAX_PROMPT_BYTES` bytes of UTF-8.
+
+    Raises:
+        BadRequest: not a string, or too long.
+    """
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    if len(prompt) > MAX_PROMPT_BYTES // 4 and len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise BadRequest(f"prompt is over {MAX_PROMPT_BYTES} bytes of UTF-8")
+    return prompt
 
 
 def _start_turn(payload: Any) -> Dict[str, Any]:
     p = _payload(payload, ("sessionId", "turnId", "prompt"))
-    prompt = p["prompt"]
-    if not isinstance(prompt, str):
-        raise BadRequest("prompt must be a string")
-    if len(prompt) > MAX_PROMPT_BYTES // 4 and len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
-        raise BadRequest(f"prompt is over {MAX_PROMPT_BYTES} bytes")
+    prompt = check_prompt(p["prompt"])
     return {
         "session_id": check_id(p["sessionId"], "sessionId"),
         "turn_id": check_id(p["turnId"], "turnId"),
@@ -98,8 +110,8 @@ def _nonneg(p: Mapping[str, Any], key: str) -> int:
     value = p.get(key, 0)
     if value is None:
         value = 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise BadRequest(f"{key} must be an integer >= 0")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise BadRequest(f"{key} must be an integer from 0 to 2**53-1")
     return value
 
 
