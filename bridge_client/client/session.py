@@ -298,9 +298,7 @@ class Session:
         self._closing.set()
         self._drop()
         self._stop_idle_timer()
-        err = BridgeUnavailable(f"the bridge of session {self.id} cannot be reached: {exc}", self._state)
-        err.__cause__ = exc
-        return err
+        return BridgeUnavailable(f"the bridge of session {self.id} cannot be reached: {exc}", self._state)
 
     def _with_connection(
         self,
@@ -331,7 +329,8 @@ class Session:
                     raise  # the first launch failed: the options or the sandbox are wrong
                 # A bridge that answered before cannot be reached now (C15): keep trying
                 # within the window.
-                raise ConnectionLost(f"no bridge answers: {exc}") from exc
+                first_line = str(exc).splitlines()[0]
+                raise ConnectionLost(f"no bridge answers: {first_line}") from exc
             try:
                 return fn(conn)
             except ConnectionLost as exc:
@@ -346,9 +345,9 @@ class Session:
         except ConnectionLost as exc:
             if self._released:
                 raise SessionReleased(f"session {self.id} was released") from exc
-            raise self._unavailable(exc) from None
+            raise self._unavailable(exc) from exc
         except SandboxGone as exc:
-            raise self._unavailable(exc) from None
+            raise self._unavailable(exc) from exc
 
     def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
         """Send a request that does not stream and return its ``Success`` value."""
