@@ -29,6 +29,7 @@ from . import __version__
 from .agent import bridge_options, create_session
 from .bridge import identity
 from .client.session import Session
+from .drivers import BUILTIN_DRIVERS
 from .errors import HarnessError
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import user_home
@@ -45,8 +46,6 @@ from .wire.parts import (
 )
 
 __all__ = ["main", "UsageError"]
-
-BUILTIN_AGENTS = ("shell", "echo")
 
 
 class UsageError(Exception):
@@ -81,12 +80,9 @@ def _sandbox(folder: Optional[str]) -> LocalSandbox:
 def _agent_id(agent: str, agent_options: Dict[str, Any]) -> str:
     """Make the driver here once, so that bad options are reported as bad input before any
     bridge is launched; return its ``agent_id``."""
-    if agent in BUILTIN_AGENTS:
-        module_name, attr = f"bridge_client.drivers.{agent}", "make_driver"
-    else:
-        module_name, sep, attr = agent.partition(":")
-        if not sep or not module_name or not attr:
-            raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_AGENTS)} or MODULE:CALLABLE")
+    module_name, sep, attr = BUILTIN_DRIVERS.get(agent, agent).partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -184,3 +184,13 @@ def test_c12_continue_from_another_session_after_the_first_was_released(sandbox)
     assert rest[0].type == "turn-start" and rest[-1].type == "turn-finish"
     assert rest[-1].finish_reason == "stop"
     assert sorted({p.step for p in rest if p.step is not None}) == [1, 2]
+
+
+def test_c02_bridge_agent_hands_out_sessions_behind_its_bridge(sandbox):
+    opts = options("echo")
+    agent = bc.bridge_agent(opts)
+    assert agent.id == "echo" and agent.requires_sandbox is True and agent.template is opts.template
+    with agent.create_session(session_options(sandbox)) as session:
+        assert [p.type for p in session.turn("via the agent")][-1] == "turn-finish"
+    with pytest.raises(bc.HarnessError, match="requires a sandbox"):
+        agent.create_session(bc.CreateSessionOptions())
