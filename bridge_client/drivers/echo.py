@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional
 
-from ..bridge.driver import TurnContext
+from ..bridge.driver import TurnContext, options_object
 
 __all__ = ["EchoDriver", "make_driver", "split_prompt"]
 
@@ -115,13 +115,7 @@ def make_driver(options: Any) -> EchoDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    if options is None:
-        options = {}
-    if not isinstance(options, dict):
-        raise ValueError(f"echo options must be a JSON object, got {type(options).__name__}")
-    unknown = sorted(set(options) - {"steps", "delay", "chunks", "fail_at"})
-    if unknown:
-        raise ValueError(f"unknown echo option(s): {', '.join(unknown)}")
+    options = options_object(options, "echo", ("steps", "delay", "chunks", "fail_at"))
     delay = options.get("delay", 0)
     if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay < math.inf:
         raise ValueError(f"echo option 'delay' must be a number of seconds >= 0, got {delay!r}")

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, List, NamedTuple, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult
+from ..bridge.driver import TurnContext, TurnResult, options_object
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
 
@@ -204,13 +204,7 @@ def make_driver(options: Any) -> ShellDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    if options is None:
-        options = {}
-    if not isinstance(options, dict):
-        raise ValueError(f"shell options must be a JSON object, got {type(options).__name__}")
-    unknown = sorted(set(options) - {"timeout", "shell", "keep_going"})
-    if unknown:
-        raise ValueError(f"unknown shell option(s): {', '.join(unknown)}")
+    options = options_object(options, "shell", ("timeout", "shell", "keep_going"))
     timeout = options.get("timeout", 600)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
         raise ValueError(f"shell option 'timeout' must be a number of seconds > 0, got {timeout!r}")
