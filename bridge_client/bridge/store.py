@@ -84,7 +84,7 @@ class StoreError(RuntimeError):
 class StoredPart(NamedTuple):
     """A part as the log keeps it: its columns and its JSON text (sent as is, never re-encoded)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the part's offset; shadows tuple.index on purpose
     step: Optional[int]
     attempt: int
     type: str

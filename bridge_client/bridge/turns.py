@@ -247,9 +247,9 @@ def _progress(metas: Sequence[Tuple[Optional[int], int, str]], discarded: Set[Tu
     while completed in latest and (completed, latest[completed]) in finished:
         completed += 1
     open_step = None
-    attempt = latest.get(completed)
-    if attempt is not None and (completed, attempt) not in finished and (completed, attempt) not in discarded:
-        open_step = (completed, attempt)
+    last = latest.get(completed)
+    if last is not None and (completed, last) not in finished and (completed, last) not in discarded:
+        open_step = (completed, last)
     return _Progress(completed, open_step, latest)
 
 

@@ -36,6 +36,9 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
     Returns:
         A ``tenacity.Retrying`` that re-raises the last ``ConnectionLost`` when it gives up.
     """
+    def pause(seconds: float) -> None:
+        cancelled.wait(seconds)
+
     return tenacity.Retrying(
         stop=tenacity.stop_before_delay(window) | tenacity.stop_when_event_set(cancelled),
         # Exponential from FIRST_BACKOFF up to MAX_BACKOFF, plus up to FIRST_BACKOFF of jitter
@@ -43,6 +46,6 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
         wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
         + tenacity.wait_random(0, FIRST_BACKOFF),
         retry=tenacity.retry_if_exception_type(ConnectionLost),
-        sleep=cancelled.wait,
+        sleep=pause,
         reraise=True,
     )

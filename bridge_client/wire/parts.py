@@ -57,9 +57,8 @@ _CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]  # type: ignor
 T = TypeVar("T")
 
 
-def _json_field() -> Any:
-    """A field holding any JSON value (dataclasses-json mistakes bare ``Any`` for Optional)."""
-    return field(metadata=config(mm_field=mm_fields.Raw(allow_none=True)))
+_JSON_VALUE = config(mm_field=mm_fields.Raw(allow_none=True))
+"""Field metadata for any JSON value (dataclasses-json mistakes bare ``Any`` for Optional)."""
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -166,7 +165,7 @@ class SessionState(_Value):
 
     session_id: str
     revision: int
-    data: Any = _json_field()
+    data: Any = field(metadata=_JSON_VALUE)
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
         """Return ``{"sessionId", "revision", "data"}``."""
@@ -421,7 +420,7 @@ class ToolCall(Part):
 
     tool_call_id: str
     tool_name: str
-    input: Any = _json_field()
+    input: Any = field(metadata=_JSON_VALUE)
 
 
 @_part(
@@ -437,7 +436,7 @@ class ToolResult(Part):
 
     tool_call_id: str
     tool_name: str
-    output: Any = _json_field()
+    output: Any = field(metadata=_JSON_VALUE)
     is_error: bool
 
 
@@ -447,7 +446,7 @@ class StepFinish(Part):
     """The step is complete: it counts as read (C13). ``usage`` is the driver's JSON or None."""
 
     finish_reason: str
-    usage: Any = _json_field()
+    usage: Any = field(metadata=_JSON_VALUE)
 
 
 @_part(
@@ -480,7 +479,7 @@ class Data(Part):
     """Driver-defined data (file changes, plans, ...), named by ``name``."""
 
     name: str
-    data: Any = _json_field()
+    data: Any = field(metadata=_JSON_VALUE)
 
 
 @_part(
@@ -494,7 +493,7 @@ class TurnFinish(Part):
     """Terminal: ``finish_reason`` is ``stop``, ``cancelled``, ``error`` or ``max-steps``."""
 
     finish_reason: str
-    usage: Any = _json_field()
+    usage: Any = field(metadata=_JSON_VALUE)
     error: Optional[str] = None
 
 
@@ -511,9 +510,9 @@ def part_from_dict(d: Any) -> Part:
         raise ProtocolError("a part must be a JSON object")
     kind = d.get("type")
     cls = PART_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    if cls is None or not isinstance(kind, str):
         raise ProtocolError(f"unknown part type {kind!r}")
     args: List[Any] = [_int(d, "index", kind), _opt_int(d, "step", kind), _int(d, "attempt", kind, 1)]
     for _, key, decode in cls._fields:
-        args.append(decode(d, key, kind))  # type: ignore[arg-type]
+        args.append(decode(d, key, kind))
     return cls(*args)
