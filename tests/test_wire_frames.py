@@ -549,3 +549,9 @@ def test_encode_chunk_raw_matches_encode_for_any_values(request_id, values):
 
 def test_module_exports_the_documented_api():
     assert set(frames.__all__) >= {"encode", "encode_chunk_raw", "parse_frame", "host_message", "bridge_message", "FrameError"}
+
+
+def test_effect_client_protocol_error_reads_as_a_defect():
+    (message,) = decode_bridge('{"_tag":"ClientProtocolError","error":{"_tag":"RpcClientError","message":"bad"}}')
+    assert isinstance(message, Defect)
+    assert message.defect == {"_tag": "RpcClientError", "message": "bad"}

@@ -61,7 +61,7 @@ class _Pending:
 
     __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed")
 
-    def __init__(self, request_id: int, stream: bool) -> None:
+    def __init__(self, request_id: str, stream: bool) -> None:
         self.id = request_id
         self.stream = stream
         self.cond = threading.Condition(threading.Lock())
@@ -152,7 +152,9 @@ class Connection:
         self.name = f"{next(_ids):x}"
         self._ping_interval = ping_interval
         self._silence_limit = ping_interval + ping_timeout
-        self._pending: Dict[int, _Pending] = {}
+        # Request ids go out as strings ("1", "2", ...), as Effect RPC clients encode them:
+        # Effect servers answer with string ids whatever they were sent.
+        self._pending: Dict[str, _Pending] = {}
         self._lock = threading.Lock()  # guards _pending, _next_id, _closed, _error
         self._next_id = 1
         self._closed = False
@@ -243,7 +245,7 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
-            request_id = self._next_id
+            request_id = str(self._next_id)
             self._next_id += 1
             pending = _Pending(request_id, stream)
             self._pending[request_id] = pending
@@ -301,7 +303,7 @@ class Connection:
     def _route(self, message: frames.BridgeMessage) -> None:
         if isinstance(message, Chunk):
             with self._lock:
-                p = self._pending.get(message.request_id)  # type: ignore[arg-type]
+                p = self._pending.get(str(message.request_id))
             if p is None or not p.stream:
                 return  # a late chunk of an interrupted stream
             with p.cond:
@@ -313,7 +315,7 @@ class Connection:
                 self._send_quietly(Ack(p.id))
         elif isinstance(message, Exit):
             with self._lock:
-                p = self._pending.get(message.request_id)  # type: ignore[arg-type]
+                p = self._pending.get(str(message.request_id))
             if p is None:
                 return
             with p.cond:

@@ -397,6 +397,10 @@ def bridge_message(obj: Any) -> BridgeMessage:
         return Pong()
     if tag == "Defect":
         return Defect(obj.get("defect"))
+    if tag == "ClientProtocolError":
+        # Effect servers report a client's protocol error this way; to us it is a defect of
+        # the connection.
+        return Defect(obj.get("error"))
     raise FrameError(f"unknown message _tag {tag!r} from a bridge")
 
 
