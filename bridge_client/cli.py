@@ -20,8 +20,11 @@ import json
 import logging
 import os
 import posixpath
+import re
 import shlex
+import signal
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
@@ -30,11 +33,15 @@ from .agent import bridge_options, create_session
 from .bridge import identity
 from .client.session import Session
 from .drivers import BUILTIN_DRIVERS
-from .errors import HarnessError
+from .client.connection import Connection
+from .errors import ConnectionLost, HarnessError, Unauthorized
+from .paths import default_secret
+from .redacted import hmac_token
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import user_home
 from .sandbox.local import LocalSandbox
 from .wire.parts import (
+    HelloResult,
     Part,
     ReasoningDelta,
     StepReset,
@@ -167,10 +174,19 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def _interrupt_once(signum: int, frame: Any) -> None:
+    # A second Ctrl-C while the turn is being suspended would interrupt that too (and can
+    # leave a lock half-taken inside threading.Condition): ignore any more.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _stream(session: Session, turn: Any, args: argparse.Namespace) -> int:
     as_json = args.json
     out = sys.stdout
     printer = _Printer(out)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupt_once)
     try:
         for part in turn:
             if as_json:
@@ -181,18 +197,15 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         state = turn.suspend()
         path = _save_turn_state(state)
-        print(
-            f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}",
-            file=sys.stderr,
-        )
+        _say(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}")
         return 130
     finish = turn.finish
     if finish is None:
-        print("bridge-client: the turn ended without turn-finish", file=sys.stderr)
+        _say("bridge-client: the turn ended without turn-finish")
         return 1
     if finish.finish_reason != "stop":
         detail = f": {finish.error}" if finish.error else ""
-        print(f"bridge-client: turn finished with {finish.finish_reason}{detail}", file=sys.stderr)
+        _say(f"bridge-client: turn finished with {finish.finish_reason}{detail}")
         return 1
     return 0
 
@@ -300,8 +313,33 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
     return 0
 
 
+_BRIDGE_ID = re.compile(r"[0-9a-f]{%d}\Z" % identity.BRIDGE_ID_LENGTH)
+
+
+def _check_it_is_that_bridge(sandbox: LocalSandbox, info: identity.ListeningInfo, bridge_id: str) -> None:
+    """Before a signal goes to a pid: the bridge must answer ``Hello`` with that bridge id and
+    that pid (a stale listening file may name a pid the system gave to another process)."""
+    token = hmac_token(default_secret())(sandbox.id)
+    try:
+        conn = Connection(sandbox.expose(info.port), token, open_timeout=5.0)
+    except Unauthorized:
+        raise HarnessError(f"bridge {bridge_id} refuses this user's token: it was launched with another secret") from None
+    except ConnectionLost:
+        raise UsageError(f"no running bridge {bridge_id} in {sandbox.workdir} (its listening file is stale)") from None
+    try:
+        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=5.0))
+    except HarnessError as exc:
+        raise HarnessError(f"port {info.port} does not answer as bridge {bridge_id}: {exc}") from None
+    finally:
+        conn.close()
+    if hello.bridge_id != bridge_id or hello.pid != info.pid:
+        raise UsageError(f"no running bridge {bridge_id} in {sandbox.workdir} (port {info.port} is another program's)")
+
+
 def _cmd_stop(args: argparse.Namespace) -> int:
     sandbox = _sandbox(args.sandbox)
+    if not _BRIDGE_ID.match(args.bridge_id):
+        raise UsageError(f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)")
     folder = identity.state_dir(sandbox.state_root, args.bridge_id)
     listening = posixpath.join(folder, identity.LISTENING_FILE)
     try:
@@ -310,6 +348,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
         raise UsageError(f"no running bridge {args.bridge_id} in {sandbox.workdir}") from None
     except ValueError as exc:
         raise UsageError(f"bridge {args.bridge_id}: {exc}") from None
+    _check_it_is_that_bridge(sandbox, info, args.bridge_id)
     result = sandbox.exec(["kill", "-TERM", str(info.pid)])
     if not result.ok:
         raise HarnessError(f"bridge {args.bridge_id} (pid {info.pid}) is not running")
@@ -325,6 +364,15 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- main
+
+
+def _say(line: str) -> None:
+    """Print one line on stderr, if there is one."""
+    if sys.stderr is not None:
+        try:
+            print(line, file=sys.stderr)
+        except OSError:
+            pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -411,25 +459,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     Errors are one line on stderr, never a traceback: 2 for bad input, 1 for failures.
     """
+    if sys.stdout is None:  # started with stdout closed: write nowhere rather than crash
+        sys.stdout = open(os.devnull, "w")
     try:
         args = build_parser().parse_args(argv)
         if args.verbose:
             logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
         return int(args.func(args))
     except UsageError as exc:
-        print(f"bridge-client: error: {exc}", file=sys.stderr)
+        _say(f"bridge-client: error: {exc}")
         return 2
     except HarnessError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"bridge-client: {type(exc).__name__}: {first}", file=sys.stderr)
+        _say(f"bridge-client: {type(exc).__name__}: {first}")
         tail = getattr(exc, "log_tail", "")
         if tail:
-            print(tail, file=sys.stderr)
+            _say(tail)
         return 1
     except KeyboardInterrupt:
-        print("bridge-client: interrupted", file=sys.stderr)
+        _say("bridge-client: interrupted")
         return 130
     except BrokenPipeError:
+        return 1
+    except OSError as exc:  # stdout closed or full
+        _say(f"bridge-client: cannot write the output: {exc.strerror or exc}")
         return 1
 
 

@@ -29,12 +29,17 @@ from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Pong, Request, Success
 
-__all__ = ["Connection", "Stream", "END"]
+__all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
 log = logging.getLogger("bridge_client")
 
 END = object()
 """Returned by :meth:`Stream.next` when the stream ended with ``Exit Success``."""
+
+class StreamClosed(Exception):
+    """Raised by :meth:`Stream.take` after :meth:`Stream.close` (this host stopped reading:
+    a suspend or a release). The connection itself is fine."""
+
 
 _HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
 _ids = itertools.count(1)
@@ -92,6 +97,7 @@ class Stream:
 
         Raises:
             ConnectionLost: the connection dropped before the stream ended.
+            StreamClosed: :meth:`close` was called (from another thread).
             RpcError: the bridge ended the stream with a typed failure.
             ProtocolError: the bridge ended it with a defect.
             TimeoutError: nothing arrived within ``timeout``.
@@ -247,10 +253,17 @@ class Connection:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             request_id = str(self._next_id)
             self._next_id += 1
-            pending = _Pending(request_id, stream)
+        try:
+            data = frames.encode(Request(request_id, tag, payload, ())).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
+        pending = _Pending(request_id, stream)
+        with self._lock:
+            if self._closed:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
             self._pending[request_id] = pending
         try:
-            self._ws.send(frames.encode(Request(request_id, tag, payload, ())))
+            self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
             self._lost(exc)
         return pending
@@ -277,7 +290,7 @@ class Connection:
             finished = pending.outcome is not None
             if not finished:
                 # Wake a reader blocked in take(): this stream is over for it.
-                pending.outcome = ConnectionLost(f"request {pending.id} was abandoned")
+                pending.outcome = StreamClosed(f"request {pending.id} was closed by this host")
                 pending.cond.notify_all()
         if active and not finished:
             self._send_quietly(Interrupt(pending.id))

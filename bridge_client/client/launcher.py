@@ -129,7 +129,7 @@ def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tup
         log.debug("bridge %s: nothing answers on port %d: %s", plan.bridge_id, info.port, exc)
         return None
     try:
-        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=plan.open_timeout + plan.ping_timeout))
+        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=(open_timeout or plan.open_timeout) + plan.ping_timeout))
         _check_hello(plan, hello)
     except HarnessError as exc:  # dropped, garbled, a typed failure, or another bridge
         log.debug("bridge %s: port %d is not our bridge: %s", plan.bridge_id, info.port, exc)
@@ -200,11 +200,12 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
         TemplateError: an install step failed.
         SandboxGone: the sandbox is gone.
     """
-    found = find(plan)
+    budget = plan.launch_timeout if timeout is None else min(plan.launch_timeout, timeout)
+    # The first look is bounded too: a frozen bridge accepts TCP and then says nothing.
+    found = find(plan, open_timeout=min(plan.open_timeout, max(budget, 0.05)))
     if found is not None:
         return found
     process = launch(plan)
-    budget = plan.launch_timeout if timeout is None else min(plan.launch_timeout, timeout)
     deadline = time.monotonic() + budget
     pause = _POLL_FIRST
     lost_at: Optional[float] = None

@@ -88,6 +88,7 @@ class Session:
         self._idle_thread: Optional[threading.Thread] = None
         self._released = False
         self._active_turn: Any = None
+        self._active_owner: Optional[int] = None  # the thread that reads the active turn
         self._reading_thread: Optional[int] = None
         # Held while a connection is being made, so that two callers do not launch twice.
         self._connect_lock = threading.Lock()
@@ -134,7 +135,8 @@ class Session:
 
         Raises:
             SessionReleased: the session was released.
-            TurnInProgress: another thread is reading a turn of this session right now.
+            TurnInProgress: another thread is reading a turn of this session, or holds an
+                unfinished one (a turn left unfinished by this thread is suspended instead).
             Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
             BridgeUnavailable: no bridge answered within the resend window (C15).
             TurnConflict: ``turn_id`` was used with another prompt.
@@ -147,9 +149,7 @@ class Session:
         rpcs.check_prompt(prompt)
         turn_id = rpcs.check_id(turn_id or uuid.uuid4().hex, "turn_id")
         turn = Turn(self, session_id=self.id, turn_id=turn_id, prompt=prompt)
-        with self._reading(turn):
-            turn._start()
-        return turn
+        return self._begin(turn)
 
     def continue_turn(self, state: TurnState, steps: int = 0) -> "Turn":
         """Continue a turn from its state: start it again in its bridge (which continues it if
@@ -177,8 +177,16 @@ class Session:
                 f"{self.bridge_id}; continuing it across options (C14) is not supported yet"
             )
         turn = Turn(self, session_id=state.session_id, turn_id=state.turn_id, prompt=state.prompt, after_step=steps)
+        return self._begin(turn)
+
+    def _begin(self, turn: "Turn") -> "Turn":
+        """Make ``turn`` the current turn and read its turn-start; forget it if that fails."""
         with self._reading(turn):
-            turn._start()
+            try:
+                turn._start()
+            except BaseException:
+                self._forget_turn(turn)
+                raise
         return turn
 
     def suspend_turn(self) -> Optional[TurnState]:
@@ -191,7 +199,8 @@ class Session:
 
     def cancel_turn(self) -> Optional[StartTurnResult]:
         """Ask the bridge to cancel the current turn; the turn's reader then receives
-        ``turn-finish{finishReason: "cancelled"}``. Returns ``None`` without a current turn.
+        ``turn-finish{finishReason: "cancelled"}``. Returns ``None`` without a current turn, or
+        when its ``StartTurn`` is still on its way (the cancel follows it).
 
         Raises:
             SessionReleased, BridgeUnavailable, TurnNotFound.
@@ -321,9 +330,11 @@ class Session:
         started = time.monotonic()
 
         def attempt() -> T:
+            # Reconnecting, a launch may use what is left of the window, never more; the first
+            # launch of a session gets its whole launch_timeout.
+            left = max(window - (time.monotonic() - started), 0.5) if self._ever_connected else None
             try:
-                # A launch may use what is left of the window, never more.
-                conn = self._connect(timeout=max(window - (time.monotonic() - started), 0.5))
+                conn = self._connect(timeout=left)
             except BridgeLaunchError as exc:
                 if not self._ever_connected:
                     raise  # the first launch failed: the options or the sandbox are wrong
@@ -384,7 +395,13 @@ class Session:
             if self._reading_thread is not None and self._reading_thread != me:
                 raise TurnInProgress(f"another thread is reading a turn of session {self.id}")
             previous = self._active_turn
+            if previous is not None and previous is not turn and not previous.done and self._active_owner != me:
+                raise TurnInProgress(
+                    f"turn {previous.id} of session {self.id} belongs to another thread: let it finish, "
+                    "or call session.suspend_turn() first"
+                )
             self._active_turn = turn
+            self._active_owner = me
             outer = self._reading_thread is None
             self._reading_thread = me
         if previous is not None and previous is not turn:
@@ -401,6 +418,7 @@ class Session:
         with self._cond:
             if self._active_turn is turn:
                 self._active_turn = None
+                self._active_owner = None
 
     def _start_idle_timer(self) -> None:
         with self._cond:

@@ -30,7 +30,7 @@ from ..wire.parts import (
     TurnState,
     part_from_dict,
 )
-from .connection import END, Connection, Stream
+from .connection import END, Connection, Stream, StreamClosed
 
 if TYPE_CHECKING:
     from .session import Session
@@ -66,6 +66,7 @@ class Turn:
         self.steps = after_step
         self.finish: Optional[TurnFinish] = None
         self.status: Optional[str] = None
+        self._cancel_requested = False
         # Where the next ReadTurn starts: parts received (not only yielded) count.
         self._offset = 0
         self._after_step = after_step
@@ -115,6 +116,8 @@ class Turn:
         if not self._buffer:
             with self._session._reading(self):
                 self._fill()
+            if not self._buffer:
+                raise StopIteration  # suspended from another thread: reading stops (C11)
         part = self._buffer.popleft()
         self._account(part)
         return part
@@ -133,13 +136,22 @@ class Turn:
         log.debug("turn %s suspended after %d steps", self.id, self.steps)
         return self.state
 
-    def cancel(self) -> StartTurnResult:
+    def cancel(self) -> Optional[StartTurnResult]:
         """Ask the bridge to cancel the turn (``CancelTurn``); keep iterating to read up to
         ``turn-finish{finishReason: "cancelled"}``.
+
+        Returns:
+            The bridge's answer, or ``None`` when ``StartTurn`` has not reached the bridge yet
+            (``turn()`` is still running in another thread): the cancel is then sent as soon
+            as it has.
 
         Raises:
             SessionReleased, BridgeUnavailable, TurnNotFound.
         """
+        if self.status is None:
+            self._cancel_requested = True
+            if self.status is None:
+                return None
         value = self._session._call(rpcs.CANCEL_TURN, {"sessionId": self._session_id, "turnId": self.id})
         return StartTurnResult.from_dict(value)
 
@@ -156,6 +168,8 @@ class Turn:
     def _start(self) -> None:
         """Send ``StartTurn`` and receive ``turn-start`` (called by the session)."""
         self._fill()
+        if not self._buffer:
+            raise HarnessError(f"turn {self.id} was suspended before it started")
         if self._state is None:
             raise ProtocolError(f"turn {self.id}: the first part is {self._buffer[0].type}, not turn-start")
 
@@ -174,6 +188,10 @@ class Turn:
             self._after_step = self._steps_received = 0
         self.status = result.status
         self._instance = self._session.instance
+        if self._cancel_requested:
+            self._cancel_requested = False
+            conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
+                      timeout=self._session._opts.request_timeout)
 
     def _open(self, conn: Connection) -> Stream:
         """Open ``ReadTurn`` on ``conn`` from where the read stands (C09, C13)."""
@@ -205,6 +223,12 @@ class Turn:
                 self._stream_conn = conn_box[0]
             try:
                 values = self._stream.take()
+            except StreamClosed:
+                # Another thread suspended the turn or released the session: stop reading,
+                # and leave the connection alone (a release may still be using it).
+                self._stream = self._stream_conn = None
+                session._check_open()
+                return
             except ConnectionLost as exc:
                 log.debug("turn %s: connection lost at offset %d, resuming: %s", self.id, self._offset, exc)
                 if self._lost_since is None:

@@ -5,6 +5,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import threading
 from typing import Mapping, Optional, Sequence
 
 from ..bridge.identity import make_private_dirs, secure_write
@@ -33,11 +34,28 @@ def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
     proc.communicate()
 
 
+_spawned: "set[LocalProcess]" = set()
+_spawned_lock = threading.Lock()
+
+
+def _reap() -> None:
+    """Collect the exit status of spawned processes that ended (no zombies), and forget them."""
+    with _spawned_lock:
+        done = [p for p in _spawned if p._popen.poll() is not None]
+        _spawned.difference_update(done)
+
+
 class LocalProcess:
-    """A process spawned by :meth:`LocalSandbox.spawn` (wraps ``subprocess.Popen``)."""
+    """A process spawned by :meth:`LocalSandbox.spawn` (wraps ``subprocess.Popen``).
+
+    Spawned processes stay referenced until they end, and are reaped whenever this module
+    spawns or runs anything, so a bridge that exits is not left a zombie of the host.
+    """
 
     def __init__(self, popen: "subprocess.Popen[bytes]") -> None:
         self._popen = popen
+        with _spawned_lock:
+            _spawned.add(self)
 
     @property
     def pid(self) -> Optional[int]:
@@ -46,7 +64,11 @@ class LocalProcess:
 
     def poll(self) -> Optional[int]:
         """Return the exit status once the process has ended, else ``None``."""
-        return self._popen.poll()
+        status = self._popen.poll()
+        if status is not None:
+            with _spawned_lock:
+                _spawned.discard(self)
+        return status
 
     def __repr__(self) -> str:
         return f"LocalProcess(pid={self.pid})"
@@ -78,7 +100,8 @@ class LocalSandbox:
         if not os.path.isdir(real):
             raise NotADirectoryError(f"sandbox folder {os.fspath(path)!r} is not a folder")
         self._workdir = real
-        self._id = "local-" + hashlib.sha256(real.encode()).hexdigest()[:16]
+        # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
+        self._id = "local-" + hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
         self._state_root = os.path.join(home or user_home(), "sandboxes", self._id)
 
     @property
@@ -116,6 +139,7 @@ class LocalSandbox:
             FileNotFoundError: the program does not exist.
         """
         self._check_alive()
+        _reap()
         # Its own process group, so a timeout kills what it started too (pip's children, say).
         proc = subprocess.Popen(
             list(argv),
@@ -152,6 +176,7 @@ class LocalSandbox:
             FileNotFoundError: the program does not exist.
         """
         self._check_alive()
+        _reap()
         log = None
         if log_path:
             make_private_dirs(os.path.dirname(os.path.abspath(log_path)))

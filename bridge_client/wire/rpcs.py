@@ -87,11 +87,15 @@ def check_prompt(prompt: Any) -> str:
     """Check a prompt: a string of at most :data:`MAX_PROMPT_BYTES` bytes of UTF-8.
 
     Raises:
-        BadRequest: not a string, or too long.
+        BadRequest: not a string, not encodable as UTF-8 (a lone surrogate), or too long.
     """
     if not isinstance(prompt, str):
         raise BadRequest("prompt must be a string")
-    if len(prompt) > MAX_PROMPT_BYTES // 4 and len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+    try:
+        size = len(prompt.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"prompt is not valid Unicode: a lone surrogate at character {exc.start}") from None
+    if size > MAX_PROMPT_BYTES:
         raise BadRequest(f"prompt is over {MAX_PROMPT_BYTES} bytes of UTF-8")
     return prompt
 

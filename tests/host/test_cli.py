@@ -151,3 +151,55 @@ def test_ctrl_c_suspends_and_the_printed_command_continues_the_turn(workspace):
     done = cli(*words[1:])
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().splitlines()[-1] == "[finished] stop"
+
+
+def test_closed_stdout_is_not_a_traceback(workspace):
+    done = subprocess.run(
+        f"{sys.executable} -m bridge_client.cli run hi --agent echo --sandbox {workspace} >&-",
+        shell=True, capture_output=True, text=True, timeout=60,
+    )
+    assert "Traceback" not in done.stderr
+    assert done.returncode in (0, 1)
+
+
+def test_stop_refuses_a_bad_id_and_a_stale_file_naming_another_process(workspace, home):
+    assert "not a bridge id" in _one_line_error(cli("stop", "../../etc", "--sandbox", workspace))
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    row = json.loads(cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()[0])
+    assert cli("stop", row["id"], "--sandbox", workspace).returncode == 0
+    # A stale listening file whose pid now belongs to an unrelated process: nothing is killed.
+    import bridge_client as bc
+    from bridge_client.bridge import identity
+
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        sandbox = bc.LocalSandbox(workspace)
+        path = os.path.join(identity.state_dir(sandbox.state_root, row["id"]), identity.LISTENING_FILE)
+        stale = identity.ListeningInfo(1, "echo", row["id"], "127.0.0.1", row["port"], victim.pid, "old", "2020-01-01T00:00:00.000Z")
+        identity.secure_write(path, stale.to_json().encode())
+        line = _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
+        assert "stale" in line or "another program" in line
+        assert victim.poll() is None, "the unrelated process was not signalled"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_two_quick_ctrl_c_still_suspend_cleanly(workspace):
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "a b", "--agent", "echo",
+         "--option", "steps=20", "--option", "delay=0.05", "--sandbox", workspace],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("[echo]")
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "bridge-client continue" in err
