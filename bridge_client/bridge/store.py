@@ -138,7 +138,7 @@ class Op(NamedTuple):
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C-accelerated
+_encode_str = json.encoder.encode_basestring  # C-accelerated
 
 
 def _utf8_checked(text: str) -> str:
@@ -220,7 +220,7 @@ _new_tuple = tuple.__new__  # builds a NamedTuple without its __new__ wrapper (h
 def part_op(sink: Optional[PartSink], turn_id: str, part: StoredPart) -> Op:
     """Append a part; ``sink.publish`` gets it after the commit."""
     params = (turn_id, part.index, part.step, part.attempt, part.type, part.text)
-    return _new_tuple(Op, (_PART_SQL, params, sink, part))  # type: ignore[no-any-return]
+    return _new_tuple(Op, (_PART_SQL, params, sink, part))
 
 
 def checkpoint_op(turn_id: str, checkpoint: Any) -> Op:
