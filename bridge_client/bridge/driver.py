@@ -124,6 +124,7 @@ _MOVES: Dict[Tuple[str, str], str] = {
     (_IDLE, "start_step"): _IN_STEP,
     (_IN_STEP, "part"): _IN_STEP,
     (_IN_STEP, "finish_step"): _IDLE,
+    (_IN_STEP, "reset_step"): _IDLE,
     (_IDLE, "data"): _IDLE,
     (_IN_STEP, "data"): _IN_STEP,
     (_IDLE, "set_state"): _IDLE,
@@ -133,6 +134,7 @@ _MOVES: Dict[Tuple[str, str], str] = {
 _HINTS = {
     (_IDLE, "part"): "call start_step() first",
     (_IDLE, "finish_step"): "no step is open",
+    (_IDLE, "reset_step"): "no step is open",
     (_IN_STEP, "start_step"): "call finish_step() first",
 }
 
@@ -183,6 +185,7 @@ class TurnContext:
         self._next_step = completed_steps
         self._step: Optional[int] = None
         self._attempt = 1
+        self._call_ids: List[str] = []  # tool-call ids of the open attempt, for reset_step()
 
     # ------------------------------------------------------------------ read-only views
 
@@ -240,6 +243,7 @@ class TurnContext:
             self._move("start_step", "start_step")
             self._step, self._attempt = step, attempt
             self._next_step = step + 1
+            self._call_ids = []
             return step
 
     def _part(self, name: str, kind: str, fields: Dict[str, Any]) -> None:
@@ -280,6 +284,7 @@ class TurnContext:
         """
         _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
         self._part("tool_call", "tool-call", {"toolCallId": tool_call_id, "toolName": tool_name, "input": input})
+        self._call_ids.append(tool_call_id)
 
     def tool_result(self, tool_call_id: str, tool_name: str, output: Any, is_error: bool = False) -> None:
         """Emit a ``tool-result`` in the open step.
@@ -324,6 +329,31 @@ class TurnContext:
             assert self._step is not None
             self._sink.finish_step(self._step, self._attempt, finish_reason, usage)
             self._move("finish_step", "finish_step")
+            self._step = None
+
+    def reset_step(self, reason: str) -> None:
+        """Abandon the open attempt of the step: emit ``step-reset`` (PROTOCOL.md, parts), so
+        readers drop its parts; the next :meth:`start_step` opens the same step again with its
+        attempt raised. For a driver that must run a step again itself (a model stream cut
+        mid-answer), as the bridge does after a restart (B05).
+
+        The session state is not touched: a driver that changed it inside the step puts it
+        back itself.
+
+        Args:
+            reason: why, one line (e.g. ``"model stream cut"``).
+
+        Raises:
+            TypeError: ``reason`` is not a str. RuntimeError: no step is open.
+        """
+        _need_str(reason=reason)
+        with self._lock:
+            self._check("reset_step", "reset_step")
+            assert self._step is not None
+            fields = {"discardedAttempt": self._attempt, "reason": reason, "toolCallIds": list(self._call_ids)}
+            self._sink.emit("step-reset", self._step, self._attempt, fields)
+            self._move("reset_step", "reset_step")
+            self._next_step = self._step
             self._step = None
 
     def set_state(self, data: Any) -> SessionState:
