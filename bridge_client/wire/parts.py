@@ -52,7 +52,7 @@ FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
 TURN_STATUSES = ("started", "running", "continued", "finished")
 """The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
 
-_CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]  # type: ignore[index]
+_CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]
 
 T = TypeVar("T")
 
@@ -130,12 +130,12 @@ class _Value(DataClassJsonMixin):
 
     dataclass_json_config = _CAMEL
 
-    def to_json(self, **_: Any) -> str:  # type: ignore[override]
+    def to_json(self, **_: Any) -> str:
         """Return the value as compact camelCase JSON text."""
         return _json_text(self.to_dict())
 
     @classmethod
-    def from_json(cls: Type[T], s: Any, **_: Any) -> T:  # type: ignore[override]
+    def from_json(cls: Type[T], s: Any, **_: Any) -> T:
         """Parse JSON text and check every field.
 
         Raises:
