@@ -18,7 +18,7 @@ __all__ = ["LocalSandbox", "LocalProcess"]
 _SCRUBBED_PREFIX = "BRIDGE_CLIENT_"
 
 
-def _child_env(extra: Optional[Mapping[str, str]]) -> dict:
+def _child_env(extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
     # Host secrets (BRIDGE_CLIENT_SECRET and friends) never reach sandbox processes.
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIX)}
     if extra:
