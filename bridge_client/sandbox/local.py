@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 from ..bridge.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
