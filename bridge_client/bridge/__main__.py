@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, cast
 
 from ..drivers import BUILTIN_DRIVERS
 from ..errors import ProtocolError
@@ -108,7 +108,7 @@ def load_driver(spec: str, agent_options: Any) -> Driver:
         raise LaunchError(f"driver {spec!r} refused its options: {type(exc).__name__}: {exc}") from None
     if not isinstance(getattr(driver, "agent_id", None), str) or not callable(getattr(driver, "run_turn", None)):
         raise LaunchError(f"driver factory {target!r} did not return a driver (agent_id: str, run_turn())")
-    return driver
+    return cast(Driver, driver)
 
 
 def _prepare(driver_spec: str) -> _Launch:
