@@ -118,7 +118,8 @@ class Stream:
             if send_ack:
                 self._connection._send_quietly(Ack(p.id))
             return values
-        return self._connection._finish(p, outcome)
+        result: object = self._connection._finish(p, outcome)
+        return result
 
     def close(self) -> None:
         """Stop reading: send ``Interrupt`` if the stream has not ended. Idempotent."""
