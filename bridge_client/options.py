@@ -1,6 +1,7 @@
 """The options users give: how to reach a bridge, and how a session behaves (C01, API.md)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
@@ -82,6 +83,10 @@ class CreateSessionOptions:
         ping_timeout: extra silence after ``ping_interval`` before the connection is lost.
         request_timeout: how long to wait for the answer to a request that does not stream;
             a bridge that does not answer in time counts as lost.
+        ca_bundle: a PEM file (or a folder) of CA certificates that ``wss://`` endpoints are
+            verified against instead of the system's trust store (``str`` or path-like);
+            verification itself is always on. Proxies come from ``https_proxy``,
+            ``http_proxy`` and ``no_proxy`` (see :mod:`bridge_client.client.transport`).
     """
 
     workspace: Workspace = field(default_factory=Workspace)
@@ -94,6 +99,7 @@ class CreateSessionOptions:
     ping_interval: float = 5.0
     ping_timeout: float = 5.0
     request_timeout: float = 30.0
+    ca_bundle: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -110,3 +116,10 @@ class CreateSessionOptions:
                 raise ValueError(f"CreateSessionOptions.{name} must be a number of seconds > 0")
         if self.resume is not None and not isinstance(self.resume, SessionState):
             raise TypeError("CreateSessionOptions.resume must be a SessionState (SessionState.from_json)")
+        if self.ca_bundle is not None:
+            try:
+                object.__setattr__(self, "ca_bundle", os.fspath(self.ca_bundle))
+            except TypeError:
+                raise TypeError("CreateSessionOptions.ca_bundle must be a path (str or os.PathLike)") from None
+            if not isinstance(self.ca_bundle, str) or not os.path.exists(self.ca_bundle):
+                raise ValueError(f"CreateSessionOptions.ca_bundle {self.ca_bundle!r} does not exist")
