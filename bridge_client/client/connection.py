@@ -27,7 +27,7 @@ from ..errors import ConnectionLost, ProtocolError, Unauthorized, rpc_error_from
 from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
-from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Pong, Request, Success
+from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
