@@ -22,7 +22,6 @@ from ..errors import (
     HarnessError,
     ProtocolError,
     SandboxGone,
-    Unauthorized,
 )
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
