@@ -27,7 +27,7 @@ Typed RPC failures, ``Unauthorized`` and ``ProtocolError`` are never retried; on
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict
 
 __all__ = [
     "HarnessError",
