@@ -216,7 +216,7 @@ class Turn:
                 conn_box: List[Connection] = []
 
                 def open_on(conn: Connection) -> Stream:
-                    conn_box[:] = [conn]
+                    conn_box[:] = [conn]  # noqa: B023 (called within this pass of the loop)
                     return self._open(conn)
 
                 self._stream = session._with_connection(open_on, window=window)
