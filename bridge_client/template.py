@@ -87,10 +87,10 @@ class Template:
             return sandbox.exec(argv, timeout=step.timeout)
         except SandboxGone:
             raise
-        except TimeoutError:
-            raise TemplateError(f"{step.name}: {shlex.join(argv)} ran longer than {step.timeout} s", step=step.name)
+        except TimeoutError as exc:
+            raise TemplateError(f"{step.name}: {shlex.join(argv)} ran longer than {step.timeout} s", step=step.name) from exc
         except OSError as exc:
-            raise TemplateError(f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name)
+            raise TemplateError(f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name) from exc
 
 
 def bridge_template(python: str = "python3", requirement: Optional[str] = None) -> Template:
