@@ -81,7 +81,7 @@ def spawned(pids):
     for proc in procs:
         if proc.poll() is None:
             _kill(proc.pid)
-        _wait_for(lambda: proc.poll() is not None)
+        _wait_for(lambda: proc.poll() is not None)  # noqa: B023
 
 
 def _finish(proc, timeout: float = 5.0) -> int:
