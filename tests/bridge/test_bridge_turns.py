@@ -272,7 +272,7 @@ def test_b04_a_reader_that_drops_leaves_the_turn_running(make_bridge, sid, tid):
     with bridge.connect() as c:
         c.open(sid)
         c.start(sid, tid, "a b c")
-        rid = c.request("ReadTurn", {"sessionId": sid, "turnId": tid, "offset": 0, "afterStep": 0})
+        c.request("ReadTurn", {"sessionId": sid, "turnId": tid, "offset": 0, "afterStep": 0})
         first = c.recv()
         assert first["_tag"] == "Chunk"
     # Dropped mid-read; read the rest after the last part we had.
