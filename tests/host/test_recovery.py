@@ -11,7 +11,7 @@ import pytest
 
 import bridge_client as bc
 from bridge_client.bridge import identity
-from host_support import options, session_options, wait_until
+from host_support import options, session_options
 
 pytestmark = pytest.mark.timeout(60)
 
