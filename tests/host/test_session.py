@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import bridge_client as bc
-from host_support import SECRET, options, session_options, wait_until
+from host_support import SECRET, options, session_options
 
 pytestmark = pytest.mark.timeout(60)
 
