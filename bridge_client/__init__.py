@@ -35,6 +35,7 @@ from .errors import (
     TurnInProgress,
     TurnNotFound,
     Unauthorized,
+    UntrustedEndpoint,
 )
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
@@ -99,6 +100,7 @@ __all__ = [
     "BridgeLaunchError",
     "BridgeUnavailable",
     "Unauthorized",
+    "UntrustedEndpoint",
     "BridgeMismatch",
     "ProtocolError",
     "ConnectionLost",

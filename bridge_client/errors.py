@@ -6,6 +6,7 @@
     ├── BridgeLaunchError          the bridge could not be launched (carries ``log_tail``)
     ├── BridgeUnavailable          no bridge answers within the resend window (carries ``state``; C15)
     ├── Unauthorized               the bridge refused the token (HTTP 401; never retried; C17)
+    ├── UntrustedEndpoint          a wss:// endpoint's certificate did not verify (never retried)
     ├── BridgeMismatch             something answered with another agent id or bridge id (B07)
     ├── ProtocolError (ValueError) a frame or value broke PROTOCOL.md
     ├── ConnectionLost (ConnectionError)
@@ -34,6 +35,7 @@ __all__ = [
     "BridgeLaunchError",
     "BridgeUnavailable",
     "Unauthorized",
+    "UntrustedEndpoint",
     "BridgeMismatch",
     "ProtocolError",
     "ConnectionLost",
@@ -90,6 +92,12 @@ class BridgeUnavailable(HarnessError):
 
 class Unauthorized(HarnessError, PermissionError):
     """The bridge answered HTTP 401: the token is missing or wrong (C17). Never retried."""
+
+
+class UntrustedEndpoint(HarnessError):
+    """A ``wss://`` endpoint's TLS certificate did not verify: not signed by a trusted CA
+    (the system's, or ``CreateSessionOptions.ca_bundle``), expired, or issued for another
+    host name. Never retried, and verification is never turned off."""
 
 
 class BridgeMismatch(HarnessError):

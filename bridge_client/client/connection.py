@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -23,11 +24,12 @@ from typing import Any, Deque, Dict, List, Optional, Union
 
 import websocket
 
-from ..errors import ConnectionLost, ProtocolError, Unauthorized, rpc_error_from_wire
+from ..errors import ConnectionLost, ProtocolError, Unauthorized, UntrustedEndpoint, rpc_error_from_wire
 from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
+from . import forksafe, transport
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
@@ -139,9 +141,16 @@ class Connection:
         ping_interval: seconds between ``Ping`` frames.
         ping_timeout: extra seconds of silence after ``ping_interval`` before the connection
             counts as lost.
+        ca_bundle: CA certificates (a PEM file or a folder) to verify a ``wss://`` endpoint
+            with, instead of the system's; proxies come from the environment (see
+            :mod:`.transport`).
+
+    A connection belongs to the process that opened it: in a forked child it counts as
+    closed, and closing it there leaves the parent's connection alone (:mod:`.forksafe`).
 
     Raises:
         Unauthorized: the bridge answered 401 (C17).
+        UntrustedEndpoint: the ``wss://`` endpoint's certificate did not verify.
         ConnectionLost: nothing answered, the upgrade failed, or it took longer than
             ``open_timeout`` (nothing usable listens there).
     """
@@ -154,8 +163,10 @@ class Connection:
         open_timeout: float = 10.0,
         ping_interval: float = 5.0,
         ping_timeout: float = 5.0,
+        ca_bundle: Optional[str] = None,
     ) -> None:
         self.url = endpoint.url
+        self._pid = os.getpid()
         self.name = f"{next(_ids):x}"
         self._ping_interval = ping_interval
         self._silence_limit = ping_interval + ping_timeout
@@ -169,6 +180,8 @@ class Connection:
         headers = [f"{name}: {value}" for name, value in endpoint.headers]
         headers.append(f"Authorization: Bearer {token.reveal()}")
         try:
+            # Verification on, CA bundle, proxies: websocket-client's own options.
+            how = transport.connect_options(endpoint.url, ca_bundle)
             self._ws = websocket.create_connection(
                 endpoint.url,
                 timeout=open_timeout,
@@ -176,7 +189,10 @@ class Connection:
                 skip_utf8_validation=True,  # Python's UTF-8 codec still rejects bad text
                 enable_multithread=True,
                 suppress_origin=True,
+                **how,
             )
+        except ssl.SSLCertVerificationError as exc:
+            raise UntrustedEndpoint(f"{endpoint.url}: {exc.verify_message or exc}") from None
         except websocket.WebSocketBadStatusException as exc:
             if exc.status_code == 401:
                 raise Unauthorized(f"the bridge at {endpoint.url} refused the token (HTTP 401)") from None
@@ -188,14 +204,15 @@ class Connection:
         self._last_rx = self._last_ping = time.monotonic()
         self._reader = threading.Thread(target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True)
         self._reader.start()
+        forksafe.track(self)
         log.debug("connected to %s (connection %s)", endpoint.url, self.name)
 
     # ------------------------------------------------------------------ public
 
     @property
     def closed(self) -> bool:
-        """True once the connection has dropped or was closed."""
-        return self._closed
+        """True once the connection has dropped or was closed, or in a forked child."""
+        return self._closed or self._pid != os.getpid()
 
     def call(self, tag: str, payload: Any, timeout: Optional[float] = None) -> Any:
         """Send a request and wait for its single answer.
@@ -234,6 +251,9 @@ class Connection:
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
         may be called from any thread, the reader included."""
+        if self._pid != os.getpid():
+            self._after_fork_in_child()  # never touch the parent's connection
+            return
         with self._lock:
             if self._closed:
                 return
@@ -248,7 +268,31 @@ class Connection:
 
     # ------------------------------------------------------------------ internals
 
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: count as closed, fail what was pending (no thread of the child
+        waits on it), and close this process's copy of the socket without a WebSocket close
+        or a TCP shutdown, so that the parent's connection goes on undisturbed."""
+        self._lock = threading.Lock()
+        if self._pid == -1:
+            return
+        self._closed = True
+        self._pid = -1
+        error = ConnectionLost(f"connection {self.name} belongs to the parent process")
+        for p in self._pending.values():
+            p.cond = threading.Condition(threading.Lock())
+            if p.outcome is None:
+                p.outcome = error
+        self._pending = {}
+        sock = getattr(self._ws, "sock", None)
+        if sock is not None:
+            try:
+                sock.close()  # closes the descriptor only; no close_notify, no shutdown
+            except OSError:
+                pass
+
     def _send_request(self, tag: str, payload: Any, stream: bool) -> _Pending:
+        if self._pid != os.getpid():
+            self._after_fork_in_child()
         with self._lock:
             if self._closed:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
