@@ -54,7 +54,7 @@ class LaunchPlan:
         bridge_idle_timeout: seconds the bridge waits unused before it exits (B06).
         bind: the address the bridge listens on inside the sandbox.
         launch_timeout: seconds to wait for a launched bridge to answer.
-        open_timeout, ping_interval, ping_timeout: passed to :class:`Connection`.
+        open_timeout, ping_interval, ping_timeout, ca_bundle: passed to :class:`Connection`.
     """
 
     sandbox: Sandbox
@@ -71,6 +71,7 @@ class LaunchPlan:
     open_timeout: float = 10.0
     ping_interval: float = 5.0
     ping_timeout: float = 5.0
+    ca_bundle: Optional[str] = None
 
     @property
     def state_dir(self) -> str:
@@ -123,6 +124,7 @@ def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tup
             open_timeout=open_timeout if open_timeout is not None else plan.open_timeout,
             ping_interval=plan.ping_interval,
             ping_timeout=plan.ping_timeout,
+            ca_bundle=plan.ca_bundle,
         )
     except ConnectionLost as exc:
         log.debug("bridge %s: nothing answers on port %d: %s", plan.bridge_id, info.port, exc)
