@@ -31,7 +31,7 @@ from ..options import BridgeOptions, CreateSessionOptions
 from ..sandbox.base import Sandbox
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
-from . import launcher
+from . import forksafe, launcher
 from .connection import Connection
 from .resend import resend_policy
 
@@ -78,6 +78,7 @@ class Session:
             open_timeout=session_options.open_timeout,
             ping_interval=session_options.ping_interval,
             ping_timeout=session_options.ping_timeout,
+            ca_bundle=session_options.ca_bundle,
         )
         # _cond guards the fields below; no network I/O happens while it is held.
         self._cond = threading.Condition(threading.Lock())
@@ -94,6 +95,7 @@ class Session:
         self._connect_lock = threading.Lock()
         self._closing = threading.Event()
         self._ever_connected = False
+        forksafe.track(self)  # a forked child opens its own connection (_after_fork_in_child)
 
     # ------------------------------------------------------------------ properties
 
@@ -419,6 +421,18 @@ class Session:
             if self._active_turn is turn:
                 self._active_turn = None
                 self._active_owner = None
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (called by :mod:`.forksafe`): the parent's connection, threads
+        and locks are not this process's. Forget the connection (its own hook closed this
+        process's copy of the socket), and make new locks; the next use opens a connection of
+        the child's own, and a turn being read resumes from its offset (C09)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._connect_lock = threading.Lock()
+        self._conn = None
+        self._busy = 0
+        self._idle_thread = None
+        self._reading_thread = None
 
     def _start_idle_timer(self) -> None:
         with self._cond:
