@@ -163,6 +163,18 @@ class Turn:
         where = "done" if self.done else f"{self.steps} steps read"
         return f"<Turn {self.id} of session {self._session_id}: {where}>"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's display: the status and the text yielded so far (never reads)."""
+        from .display import turn_text
+
+        printer.text(repr(self) if cycle else turn_text(self))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the status and the text yielded so far, HTML-escaped."""
+        from .display import turn_html
+
+        return turn_html(self)
+
     # ------------------------------------------------------------------ the read
 
     def _start(self) -> None:
