@@ -33,6 +33,7 @@ from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
 from . import forksafe, launcher
 from .connection import Connection
+from .foreign import ForeignBridge
 from .resend import resend_policy
 
 __all__ = ["Session"]
@@ -158,27 +159,34 @@ class Session:
         it had not finished) and read it from its start, skipping the first ``steps`` steps
         (C12).
 
+        A turn of another bridge (``state.bridge_id`` differs from this session's: a session
+        of other options) is read from that bridge, found by its id's state directory in this
+        sandbox with this session's token, and relaunched there when it does not answer; later
+        turns run in this session's own bridge. When that bridge is gone (its state directory
+        or its copy of the turn is lost, or it cannot be launched), the turn runs again from
+        its prompt in this session's own bridge, and the iterator yields a new ``turn-start``
+        naming this bridge (C14).
+
         Args:
             state: the turn's :class:`TurnState` (from ``suspend_turn()`` or its ``turn-start``).
             steps: complete steps the caller already has (>= 0).
 
         Raises:
             SessionReleased, TurnInProgress, BridgeUnavailable: as for :meth:`turn`.
-            BridgeMismatch: the turn runs in a bridge of other options (C14; not built yet).
+            BridgeMismatch: ``state.bridge_id`` is not a bridge id.
         """
-        from ..errors import BridgeMismatch
         from .turn import Turn
 
         if not isinstance(state, TurnState):
             raise TypeError("state must be a TurnState (TurnState.from_json)")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError("steps must be an integer >= 0")
+        link: Optional[ForeignBridge] = None
         if state.bridge_id != self.bridge_id:
-            raise BridgeMismatch(
-                f"turn {state.turn_id} runs in bridge {state.bridge_id}, this session's bridge is "
-                f"{self.bridge_id}; continuing it across options (C14) is not supported yet"
-            )
-        turn = Turn(self, session_id=state.session_id, turn_id=state.turn_id, prompt=state.prompt, after_step=steps)
+            link = ForeignBridge(self, state)
+        turn = Turn(
+            self, session_id=state.session_id, turn_id=state.turn_id, prompt=state.prompt, after_step=steps, link=link
+        )
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":
@@ -317,26 +325,37 @@ class Session:
         *,
         resend: bool = True,
         window: Optional[float] = None,
+        link: Optional["ForeignBridge"] = None,
     ) -> T:
         """Run ``fn(connection)``; on ``ConnectionLost`` drop that connection and run it again
         on a new one, within the resend window (C08). With ``resend=False`` a drop after the
         connection was made raises :class:`MayHaveBeenReceived`.
 
+        Args:
+            fn: what to do on the connection.
+            resend: whether ``fn`` may be run again after a drop.
+            window: seconds of resending (default ``resend_window``).
+            link: the bridge of another session's options to use (C14) instead of the
+                session's own.
+
         Raises:
             BridgeUnavailable: the window ran out or the sandbox is gone (C15).
             SessionReleased: the session was released meanwhile.
+            ForeignBridgeGone: ``link``'s bridge is gone (C14).
         """
         self._check_open()
         window = self._opts.resend_window if window is None else max(window, 0.0)
         policy = resend_policy(window, self._closing)
         started = time.monotonic()
+        connect: Callable[..., Connection] = self._connect if link is None else link.connect
+        drop: Callable[[Connection], None] = self._drop if link is None else link.drop
 
         def attempt() -> T:
             # Reconnecting, a launch may use what is left of the window, never more; the first
             # launch of a session gets its whole launch_timeout.
             left = max(window - (time.monotonic() - started), 0.5) if self._ever_connected else None
             try:
-                conn = self._connect(timeout=left)
+                conn = connect(timeout=left)
             except BridgeLaunchError as exc:
                 if not self._ever_connected:
                     raise  # the first launch failed: the options or the sandbox are wrong
@@ -347,7 +366,7 @@ class Session:
             try:
                 return fn(conn)
             except ConnectionLost as exc:
-                self._drop(conn)
+                drop(conn)
                 if not resend:
                     raise MayHaveBeenReceived(f"the connection dropped; the request may have arrived: {exc}") from exc
                 log.debug("session %s: connection lost, resending: %s", self.id, exc)
@@ -362,11 +381,14 @@ class Session:
         except SandboxGone as exc:
             raise self._unavailable(exc) from exc
 
-    def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
-        """Send a request that does not stream and return its ``Success`` value."""
+    def _call(self, rpc: rpcs.Rpc, payload: Any, link: Optional["ForeignBridge"] = None) -> Any:
+        """Send a request that does not stream and return its ``Success`` value (to ``link``'s
+        bridge when given, C14)."""
         timeout = self._opts.request_timeout
         with self._use():
-            return self._with_connection(lambda conn: conn.call(rpc.tag, payload, timeout=timeout), resend=rpc.resend)
+            return self._with_connection(
+                lambda conn: conn.call(rpc.tag, payload, timeout=timeout), resend=rpc.resend, link=link
+            )
 
     # ------------------------------------------------------------------ internals: use and idle
 

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
-from ..errors import ConnectionLost, HarnessError, ProtocolError
+from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound
 from ..wire import rpcs
 from ..wire.parts import (
     Part,
@@ -31,6 +31,7 @@ from ..wire.parts import (
     part_from_dict,
 )
 from .connection import END, Connection, Stream, StreamClosed
+from .foreign import ForeignBridge, ForeignBridgeGone
 
 if TYPE_CHECKING:
     from .session import Session
@@ -57,8 +58,19 @@ class Turn:
     Only one thread at a time may iterate a session's turns.
     """
 
-    def __init__(self, session: "Session", *, session_id: str, turn_id: str, prompt: str, after_step: int = 0) -> None:
+    def __init__(
+        self,
+        session: "Session",
+        *,
+        session_id: str,
+        turn_id: str,
+        prompt: str,
+        after_step: int = 0,
+        link: Optional["ForeignBridge"] = None,
+    ) -> None:
         self._session = session
+        # The bridge of other options that runs this turn (C14), or None for the session's own.
+        self._link = link
         self.id = turn_id
         self.prompt = prompt
         self._session_id = session_id
@@ -78,8 +90,11 @@ class Turn:
         self._done_receiving = False
         self._exhausted = False
         self._lost_since: Optional[float] = None
+        # When the bridge first restarted since the last step completed (the crash-loop bound).
+        self._restarted_since: Optional[float] = None
         self._texts: List[Tuple[Optional[int], int, str]] = []
         self._yielded_start = False
+        self._adopted_state = False  # a bridge of other options gave this session a new state
 
     # ------------------------------------------------------------------ public
 
@@ -112,6 +127,11 @@ class Turn:
             self._exhausted = True
             self._close_stream()
             self._session._forget_turn(self)
+            if self._adopted_state:
+                # The session's own bridge opens the session again from the newer state on
+                # its next connection (C07, C14).
+                self._adopted_state = False
+                self._session._drop()
             raise StopIteration
         if not self._buffer:
             with self._session._reading(self):
@@ -152,7 +172,8 @@ class Turn:
             self._cancel_requested = True
             if self.status is None:
                 return None
-        value = self._session._call(rpcs.CANCEL_TURN, {"sessionId": self._session_id, "turnId": self.id})
+        payload = {"sessionId": self._session_id, "turnId": self.id}
+        value = self._session._call(rpcs.CANCEL_TURN, payload, link=self._link)
         return StartTurnResult.from_dict(value)
 
     def text(self) -> str:
@@ -185,13 +206,28 @@ class Turn:
         if self._state is None:
             raise ProtocolError(f"turn {self.id}: the first part is {self._buffer[0].type}, not turn-start")
 
+    def _bridge_instance(self) -> Optional[str]:
+        """The instance id of the bridge this turn is read from now (``None``: not connected)."""
+        return self._link.instance if self._link is not None else self._session.instance
+
     def _start_turn(self, conn: Connection) -> None:
-        value = conn.call(
-            rpcs.START_TURN.tag,
-            {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt},
-            timeout=self._session._opts.request_timeout,
-        )
+        payload = {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt}
+        try:
+            value = conn.call(rpcs.START_TURN.tag, payload, timeout=self._session._opts.request_timeout)
+        except (SessionNotFound, TurnNotFound) as exc:
+            if self._link is None:
+                raise
+            raise ForeignBridgeGone(f"bridge {self._link.bridge_id} no longer has the turn: {exc}") from exc
         result = StartTurnResult.from_dict(value)
+        if self._link is not None and result.status == "started":
+            # The turn's bridge had lost it and started it afresh under its options: stop that
+            # copy and run the turn in this session's own bridge (C14).
+            try:
+                conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
+                          timeout=self._session._opts.request_timeout)
+            except HarnessError as exc:
+                log.debug("turn %s: cancelling the fresh copy failed: %s", self.id, exc)
+            raise ForeignBridgeGone(f"bridge {self._link.bridge_id} no longer had the turn")
         if self._instance is not None and result.status == "started":
             # The bridge had no record of the turn (its state was lost): it runs afresh
             # from its prompt, and the reader sees the new log from its turn-start (C14).
@@ -199,7 +235,7 @@ class Turn:
             self._offset = 0
             self._after_step = self._steps_received = 0
         self.status = result.status
-        self._instance = self._session.instance
+        self._instance = self._bridge_instance()
         if self._cancel_requested:
             self._cancel_requested = False
             conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
@@ -207,15 +243,51 @@ class Turn:
 
     def _open(self, conn: Connection) -> Stream:
         """Open ``ReadTurn`` on ``conn`` from where the read stands (C09, C13)."""
-        if self._instance != self._session.instance:
+        if self._instance != self._bridge_instance():
             if self._instance is not None:
                 log.debug("turn %s: bridge restarted, starting the turn again", self.id)
+                self._check_restart_bound()
                 self._after_step = self._steps_received
             self._start_turn(conn)
         return conn.stream(
             rpcs.READ_TURN.tag,
             {"sessionId": self._session_id, "turnId": self.id, "offset": self._offset, "afterStep": self._after_step},
         )
+
+    def _check_restart_bound(self) -> None:
+        """The crash-loop bound: a bridge that restarts again and again while no step of the
+        turn completes gets ``resend_window`` seconds from its first restart, then the read
+        raises ``BridgeUnavailable`` (C15). The parts a restart writes (``step-reset``, the
+        repeated step's start) are not progress, so they do not restart the window.
+        """
+        now = time.monotonic()
+        if self._restarted_since is None:
+            self._restarted_since = now
+            return
+        spent = now - self._restarted_since
+        if spent > self._session._opts.resend_window:
+            raise self._session._unavailable(
+                ConnectionLost(
+                    f"the bridge restarted again and again for {spent:.1f} s "
+                    f"while no step of turn {self.id} completed"
+                )
+            )
+
+    def _run_again_here(self, why: BaseException) -> None:
+        """C14: the turn's bridge of other options is gone: run the turn again from its prompt
+        in the session's own bridge; the reader gets a new ``turn-start`` naming it."""
+        link, self._link = self._link, None
+        log.info("turn %s: %s; running it again from its prompt in its session's bridge", self.id, why)
+        if link is not None:
+            link.close()
+        self._session_id = self._session.id
+        self._offset = 0
+        self._after_step = self._steps_received = 0
+        self._instance = None
+        self._done_receiving = False
+        self._restarted_since = self._lost_since = None
+        if not self._yielded_start:
+            self.steps = 0
 
     def _fill(self) -> None:
         """Receive at least one part into the buffer, reconnecting as needed."""
@@ -228,10 +300,14 @@ class Turn:
                 conn_box: List[Connection] = []
 
                 def open_on(conn: Connection) -> Stream:
-                    conn_box[:] = [conn]  # noqa: B023 (called within this pass of the loop)
+                    conn_box[:] = [conn]
                     return self._open(conn)
 
-                self._stream = session._with_connection(open_on, window=window)
+                try:
+                    self._stream = session._with_connection(open_on, window=window, link=self._link)
+                except ForeignBridgeGone as exc:
+                    self._run_again_here(exc)
+                    continue
                 self._stream_conn = conn_box[0]
             try:
                 values = self._stream.take()
@@ -245,8 +321,17 @@ class Turn:
                 log.debug("turn %s: connection lost at offset %d, resuming: %s", self.id, self._offset, exc)
                 if self._lost_since is None:
                     self._lost_since = time.monotonic()
-                session._drop(self._stream_conn)
+                if self._link is not None:
+                    self._link.drop(self._stream_conn)
+                else:
+                    session._drop(self._stream_conn)
                 self._stream = self._stream_conn = None
+                continue
+            except (SessionNotFound, TurnNotFound) as exc:
+                if self._link is None:
+                    raise
+                self._stream = self._stream_conn = None
+                self._run_again_here(exc)
                 continue
             if values is END:
                 self._stream = self._stream_conn = None
@@ -264,12 +349,14 @@ class Turn:
             self._lost_since = None
             if isinstance(part, StepFinish):
                 self._steps_received += 1
+                self._restarted_since = None
             elif isinstance(part, TurnStart):
                 if self._state is not None and part.turn.turn_id != self.id:
                     raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
                 self._state = part.turn
             elif isinstance(part, TurnFinish):
                 self._done_receiving = True
+                self._restarted_since = None
             self._buffer.append(part)
 
     @property
@@ -286,7 +373,11 @@ class Turn:
             dropped = (part.step, part.discarded_attempt)
             self._texts = [t for t in self._texts if (t[0], t[1]) != dropped]
         elif isinstance(part, SessionStateChanged):
-            self._session._state = part.state
+            # Only this session's own state (a continued turn may belong to another session).
+            if part.state.session_id == self._session.id:
+                self._session._state = part.state
+                if self._link is not None:
+                    self._adopted_state = True
         elif isinstance(part, TurnFinish):
             self.finish = part
         elif isinstance(part, TurnStart) and part.index == 0 and self._yielded_start:
@@ -297,6 +388,10 @@ class Turn:
             self._yielded_start = True
 
     def _close_stream(self) -> None:
+        """Stop reading: close the stream, and the connection to a bridge of other options."""
         stream, self._stream, self._stream_conn = self._stream, None, None
         if stream is not None:
             stream.close()
+        link = self._link
+        if link is not None:
+            link.close()

@@ -1,0 +1,126 @@
+"""The bridge of a turn started under other options than its session's (C14).
+
+``Session.continue_turn`` reads such a turn from the bridge that runs it, found by its id's
+state directory in the session's sandbox and reached with the session's token; later turns
+run in the session's own bridge. When that bridge is gone, :class:`ForeignBridgeGone` tells
+the turn iterator to run the turn again from its prompt in the session's own bridge.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+import re
+import threading
+from typing import TYPE_CHECKING, Optional
+
+from ..bridge import identity
+from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
+from ..wire.parts import HelloResult, TurnState
+from . import launcher
+from .connection import Connection
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["ForeignBridge", "ForeignBridgeGone"]
+
+log = logging.getLogger("bridge_client")
+
+class ForeignBridgeGone(HarnessError):
+    """Internal (C14): the bridge of another session's options that runs a turn is gone (its
+    state directory or its copy of the turn is lost, or it cannot be launched). The turn then
+    runs again from its prompt in the session's own bridge; callers never see this error."""
+
+
+_BRIDGE_ID = re.compile(f"[0-9a-f]{{{identity.BRIDGE_ID_LENGTH}}}")
+
+
+class ForeignBridge:
+    """The bridge of a turn started under other options than its session's (C14).
+
+    Found by its id's state directory in the session's sandbox, reached with the session's
+    token, and relaunched with the session's command and arguments (and the agent options its
+    ``launch.json`` records) when it does not answer. Only the one turn is read there; the
+    session's own connection, idle timer and later turns are not touched. Its connection is
+    closed when the turn ends, is suspended, or the session is released.
+
+    Args:
+        session: the session that continues the turn.
+        state: the turn's state (its ``bridge_id`` names the bridge).
+
+    Raises:
+        BridgeMismatch: ``state.bridge_id`` is not a bridge id.
+    """
+
+    def __init__(self, session: "Session", state: TurnState) -> None:
+        if not _BRIDGE_ID.fullmatch(state.bridge_id):
+            raise BridgeMismatch(f"the turn state names {state.bridge_id!r}, which is not a bridge id")
+        self.bridge_id = state.bridge_id
+        self._session = session
+        self._agent_id = state.agent_id
+        self._lock = threading.Lock()
+        self._conn: Optional[Connection] = None
+        self._hello: Optional[HelloResult] = None
+
+    @property
+    def instance(self) -> Optional[str]:
+        """The instance id of the bridge the current connection reaches (``None`` if none)."""
+        hello = self._hello
+        return hello.instance if hello is not None else None
+
+    def _plan(self) -> launcher.LaunchPlan:
+        own = self._session._plan
+        folder = identity.state_dir(own.sandbox.state_root, self.bridge_id)
+        path = posixpath.join(folder, identity.LAUNCH_FILE)
+        try:
+            info = identity.parse_launch(own.sandbox.read_file(path))
+        except (OSError, ProtocolError) as exc:
+            raise ForeignBridgeGone(f"bridge {self.bridge_id} has no usable launch file: {exc}") from None
+        if info.bridge_id != self.bridge_id or info.agent_id != self._agent_id:
+            raise ForeignBridgeGone(f"the launch file of bridge {self.bridge_id} names another bridge")
+        return dataclasses.replace(
+            own,
+            agent_id=info.agent_id,
+            bridge_id=info.bridge_id,
+            agent_options=info.agent_options,
+            bridge_idle_timeout=info.idle_timeout,
+            bind=info.bind,
+        )
+
+    def connect(self, timeout: Optional[float] = None) -> Connection:
+        """Return the open connection to the bridge, or make one (launching it if needed).
+
+        Raises:
+            ForeignBridgeGone: its state directory is gone or it cannot be launched.
+            Unauthorized, SandboxGone: as for the session's own bridge.
+        """
+        with self._lock:
+            self._session._check_open()
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            plan = self._plan()
+            try:
+                conn, hello = launcher.connect(plan, timeout=timeout)
+            except (BridgeLaunchError, TemplateError) as exc:
+                first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise ForeignBridgeGone(f"bridge {self.bridge_id} cannot be launched: {first_line}") from exc
+            self._conn, self._hello = conn, hello
+            log.debug("turn's bridge %s reached (instance %s)", self.bridge_id, hello.instance)
+            return conn
+
+    def drop(self, conn: Optional[Connection] = None) -> None:
+        """Forget and close the connection (or only ``conn``, if it is not the current one)."""
+        with self._lock:
+            current = self._conn
+            if conn is None or current is conn:
+                self._conn = None
+        if current is not None and (conn is None or current is conn):
+            current.close()
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        self.drop()
