@@ -1,0 +1,208 @@
+"""``python -m benchmarks``: run the benchmarks of issue 5, print the table, write JSON.
+
+Usage (from the repository root)::
+
+    python -m benchmarks                       # the full run (a few minutes on 2 cores)
+    python -m benchmarks --quick               # about a tenth of it, for a look
+    python -m benchmarks --only throughput latency --repeats 5
+    python -m benchmarks --parts 300000 --sessions 50,100,200 --json out.json
+
+Absolute figures vary on a shared machine; the ratios to the baselines measured in the same
+run are the figures that count. See ``docs/performance.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import NAMES
+from ._common import BenchEnv, Figure, Row, Sizes, machine
+
+DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "latest.json")
+
+
+def _int_list(text: str) -> List[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("session counts must be integers >= 1")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="about a tenth of the full sizes")
+    size.add_argument("--tiny", action="store_true", help="each benchmark once at a tiny size (smoke test)")
+    p.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=f"run only these: {', '.join(NAMES)}")
+    p.add_argument("--repeats", type=_positive, help="runs of the throughput and replay measurements")
+    p.add_argument("--parts", type=_positive, help="text deltas of the throughput turn")
+    p.add_argument("--replay-parts", type=_positive, help="parts of the replayed turn")
+    p.add_argument("--turns", type=_positive, help="turns of the latency benchmark")
+    p.add_argument("--cold-runs", type=_positive, help="cold starts")
+    p.add_argument("--resumes", type=_positive, help="connection drops of the resume benchmark")
+    p.add_argument("--recoveries", type=_positive, help="bridge kills of the recovery benchmark")
+    p.add_argument("--sessions", type=_int_list, help="session counts of the scale benchmark, e.g. 50,100,200")
+    p.add_argument("--scale-parts", type=_positive, help="text deltas per session in the scale benchmark")
+    p.add_argument("--commands", type=_positive, help="commands per side in the SWE-ReX comparison")
+    p.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
+    return p.parse_args(argv)
+
+
+def sizes_from(args: argparse.Namespace) -> Sizes:
+    """The sizes the arguments ask for."""
+    base = Sizes.tiny() if args.tiny else Sizes.quick() if args.quick else Sizes()
+    overrides: Dict[str, Any] = {}
+    for name in ("repeats", "parts", "replay_parts", "turns", "cold_runs", "resumes", "recoveries",
+                 "sessions", "scale_parts", "commands"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = tuple(value) if name == "sessions" else value
+    return dataclasses.replace(base, **overrides)
+
+
+def _num(value: float) -> str:
+    if value != value:  # NaN
+        return "nan"
+    if abs(value) >= 10_000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _cell(f: Optional[Figure]) -> str:
+    if f is None:
+        return "-"
+    label = "p1-p99" if f.spread == "p1-p99" else ""
+    return f"{_num(f.median)} {f.unit} ({_num(f.low)}-{_num(f.high)}{' ' + label if label else ''}, n={len(f.samples)})"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The rows as a Markdown table: median (spread, samples), baseline, ratio, target, met."""
+    head = ["benchmark", "product: median (spread, n)", "baseline: median (spread, n)", "ratio", "target", "met"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r.skipped and r.baseline is None:
+            baseline = r.skipped
+        else:
+            baseline = _cell(r.baseline)
+        ratio = f"{r.ratio:.2f} ({r.ratio_means})" if r.ratio is not None else "-"
+        met = "-" if r.met is None else ("yes" if r.met else "NO")
+        lines.append(f"| {r.name} | {_cell(r.product)} | {baseline} | {ratio} | {r.target} | {met} |")
+    return "\n".join(lines)
+
+
+def details(rows: Sequence[Row]) -> str:
+    """Extra figures (p99, per-size scale results) as indented lines."""
+    out = []
+    for r in rows:
+        if r.name == "latency" and r.extra:
+            out.append(f"latency p99: product {_num(r.extra['product_p99_ms'])} ms, "
+                       f"raw round trip {_num(r.extra['baseline_p99_ms'])} ms")
+        if r.name == "replay" and "ratio_to_throughput_benchmark" in r.extra:
+            out.append(f"replay / throughput benchmark: {r.extra['ratio_to_throughput_benchmark']:.2f}")
+        if r.name == "scale":
+            for s in r.extra.get("by_sessions", []):
+                out.append(
+                    f"scale {s['sessions']:>4} sessions: {_num(s['parts_per_s'])} parts/s total, "
+                    f"host threads {s['host_threads_peak']} (base {s['host_threads_base']}, "
+                    f"{s['product_threads_per_session']:.2f} per session + 1 benchmark worker), "
+                    f"host RSS {s['host_rss_peak_bytes'] / 2**20:.1f} MiB "
+                    f"(base {s['host_rss_base_bytes'] / 2**20:.1f}), "
+                    f"{s['rss_per_session_bytes'] / 2**10:.0f} KiB per session"
+                )
+        if r.skipped:
+            out.append(f"{r.name}: {r.skipped}")
+    return "\n".join(out)
+
+
+def run(names: Sequence[str], sizes: Sizes, log: Callable[[str], None] = print) -> List[Row]:
+    """Run the named benchmarks in the issue's order and return their rows."""
+    from . import peer, product
+
+    rows: List[Row] = []
+    done: Dict[str, Row] = {}
+    with BenchEnv() as env:
+        for name in NAMES:
+            if name not in names:
+                continue
+            log(f"running {name} ...")
+            t0 = time.monotonic()
+            if name == "throughput":
+                row = product.throughput(env, sizes)
+            elif name == "replay":
+                tp = done.get("throughput")
+                row = product.replay(env, sizes, tp.product if tp else None)
+            elif name == "latency":
+                row = product.latency(env, sizes)
+            elif name == "cold-start":
+                row = product.cold_start(env, sizes)
+            elif name == "resume":
+                row = product.resume(env, sizes)
+            elif name == "recovery":
+                cold = done.get("cold-start")
+                row = product.recovery(env, sizes, cold.product if cold else None)
+            elif name == "scale":
+                tp = done.get("throughput")
+                row = product.scale(env, sizes, tp.product if tp else None)
+            else:
+                row = peer.swe_rex(env, sizes)
+            log(f"  {name}: {time.monotonic() - t0:.1f} s")
+            done[name] = row
+            rows.append(row)
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    sizes = sizes_from(args)
+    names = list(args.only or NAMES)
+    info = machine()
+    started = time.time()
+    rows = run(names, sizes, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(table(rows))
+    extra = details(rows)
+    if extra:
+        print()
+        print(extra)
+    print(f"\nmachine: {info['cpu']}, {info['cores']} cores, {info['python']}, {info['os']}")
+    result = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "machine": info,
+        "sizes": dataclasses.asdict(sizes),
+        "rows": [r.to_json() for r in rows],
+    }
+    folder = os.path.dirname(os.path.abspath(args.json))
+    os.makedirs(folder, exist_ok=True)
+    tmp = args.json + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, args.json)  # never a half-written file
+    print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
