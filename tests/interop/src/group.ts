@@ -1,0 +1,88 @@
+/**
+ * The bridge's RPC catalogue (PROTOCOL.md, "Catalogue", protocol 1) as an Effect RpcGroup.
+ *
+ * Shared by the TypeScript bridge (bridge.ts) and the TypeScript client (client.ts), so both
+ * sides of the interop tests speak exactly what an Effect user would write.
+ */
+import { Schema } from "effect"
+import { Rpc, RpcGroup } from "effect/rpc"
+
+// Typed errors: {"_tag": NAME, "message": str} plus fields (PROTOCOL.md, "Catalogue").
+export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
+  message: Schema.String
+}) {}
+
+export class SessionNotFound extends Schema.TaggedError<SessionNotFound>()("SessionNotFound", {
+  message: Schema.String,
+  sessionId: Schema.optional(Schema.String)
+}) {}
+
+export class TurnNotFound extends Schema.TaggedError<TurnNotFound>()("TurnNotFound", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String)
+}) {}
+
+export class TurnConflict extends Schema.TaggedError<TurnConflict>()("TurnConflict", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String)
+}) {}
+
+export const SessionState = Schema.Struct({
+  sessionId: Schema.String,
+  revision: Schema.Number,
+  data: Schema.Unknown
+})
+export type SessionState = typeof SessionState.Type
+
+export const Hello = Schema.Struct({
+  agentId: Schema.String,
+  bridgeId: Schema.String,
+  instance: Schema.String,
+  protocol: Schema.Number,
+  pid: Schema.Number,
+  startedAt: Schema.String
+})
+
+export const TurnStatus = Schema.Struct({
+  turnId: Schema.String,
+  status: Schema.Literals(["started", "running", "continued", "finished"])
+})
+
+// A part keeps every field it carries (a Struct would drop the type-specific ones).
+export const Part = Schema.Record(Schema.String, Schema.Unknown)
+export type Part = typeof Part.Type
+
+export const BridgeRpcs = RpcGroup.make(
+  Rpc.make("Hello", { payload: Schema.Null, success: Hello }),
+  Rpc.make("OpenSession", {
+    payload: { sessionId: Schema.String, state: Schema.NullOr(SessionState) },
+    success: SessionState,
+    error: BadRequest
+  }),
+  Rpc.make("StartTurn", {
+    payload: { sessionId: Schema.String, turnId: Schema.String, prompt: Schema.String },
+    success: TurnStatus,
+    error: Schema.Union([SessionNotFound, TurnConflict, BadRequest])
+  }),
+  Rpc.make("ReadTurn", {
+    payload: {
+      sessionId: Schema.String,
+      turnId: Schema.String,
+      offset: Schema.Number,
+      afterStep: Schema.Number
+    },
+    success: Part,
+    error: Schema.Union([SessionNotFound, TurnNotFound, BadRequest]),
+    stream: true
+  }),
+  Rpc.make("CancelTurn", {
+    payload: { sessionId: Schema.String, turnId: Schema.String },
+    success: TurnStatus,
+    error: TurnNotFound
+  }),
+  Rpc.make("CloseSession", {
+    payload: { sessionId: Schema.String },
+    success: SessionState,
+    error: SessionNotFound
+  })
+)
