@@ -135,7 +135,7 @@ def connect_options(url: str, ca_bundle: Optional[str] = None) -> Dict[str, Any]
 
     Returns:
         ``sslopt`` (verification on: ``CERT_REQUIRED`` and host-name checks) plus the proxy
-        options of :func:`proxy_for`, if any.
+        options of :func:`proxy_for`, or options that say "direct" explicitly.
 
     Raises:
         ValueError: ``ca_bundle`` does not exist, or the proxy environment is unusable.
@@ -150,6 +150,11 @@ def connect_options(url: str, ca_bundle: Optional[str] = None) -> Dict[str, Any]
             raise ValueError(f"the CA bundle {ca_bundle!r} is not a file or a folder")
     options: Dict[str, Any] = {"sslopt": sslopt}
     proxy = proxy_for(url)
-    if proxy is not None:
-        options.update(proxy)
+    # websocket-client reads the proxy variables itself whenever no proxy host is given; to
+    # make our decision (loopback direct) the only one, "direct" is said explicitly: a proxy
+    # entry that every host bypasses (http_no_proxy=["*"]), so it is never contacted.
+    options.update(proxy if proxy is not None else _DIRECT)
     return options
+
+
+_DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port": 9, "http_no_proxy": ["*"]}
