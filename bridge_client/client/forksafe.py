@@ -46,7 +46,8 @@ def _after_fork_in_child() -> None:
         except Exception:  # pragma: no cover - a child must not die in a fork hook
             log.exception("after fork: could not reset %r", obj)
     if objects:
-        log.debug("process %d forked: dropped %d inherited connection(s) and session(s)", os.getpid(), len(objects))
+        log.debug("process %d forked: dropped %d inherited connection(s) and session(s)",
+                  os.getpid(), len(objects))
 
 
 if hasattr(os, "register_at_fork"):

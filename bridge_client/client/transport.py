@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 __all__ = ["connect_options", "proxy_for", "is_loopback"]
 
-_PROXY_TYPES = {"http": "http", "socks4": "socks4", "socks4a": "socks4a", "socks5": "socks5", "socks5h": "socks5h"}
+_PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
 
 def is_loopback(host: str) -> bool:

@@ -16,7 +16,9 @@ _POLL = 0.1  # seconds between looks at the stop flag
 _MAX_CONNECTIONS = 64
 
 
-def _pump(src: socket.socket, dst: socket.socket, stop: threading.Event, first: Optional[List[bytes]] = None) -> None:
+def _pump(
+    src: socket.socket, dst: socket.socket, stop: threading.Event, first: Optional[List[bytes]] = None
+) -> None:
     """Copy bytes from ``src`` to ``dst`` until either side ends or ``stop`` is set; keep the
     first chunk in ``first`` (the HTTP upgrade request, for tests to look at)."""
     src.settimeout(_POLL)
@@ -55,7 +57,9 @@ class _Server:
         self._sockets: List[socket.socket] = []
         self._lock = threading.Lock()
         self.accepted = 0
-        self._acceptor = threading.Thread(target=self._accept_loop, name=f"test-{self.name}-accept", daemon=True)
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name=f"test-{self.name}-accept", daemon=True
+        )
         self._acceptor.start()
 
     def _accept_loop(self) -> None:
