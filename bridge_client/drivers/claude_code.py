@@ -1,0 +1,334 @@
+"""The ``claude-code`` driver: runs the Claude Code CLI in print mode inside the sandbox and
+maps its stream-json messages onto parts.
+
+Each turn runs::
+
+    claude -p --output-format stream-json --verbose --input-format stream-json
+           [--resume SESSION_ID] [--model M] [--permission-mode P] [--max-turns N]
+           [--append-system-prompt S] [--allowedTools T,...] [EXTRA_ARGS...]
+
+in the workspace, writes the prompt to stdin as one stream-json user message, and keeps stdin
+open for control messages until the ``result`` message arrives.
+
+Where the format comes from: the message shapes parsed by the Claude Agent SDK,
+``anthropics/claude-agent-sdk-python``, ``src/claude_agent_sdk/_internal/message_parser.py``
+(``system``/``init``, ``assistant`` with ``message.content`` blocks ``text``, ``thinking``,
+``tool_use``, ``user`` with ``tool_result`` blocks, ``result`` with ``subtype``, ``is_error``,
+``session_id``, ``usage``, ``total_cost_usd``), and the command line and stdin messages its
+transport sends (``src/claude_agent_sdk/_internal/transport/subprocess_cli.py``: the user
+message ``{"type": "user", "message": {"role": "user", "content": ...}}`` and the interrupt
+``{"type": "control_request", "request_id": ..., "request": {"subtype": "interrupt"}}``).
+
+What each message becomes:
+
+- ``system`` ``init``: its ``session_id`` goes into the session state
+  (``{"session_id": ...}``, a ``session-state`` part) before the first step.
+- ``assistant``: a message with a new ``message.id`` closes the open step and opens the next
+  (one step per model call). Its blocks: ``text`` → ``text-delta``; ``thinking`` →
+  ``reasoning-delta``; ``tool_use`` → ``tool-call`` (its ``id``, ``name`` and ``input``);
+  other blocks → ``data`` ``claude-code-block``. Messages of a sub-agent
+  (``parent_tool_use_id`` set) → ``data`` ``claude-code-subagent``.
+- ``user`` ``tool_result`` blocks → ``tool-result`` (the text of ``content``, ``is_error``).
+- ``result``: closes the open step; its ``usage``, ``total_cost_usd``, ``num_turns`` and
+  ``duration_ms`` become the turn's usage; ``is_error`` or a ``subtype`` other than
+  ``success`` ends the turn with ``error`` and the CLI's message.
+- A line that is not JSON → ``data`` ``claude-code-unparsed`` (``{"line": ...}``); the turn
+  goes on. Other message types (``stream_event``, ``rate_limit_event``, other ``system``
+  subtypes) are skipped.
+- The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
+  status and the tail of its stderr.
+
+Cancel: the interrupt control request on stdin; the CLI's process group is killed when it
+has not ended ``interrupt_grace`` seconds later.
+
+What survives a restart (C07, B05): the session state holds the CLI's session id, so a fresh
+bridge resumes the same Claude Code session (``--resume``). A turn continued after a restart
+with completed steps resumes that session with ``continue_prompt``; one with none runs its
+prompt again.
+
+Options (``agent_options``, a JSON object or null):
+    executable: the CLI program (default ``claude``).
+    model: ``--model`` (default: the CLI's).
+    permission_mode: ``--permission-mode`` (default ``bypassPermissions``: the sandbox is the
+        boundary; ``null`` leaves the CLI's default).
+    max_turns: ``--max-turns``, an integer >= 1.
+    append_system_prompt: ``--append-system-prompt``.
+    allowed_tools: a list of tool names for ``--allowedTools``.
+    extra_args: a list of further arguments.
+    continue_prompt: the prompt that continues a turn cut by a restart.
+    interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Dict, List, Optional, Set
+
+from ..bridge.driver import TurnContext, TurnResult, options_object
+from .cli_process import CLIStartError, Event, JsonLinesProcess, join_text, summarize
+from .option_checks import number_option, str_list_option, str_option
+
+__all__ = ["ClaudeCodeDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
+
+DEFAULT_CONTINUE_PROMPT = (
+    "Your previous run was interrupted (the process running you restarted). "
+    "Continue the task where you left off."
+)
+"""What a turn continued after a restart sends to the resumed session (B05)."""
+
+_OPTIONS = (
+    "executable",
+    "model",
+    "permission_mode",
+    "max_turns",
+    "append_system_prompt",
+    "allowed_tools",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+class _Mapper:
+    """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
+
+    def __init__(self, driver: "ClaudeCodeDriver", ctx: TurnContext) -> None:
+        self.driver = driver
+        self.ctx = ctx
+        self.message_id: Optional[str] = None
+        self.step_usage: Any = None
+        self.step_tools = False
+        self.names: Dict[str, str] = {}
+        self.result: Optional[Dict[str, Any]] = None
+
+    def _session_id(self, sid: Any) -> None:
+        if isinstance(sid, str) and sid:
+            data = self.ctx.state.data
+            if not isinstance(data, dict) or data.get("session_id") != sid:
+                self.ctx.set_state({"session_id": sid})
+
+    def _open(self, message_id: Optional[str]) -> None:
+        if self.ctx.step is not None and message_id is not None and message_id == self.message_id:
+            return
+        self.close_step()
+        self.ctx.start_step()
+        self.message_id, self.step_usage, self.step_tools = message_id, None, False
+
+    def close_step(self) -> None:
+        if self.ctx.step is not None:
+            self.ctx.finish_step("tool-calls" if self.step_tools else "stop", self.step_usage)
+
+    def on_event(self, event: Event) -> bool:
+        """Map one line; return True for the ``result`` message (the run's last)."""
+        ctx, msg = self.ctx, event.obj
+        if msg is None:
+            ctx.data("claude-code-unparsed", {"line": event.line[:2000]})
+            return False
+        kind = msg.get("type")
+        if kind == "system":
+            if msg.get("subtype") == "init":
+                self._session_id(msg.get("session_id"))
+            return False
+        if kind == "result":
+            self._session_id(msg.get("session_id"))
+            self.close_step()
+            self.result = msg
+            return True
+        message = msg.get("message")
+        if kind not in ("assistant", "user") or not isinstance(message, dict):
+            return False
+        if msg.get("parent_tool_use_id"):
+            if ctx.step is None:
+                self._open(None)
+            ctx.data("claude-code-subagent", msg)
+            return False
+        content = message.get("content")
+        if kind == "assistant":
+            mid = message.get("id") if isinstance(message.get("id"), str) else None
+            self._open(mid)
+            if message.get("usage") is not None:
+                self.step_usage = message.get("usage")
+            for block in content if isinstance(content, list) else []:
+                self._assistant_block(block)
+            return False
+        # A user message: tool results for the open step (or a plain echo of input: skipped).
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                if ctx.step is None:
+                    self._open(None)
+                call_id = str(block.get("tool_use_id", ""))
+                ctx.tool_result(
+                    call_id,
+                    self.names.get(call_id, "unknown"),
+                    join_text(block.get("content")),
+                    bool(block.get("is_error")),
+                )
+        return False
+
+    def _assistant_block(self, block: Any) -> None:
+        ctx = self.ctx
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            ctx.text(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            ctx.reasoning(block["thinking"])
+        elif kind == "tool_use":
+            call_id, name = str(block.get("id", "")), str(block.get("name", "unknown"))
+            self.names[call_id] = name
+            self.step_tools = True
+            ctx.tool_call(call_id, name, block.get("input"))
+        else:
+            ctx.data("claude-code-block", block)
+
+
+class ClaudeCodeDriver:
+    """The Claude Code agent (``agent_id`` ``"claude-code"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    agent_id = "claude-code"
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.executable: str = options.get("executable", "claude")
+        self.model: Optional[str] = options.get("model")
+        self.permission_mode: Optional[str] = options.get("permission_mode", "bypassPermissions")
+        self.max_turns: Optional[int] = options.get("max_turns")
+        self.append_system_prompt: Optional[str] = options.get("append_system_prompt")
+        self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
+        self.extra_args: List[str] = list(options.get("extra_args") or [])
+        self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
+        self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
+        self._lock = threading.Lock()
+        self._running: Set[JsonLinesProcess] = set()
+
+    def initial_state(self) -> Any:
+        """A new session's data: ``{"session_id": null}`` (no CLI session yet)."""
+        return {"session_id": None}
+
+    def argv(self, session_id: Optional[str]) -> List[str]:
+        """The command line of one run (``session_id``: the CLI session to resume)."""
+        argv = [
+            self.executable,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+        ]
+        if session_id:
+            argv += ["--resume", session_id]
+        if self.model:
+            argv += ["--model", self.model]
+        if self.permission_mode:
+            argv += ["--permission-mode", self.permission_mode]
+        if self.max_turns is not None:
+            argv += ["--max-turns", str(self.max_turns)]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        if self.allowed_tools:
+            argv += ["--allowedTools", ",".join(self.allowed_tools)]
+        return argv + self.extra_args
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run the CLI once for the turn (or resume it after a restart, B05).
+
+        Returns:
+            ``stop`` with the result's usage; ``error`` when the CLI reports one, cannot be
+            started, or exits before its ``result`` message; ``cancelled`` after a cancel.
+        """
+        data = ctx.state.data
+        session_id = data.get("session_id") if isinstance(data, dict) else None
+        session_id = session_id if isinstance(session_id, str) and session_id else None
+        prompt = ctx.prompt
+        if ctx.completed_steps > 0 and session_id:
+            prompt = self.continue_prompt
+        message = {
+            "type": "user",
+            "message": {"role": "user", "content": prompt},
+            "parent_tool_use_id": None,
+            "session_id": session_id or "default",
+        }
+        try:
+            proc = JsonLinesProcess(
+                self.argv(session_id), os.getcwd(), json.dumps(message) + "\n", keep_stdin=True
+            )
+        except CLIStartError as exc:
+            return TurnResult(
+                "error", error=f"{exc} (is Claude Code installed? the claude-code template installs it)"
+            )
+        with self._lock:
+            self._running.add(proc)
+        mapper = _Mapper(self, ctx)
+        try:
+            interrupt = {
+                "type": "control_request",
+                "request_id": "bridge-cancel",
+                "request": {"subtype": "interrupt"},
+            }
+            how = proc.pump(
+                ctx.cancelled,
+                mapper.on_event,
+                lambda: proc.write(json.dumps(interrupt) + "\n"),
+                self.interrupt_grace,
+            )
+            if how == "done":
+                proc.finish(self.interrupt_grace)
+            elif how == "eof":
+                code = proc.wait(self.interrupt_grace)
+                proc.stop()
+                if not ctx.cancelled.is_set():
+                    mapper.close_step()
+                    status = f"status {code}" if code is not None else "its output closed"
+                    tail = proc.stderr_tail()
+                    return TurnResult(
+                        "error",
+                        error=f"claude exited ({status}) before its result message"
+                        + (f": {summarize(tail)}" if tail else ""),
+                    )
+        except BaseException:
+            proc.stop()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        mapper.close_step()
+        if ctx.cancelled.is_set():
+            return TurnResult("cancelled")
+        result = mapper.result or {}
+        usage = {
+            k: result.get(k) for k in ("usage", "total_cost_usd", "num_turns", "duration_ms") if k in result
+        }
+        if result.get("is_error") or result.get("subtype", "success") != "success":
+            detail = result.get("result") or result.get("errors") or result.get("subtype")
+            return TurnResult("error", usage or None, f"claude: {summarize(detail)}")
+        return TurnResult("stop", usage or None)
+
+    def close(self) -> None:
+        """Kill every running CLI's process group (the bridge is shutting down)."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            proc.stop()
+
+
+def make_driver(options: Any) -> ClaudeCodeDriver:
+    """Make the claude-code driver from its options (see the module docstring).
+
+    Raises:
+        ValueError: an option is unknown or of the wrong type.
+    """
+    opts = options_object(options, "claude-code", _OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "claude-code", key)
+    for key in ("model", "permission_mode", "append_system_prompt"):
+        str_option(opts, "claude-code", key, allow_none=True)
+    str_list_option(opts, "claude-code", "allowed_tools")
+    str_list_option(opts, "claude-code", "extra_args")
+    number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
+    number_option(opts, "claude-code", "interrupt_grace", minimum=0)
+    return ClaudeCodeDriver(opts)

@@ -1,0 +1,306 @@
+"""The ``codex`` driver: runs the Codex CLI's non-interactive mode with JSON events inside the
+sandbox and maps them onto parts.
+
+Each turn runs, in the workspace, with the prompt on stdin::
+
+    codex exec --json [--skip-git-repo-check] [--sandbox MODE] [--model M] [EXTRA_ARGS...] -
+    codex exec --json [same options] resume THREAD_ID -        (later turns)
+
+Where the format comes from: ``openai/codex``, ``codex-rs/exec/src/exec_events.rs`` (the
+``ThreadEvent`` and ``ThreadItem`` types ``codex exec --json`` prints, one per line) and
+``codex-rs/exec/src/cli.rs`` (the ``exec`` options and the ``resume SESSION_ID [PROMPT]``
+subcommand; a prompt of ``-`` is read from stdin).
+
+What each event becomes:
+
+- ``thread.started``: its ``thread_id`` goes into the session state (``{"thread_id": ...}``,
+  a ``session-state`` part).
+- ``turn.started``: nothing.
+- Items. A step opens at the first item after the previous step closed, and closes after
+  each tool item completes (the model call that asked for the tool, and its result):
+  ``agent_message`` → ``text-delta``; ``reasoning`` → ``reasoning-delta``;
+  ``command_execution`` → ``tool-call`` ``command_execution`` (``{"command"}``) when it
+  starts, ``tool-result`` (``{"exitCode", "output", "status"}``, an error unless it
+  completed with status 0) when it completes; ``file_change`` → ``tool-call`` and
+  ``tool-result`` ``file_change`` (``{"changes"}``); ``mcp_tool_call`` → ``tool-call``
+  ``mcp:SERVER/TOOL`` (its ``arguments``) and ``tool-result`` (``result`` or ``error``);
+  ``web_search`` → ``tool-call`` ``web_search`` and an empty ``tool-result``;
+  ``todo_list``, ``plan``, ``error`` and other items → ``data`` ``codex-<type>``.
+- ``turn.completed``: closes the open step; its ``usage`` is the turn's usage.
+- ``turn.failed``: ``turn-finish`` ``error`` with its ``error.message``.
+- ``error``: ``data`` ``codex-error`` (Codex also reports retries this way); its message is
+  kept for the turn's error if the turn then fails.
+- A line that is not JSON → ``data`` ``codex-unparsed`` (``{"line": ...}``); the turn goes on.
+- The CLI exiting without ``turn.completed`` or ``turn.failed`` → ``turn-finish`` ``error``
+  with its exit status and the tail of its stderr.
+
+Cancel: SIGINT to the CLI's process group (what Ctrl-C does: Codex interrupts its turn and
+exits); the group is killed when it has not ended ``interrupt_grace`` seconds later.
+
+What survives a restart (C07, B05): the session state holds the thread id, so a fresh bridge
+resumes the same Codex thread (``resume``). A turn continued after a restart with completed
+steps resumes the thread with ``continue_prompt``; one with none runs its prompt again.
+
+Options (``agent_options``, a JSON object or null):
+    executable: the CLI program (default ``codex``).
+    model: ``--model`` (default: the CLI's).
+    sandbox: ``--sandbox`` mode (default ``workspace-write``; ``null`` leaves the CLI's).
+    skip_git_repo_check: pass ``--skip-git-repo-check`` (default true: workspaces need not
+        be git repositories).
+    extra_args: a list of further arguments (before ``resume``).
+    continue_prompt: the prompt that continues a turn cut by a restart.
+    interrupt_grace: seconds >= 0 between SIGINT and killing the CLI (default 5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any, Dict, List, Optional, Set
+
+from ..bridge.driver import TurnContext, TurnResult, options_object
+from .claude_code import DEFAULT_CONTINUE_PROMPT
+from .cli_process import CLIStartError, Event, JsonLinesProcess, summarize
+from .option_checks import bool_option, number_option, str_list_option, str_option
+
+__all__ = ["CodexDriver", "make_driver"]
+
+_OPTIONS = (
+    "executable",
+    "model",
+    "sandbox",
+    "skip_git_repo_check",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+_TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call")
+
+
+class _Mapper:
+    """Maps one run's events onto ``ctx``."""
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self.ctx = ctx
+        self.called: Set[str] = set()
+        self.usage: Any = None
+        self.failed: Optional[str] = None
+        self.last_error: Optional[str] = None
+        self.done = False
+
+    def _open(self) -> None:
+        if self.ctx.step is None:
+            self.ctx.start_step()
+
+    def close_step(self, reason: str = "stop") -> None:
+        if self.ctx.step is not None:
+            self.ctx.finish_step(reason)
+
+    def on_event(self, event: Event) -> bool:
+        """Map one line; return True for ``turn.completed`` or ``turn.failed``."""
+        ctx, ev = self.ctx, event.obj
+        if ev is None:
+            ctx.data("codex-unparsed", {"line": event.line[:2000]})
+            return False
+        kind = ev.get("type")
+        if kind == "thread.started":
+            tid = ev.get("thread_id")
+            data = ctx.state.data
+            if isinstance(tid, str) and tid and not (isinstance(data, dict) and data.get("thread_id") == tid):
+                ctx.set_state({"thread_id": tid})
+        elif kind == "turn.completed":
+            self.close_step()
+            self.usage = ev.get("usage")
+            self.done = True
+            return True
+        elif kind == "turn.failed":
+            error = ev.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            self.failed = str(message or self.last_error or "turn failed")
+            self.close_step("error")
+            return True
+        elif kind == "error":
+            self.last_error = str(ev.get("message", ""))
+            ctx.data("codex-error", {"message": self.last_error})
+        elif kind in ("item.started", "item.updated", "item.completed") and isinstance(ev.get("item"), dict):
+            self._item(kind, ev["item"])
+        return False
+
+    def _call(self, item_id: str, name: str, input: Any) -> None:
+        if item_id not in self.called:
+            self.called.add(item_id)
+            self.ctx.tool_call(item_id, name, input)
+
+    def _item(self, kind: str, item: Dict[str, Any]) -> None:
+        ctx = self.ctx
+        itype = str(item.get("type", "unknown"))
+        item_id = str(item.get("id", ""))
+        if itype in _TOOL_ITEMS:
+            self._open()
+            name, input = _tool_name_input(itype, item)
+            self._call(item_id, name, input)
+            if kind == "item.completed":
+                output, is_error = _tool_output(itype, item)
+                ctx.tool_result(item_id, name, output, is_error)
+                self.close_step("tool-calls")
+            return
+        if kind != "item.completed" and itype in ("agent_message", "reasoning"):
+            return  # their text arrives whole when they complete
+        self._open()
+        text = item.get("text")
+        if itype == "agent_message" and isinstance(text, str):
+            ctx.text(text)
+        elif itype == "reasoning" and isinstance(text, str):
+            ctx.reasoning(text)
+        else:
+            ctx.data(f"codex-{itype}", item)
+
+
+def _tool_name_input(itype: str, item: Dict[str, Any]) -> "tuple[str, Any]":
+    if itype == "command_execution":
+        return itype, {"command": item.get("command")}
+    if itype == "file_change":
+        return itype, {"changes": item.get("changes")}
+    if itype == "mcp_tool_call":
+        return f"mcp:{item.get('server')}/{item.get('tool')}", item.get("arguments")
+    if itype == "web_search":
+        return itype, {"query": item.get("query")}
+    return itype, {k: v for k, v in item.items() if k not in ("id", "type", "status", "agents_states")}
+
+
+def _tool_output(itype: str, item: Dict[str, Any]) -> "tuple[Any, bool]":
+    status = item.get("status")
+    if itype == "command_execution":
+        code = item.get("exit_code")
+        output = {"exitCode": code, "output": item.get("aggregated_output", ""), "status": status}
+        return output, status != "completed" or code != 0
+    if itype == "file_change":
+        return {"changes": item.get("changes"), "status": status}, status == "failed"
+    if itype == "mcp_tool_call":
+        error = item.get("error")
+        if error:
+            return {
+                "error": error.get("message") if isinstance(error, dict) else error,
+                "status": status,
+            }, True
+        return {"result": item.get("result"), "status": status}, status == "failed"
+    if itype == "web_search":
+        return {"status": status or "completed"}, False
+    return {"status": status, "agentsStates": item.get("agents_states")}, status == "failed"
+
+
+class CodexDriver:
+    """The Codex agent (``agent_id`` ``"codex"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    agent_id = "codex"
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.executable: str = options.get("executable", "codex")
+        self.model: Optional[str] = options.get("model")
+        self.sandbox: Optional[str] = options.get("sandbox", "workspace-write")
+        self.skip_git_repo_check: bool = options.get("skip_git_repo_check", True)
+        self.extra_args: List[str] = list(options.get("extra_args") or [])
+        self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
+        self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
+        self._lock = threading.Lock()
+        self._running: Set[JsonLinesProcess] = set()
+
+    def initial_state(self) -> Any:
+        """A new session's data: ``{"thread_id": null}`` (no Codex thread yet)."""
+        return {"thread_id": None}
+
+    def argv(self, thread_id: Optional[str]) -> List[str]:
+        """The command line of one run (``thread_id``: the thread to resume); the prompt is
+        read from stdin (``-``)."""
+        argv = [self.executable, "exec", "--json"]
+        if self.skip_git_repo_check:
+            argv.append("--skip-git-repo-check")
+        if self.sandbox:
+            argv += ["--sandbox", self.sandbox]
+        if self.model:
+            argv += ["--model", self.model]
+        argv += self.extra_args
+        if thread_id:
+            argv += ["resume", thread_id]
+        return argv + ["-"]
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run the CLI once for the turn (or resume its thread after a restart, B05).
+
+        Returns:
+            ``stop`` with the turn's usage; ``error`` for ``turn.failed``, a CLI that cannot
+            be started, or one that exits before the end of its turn; ``cancelled``.
+        """
+        data = ctx.state.data
+        thread_id = data.get("thread_id") if isinstance(data, dict) else None
+        thread_id = thread_id if isinstance(thread_id, str) and thread_id else None
+        prompt = self.continue_prompt if ctx.completed_steps > 0 and thread_id else ctx.prompt
+        try:
+            proc = JsonLinesProcess(self.argv(thread_id), os.getcwd(), prompt)
+        except CLIStartError as exc:
+            return TurnResult(
+                "error", error=f"{exc} (is the Codex CLI installed? the codex template installs it)"
+            )
+        with self._lock:
+            self._running.add(proc)
+        mapper = _Mapper(ctx)
+        try:
+            how = proc.pump(
+                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
+            )
+            if how == "done":
+                proc.finish(self.interrupt_grace)
+            elif how == "eof":
+                code = proc.wait(self.interrupt_grace)
+                proc.stop()
+                if not ctx.cancelled.is_set():
+                    mapper.close_step("error")
+                    status = f"status {code}" if code is not None else "its output closed"
+                    tail = proc.stderr_tail() or mapper.last_error
+                    return TurnResult(
+                        "error",
+                        error=f"codex exited ({status}) before the end of its turn"
+                        + (f": {summarize(tail)}" if tail else ""),
+                    )
+        except BaseException:
+            proc.stop()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        mapper.close_step()
+        if ctx.cancelled.is_set():
+            return TurnResult("cancelled")
+        if mapper.failed is not None:
+            return TurnResult("error", mapper.usage, f"codex: {summarize(mapper.failed)}")
+        return TurnResult("stop", mapper.usage)
+
+    def close(self) -> None:
+        """Kill every running CLI's process group (the bridge is shutting down)."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            proc.stop()
+
+
+def make_driver(options: Any) -> CodexDriver:
+    """Make the codex driver from its options (see the module docstring).
+
+    Raises:
+        ValueError: an option is unknown or of the wrong type.
+    """
+    opts = options_object(options, "codex", _OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "codex", key)
+    for key in ("model", "sandbox"):
+        str_option(opts, "codex", key, allow_none=True)
+    bool_option(opts, "codex", "skip_git_repo_check")
+    str_list_option(opts, "codex", "extra_args")
+    number_option(opts, "codex", "interrupt_grace", minimum=0)
+    return CodexDriver(opts)
