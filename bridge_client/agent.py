@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from .client.session import Session
+from .drivers import driver_template_steps
 from .errors import HarnessError
 from .options import BridgeOptions, CreateSessionOptions
 from .paths import default_secret
@@ -86,7 +87,10 @@ def bridge_options(
     """Options for a bridge that runs this package's bridge program with ``driver``.
 
     Args:
-        driver: ``"echo"``, ``"shell"`` or ``"module:callable"`` (a driver factory).
+        driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or
+            ``"module:callable"`` (a driver factory). The template installs the bridge
+            program, and the agent's CLI for ``claude-code`` and ``codex`` when the sandbox
+            lacks it (npm).
         agent_options: plain JSON for the driver (part of the bridge id, C03).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
             for ``module:callable`` drivers unless it is the same string).
@@ -104,7 +108,7 @@ def bridge_options(
         token = hmac_token(secret if secret is not None else default_secret())
     return BridgeOptions(
         id=agent_id or driver,
-        template=bridge_template(python),
+        template=Template(bridge_template(python).steps + driver_template_steps(driver)),
         command=python,
         args=("-m", "bridge_client.bridge", "--driver", driver),
         token=token,
