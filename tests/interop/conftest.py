@@ -45,10 +45,11 @@ def sandbox(workspace) -> bc.LocalSandbox:
 
 @pytest.fixture
 def py_bridge(tmp_path) -> Iterator[BridgeProcess]:
-    """One running bridge of this package (echo driver), stopped by pid afterwards."""
+    """One running bridge of this package (echo driver: 3 steps, 10 ms before each part),
+    stopped by pid afterwards."""
     made: List[BridgeProcess] = []
     state = str(tmp_path / "state")
-    prepare_state(state)
+    prepare_state(state, options={"steps": 3, "delay": 0.01})
     bridge = BridgeProcess(state, str(tmp_path / "bridge-workspace"))
     made.append(bridge)
     try:
