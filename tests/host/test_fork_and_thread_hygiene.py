@@ -1,0 +1,125 @@
+"""Thread hygiene and fork safety of a session (issue 6, item 5): no thread of a session
+outlives release() or an idle close, its threads are named daemons, and a child made by
+os.fork() never uses the parent's socket (it opens its own and resumes from its offset)."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+import bridge_client as bc
+from host_support import options, session_options, wait_until
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")]
+
+
+def _ours(threads):
+    return {t for t in threads if t.name.startswith("bridge-client-")}
+
+
+def test_release_leaves_no_thread_of_the_session(sandbox):
+    before = set(threading.enumerate())
+    session = bc.create_session(options("echo"), session_options(sandbox))
+    assert list(session.turn("hello"))[-1].type == "turn-finish"
+    during = _ours(set(threading.enumerate()) - before)
+    assert {t.name.split("-")[2] for t in during} == {"reader", "idle"}, during
+    assert all(t.daemon for t in during), "reader and idle timer are daemons"
+    session.release()
+    assert set(threading.enumerate()) - before == set(), "release() joined every thread it made"
+
+
+def test_an_idle_close_leaves_no_thread_of_the_session(sandbox):
+    before = set(threading.enumerate())
+    with bc.create_session(options("echo"), session_options(sandbox, idle_timeout=0.2)) as session:
+        list(session.turn("hello"))
+        assert wait_until(lambda: not session.connected, timeout=10)
+        assert wait_until(lambda: not _ours(set(threading.enumerate()) - before), timeout=10)
+        # The next use opens a connection again.
+        assert list(session.turn("again"))[-1].type == "turn-finish"
+    assert set(threading.enumerate()) - before == set()
+
+
+def _in_child(work):
+    """Fork; run ``work()`` in the child and return what it returned (JSON) to the parent.
+    The child always ends with os._exit; the parent waits for it with a bound."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 0
+        try:
+            os.close(read_end)
+            result = json.dumps({"ok": work()})
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+            result = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+            code = 1
+        try:
+            os.write(write_end, result.encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    deadline = time.monotonic() + 40
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child did not finish")
+        time.sleep(0.02)
+    with os.fdopen(read_end, "rb") as f:
+        answer = json.loads(f.read() or b'{"error": "no answer"}')
+    assert "error" not in answer, answer.get("error")
+    return answer["ok"]
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(sandbox):
+    with bc.create_session(options("echo"), session_options(sandbox)) as session:
+        list(session.turn("parent first"))
+        conn = session._conn
+        parent_port = conn._ws.sock.getsockname()[1]
+
+        def child():
+            inherited_closed = conn.closed
+            connected_at_start = session.connected
+            turn = session.turn("child")
+            text = "".join(p.text for p in turn if p.type == "text-delta")
+            return {
+                "inherited_closed": inherited_closed,
+                "connected_at_start": connected_at_start,
+                "text": text,
+                "new_connection": session._conn is not conn,
+                "port": session._conn._ws.sock.getsockname()[1],
+            }
+
+        got = _in_child(child)
+        assert got["inherited_closed"] and not got["connected_at_start"]
+        assert got["text"] == "child" and got["new_connection"]
+        assert got["port"] != parent_port, "the child used a socket of its own"
+        # The parent's connection was not shut down or closed by the child.
+        assert session._conn is conn and not conn.closed
+        turn = session.turn("parent again")
+        assert list(turn)[-1].type == "turn-finish" and turn.text() == "parent again"
+        assert session._conn is conn, "the parent never had to reconnect"
+
+
+def test_a_turn_being_read_when_the_process_forks_is_read_to_its_end_by_both(sandbox):
+    opts = options("echo", agent_options={"steps": 6, "chunks": 3, "delay": 0.02})
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        turn = session.turn("split")
+        for _ in range(4):
+            next(turn)
+        conn = session._conn
+
+        def child():
+            rest = [p.type for p in turn]
+            return {"last": rest[-1], "text": turn.text(), "steps": turn.steps, "own": session._conn is not conn}
+
+        got = _in_child(child)
+        assert got == {"last": "turn-finish", "text": "split" * 6, "steps": 6, "own": True}
+        rest = list(turn)
+        assert rest[-1].type == "turn-finish" and turn.text() == "split" * 6
+        assert session._conn is conn and not conn.closed
