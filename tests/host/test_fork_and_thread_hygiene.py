@@ -116,7 +116,8 @@ def test_a_turn_being_read_when_the_process_forks_is_read_to_its_end_by_both(san
 
         def child():
             rest = [p.type for p in turn]
-            return {"last": rest[-1], "text": turn.text(), "steps": turn.steps, "own": session._conn is not conn}
+            own = session._conn is not conn
+            return {"last": rest[-1], "text": turn.text(), "steps": turn.steps, "own": own}
 
         got = _in_child(child)
         assert got == {"last": "turn-finish", "text": "split" * 6, "steps": 6, "own": True}
