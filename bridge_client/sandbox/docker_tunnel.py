@@ -1,0 +1,213 @@
+"""A TCP tunnel into a container through the Docker API, like ``kubectl port-forward``.
+
+A listener on the host's loopback accepts connections; each accepted connection gets its own
+forwarder, a small Python program exec'd inside the container that connects to the port there
+and copies bytes between that socket and its stdin/stdout. The exec's stdin and stdout travel
+over the exec's hijacked API connection, so this works for a container with no network at all
+(``--network none``).
+
+Framing (Docker Engine API, "Attach to a container" / exec start): with ``Tty: false`` the
+output stream is multiplexed: each frame is an 8-byte header ``[stream, 0, 0, 0, size
+(4 bytes, big-endian)]`` followed by ``size`` bytes; stream 1 is stdout, 2 is stderr. The input
+direction is raw bytes; closing the write side of the connection closes the exec's stdin.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+from typing import Any, Callable, List, Optional, Set
+
+__all__ = ["FORWARDER", "Tunnel", "read_frames"]
+
+log = logging.getLogger("bridge_client")
+
+_CHUNK = 65536
+_HEADER = struct.Struct(">BxxxI")
+
+FORWARDER = (
+    "import os, socket, sys, threading\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+    "def up():\n"
+    "    try:\n"
+    "        while True:\n"
+    "            b = os.read(0, 65536)\n"
+    "            if not b:\n"
+    "                break\n"
+    "            s.sendall(b)\n"
+    "        s.shutdown(socket.SHUT_WR)\n"
+    "    except OSError:\n"
+    "        os._exit(0)\n"
+    "threading.Thread(target=up, daemon=True).start()\n"
+    "out = sys.stdout.buffer\n"
+    "try:\n"
+    "    while True:\n"
+    "        b = s.recv(65536)\n"
+    "        if not b:\n"
+    "            break\n"
+    "        out.write(b)\n"
+    "        out.flush()\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os._exit(0)\n"
+)
+"""The forwarder run inside the container as ``python -c FORWARDER PORT``."""
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> Optional[bytes]:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def read_frames(sock: socket.socket, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> None:
+    """Read a multiplexed exec stream until it ends, handing each frame's bytes to
+    ``on_stdout`` (stream 1) or ``on_stderr`` (stream 2; stream 0, stdin, counts as stdout).
+
+    Raises:
+        OSError: the socket failed (including ``socket.timeout`` when one is set).
+    """
+    while True:
+        header = _recv_exactly(sock, _HEADER.size)
+        if header is None:
+            return
+        stream, size = _HEADER.unpack(header)
+        payload = _recv_exactly(sock, size) if size else b""
+        if payload is None:
+            return
+        (on_stderr if stream == 2 else on_stdout)(payload)
+
+
+def _close(sock: Any) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class Tunnel:
+    """A loopback listener whose connections are bridged into a container.
+
+    Args:
+        open_stream: ``() -> socket``: starts one forwarder in the container and returns the
+            exec's hijacked connection (a connected socket).
+        name: for log messages (``"container abc123 port 8000"``).
+
+    Attributes:
+        port: the host port (on 127.0.0.1) the tunnel listens on.
+
+    Threads: one accepting, and two per open connection; all are daemons and end when
+    :meth:`close` is called, when either side closes, or when the container goes away.
+    """
+
+    def __init__(self, open_stream: Callable[[], socket.socket], name: str) -> None:
+        self._open_stream = open_stream
+        self._name = name
+        self._lock = threading.Lock()
+        self._socks: Set[socket.socket] = set()
+        self._closed = False
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._acceptor = threading.Thread(target=self._accept_loop, name=f"tunnel {name}", daemon=True)
+        self._acceptor.start()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _track(self, *socks: socket.socket) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self._socks.update(socks)
+            return True
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            if not self._track(client):
+                _close(client)
+                return
+            threading.Thread(target=self._serve, args=(client,), name=f"tunnel {self._name} conn", daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            remote = self._open_stream()
+        except Exception as exc:  # the container is gone, the engine refuses: drop this connection
+            log.debug("tunnel %s: cannot start a forwarder: %s", self._name, exc)
+            self._forget(client)
+            return
+        if not self._track(remote):
+            self._forget(client)
+            _close(remote)
+            return
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up = threading.Thread(target=self._upstream, args=(client, remote), daemon=True)
+        up.start()
+        errors: List[bytes] = []
+        try:
+            read_frames(remote, client.sendall, errors.append)
+        except OSError:
+            pass
+        finally:
+            if errors:
+                log.debug("tunnel %s: forwarder said: %s", self._name, b"".join(errors)[-500:].decode("utf-8", "replace"))
+            # The forwarder ended (the port closed, or refused): end the host connection too.
+            self._forget(client, remote)
+
+    def _upstream(self, client: socket.socket, remote: socket.socket) -> None:
+        try:
+            while True:
+                data = client.recv(_CHUNK)
+                if not data:
+                    break
+                remote.sendall(data)
+            remote.shutdown(socket.SHUT_WR)  # the forwarder's stdin ends: it half-closes too
+        except OSError:
+            self._forget(client, remote)
+
+    def _forget(self, *socks: socket.socket) -> None:
+        with self._lock:
+            for sock in socks:
+                self._socks.discard(sock)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            _close(sock)
+
+    def close(self) -> None:
+        """Stop listening and cut every open connection (their forwarders then exit). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            socks = list(self._socks)
+            self._socks.clear()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        _close(self._listener)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            _close(sock)
+        if threading.current_thread() is not self._acceptor:
+            self._acceptor.join(timeout=2.0)
+
+    def __repr__(self) -> str:
+        return f"Tunnel({self._name}, port={self.port}{', closed' if self._closed else ''})"
