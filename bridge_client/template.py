@@ -98,14 +98,21 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
 
     Args:
         python: the Python interpreter in the sandbox that will run the bridge.
-        requirement: what pip installs when the bridge is missing (default
-            ``bridge-client[bridge]==<this version>``).
+        requirement: what pip installs from the sandbox's package index when the bridge is
+            missing; ``None`` (the default) installs this very package instead, from wheels
+            built on the host and copied in, which needs no network in the sandbox.
 
     Returns:
-        A one-step :class:`Template`: check ``python -c "import bridge_client.bridge.server"``,
-        install with ``python -m pip install``.
+        With ``requirement=None``: a
+        :class:`~bridge_client.sandbox.wheelhouse.WheelTemplate` (checks ``import
+        bridge_client.bridge.server`` at this version; a sandbox without ``python`` gets a
+        :class:`TemplateError`). Otherwise a one-step :class:`Template`: check that import,
+        install with ``python -m pip install requirement``.
     """
-    requirement = requirement or f"bridge-client[bridge]=={__version__}"
+    if requirement is None:
+        from .sandbox.wheelhouse import WheelTemplate  # imports this module: not at the top
+
+        return WheelTemplate(python=python)
     return Template(
         (
             TemplateStep(
