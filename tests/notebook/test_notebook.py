@@ -31,9 +31,8 @@ def _text(cell):
 
 
 def _html(cell):
-    return "".join(
-        o["data"].get("text/html", "") for o in cell.outputs if o.output_type in ("execute_result", "display_data")
-    )
+    shown = [o for o in cell.outputs if o.output_type in ("execute_result", "display_data")]
+    return "".join(o["data"].get("text/html", "") for o in shown)
 
 
 def _errors(cell):
