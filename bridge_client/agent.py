@@ -44,7 +44,9 @@ def create_session(options: BridgeOptions, session_options: CreateSessionOptions
         raise TypeError("session_options must be a CreateSessionOptions")
     sandbox = session_options.workspace.sandbox
     if sandbox is None:
-        raise HarnessError(f"agent {options.id!r} runs behind a bridge and requires a sandbox: set Workspace(sandbox=...)")
+        raise HarnessError(
+            f"agent {options.id!r} runs behind a bridge and requires a sandbox: set Workspace(sandbox=...)"
+        )
     return Session(options, session_options, sandbox)
 
 
