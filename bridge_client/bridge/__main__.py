@@ -94,7 +94,9 @@ def load_driver(spec: str, agent_options: Any) -> Driver:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:
-        raise LaunchError(f"cannot import driver module {module_name!r}: {type(exc).__name__}: {exc}") from None
+        raise LaunchError(
+            f"cannot import driver module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
     for name in attr.split("."):
         try:
             obj = getattr(obj, name)
@@ -106,7 +108,9 @@ def load_driver(spec: str, agent_options: Any) -> Driver:
         driver = obj(agent_options)
     except Exception as exc:
         raise LaunchError(f"driver {spec!r} refused its options: {type(exc).__name__}: {exc}") from None
-    if not isinstance(getattr(driver, "agent_id", None), str) or not callable(getattr(driver, "run_turn", None)):
+    if not isinstance(getattr(driver, "agent_id", None), str) or not callable(
+        getattr(driver, "run_turn", None)
+    ):
         raise LaunchError(f"driver factory {target!r} did not return a driver (agent_id: str, run_turn())")
     return cast(Driver, driver)
 
@@ -140,7 +144,9 @@ def _prepare(driver_spec: str) -> _Launch:
         raise LaunchError(f"the token file {token_path} is empty")
     driver = load_driver(driver_spec, info.agent_options)
     if driver.agent_id != info.agent_id:
-        raise LaunchError(f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}")
+        raise LaunchError(
+            f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}"
+        )
     return _Launch(state, info, Redacted(text), driver)
 
 
@@ -197,10 +203,18 @@ class _Bridge:
             raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
         self.idle = IdleWatcher(info.idle_timeout, lambda: self.stop("idle"))
         self.manager = TurnManager(
-            self.store, launch.driver, agent_id=info.agent_id, bridge_id=info.bridge_id, on_running=self.idle.set_running
+            self.store,
+            launch.driver,
+            agent_id=info.agent_id,
+            bridge_id=info.bridge_id,
+            on_running=self.idle.set_running,
         )
-        hello = HelloResult(info.agent_id, info.bridge_id, self.instance, PROTOCOL_VERSION, os.getpid(), self.started_at)
-        self.server = BridgeServer(self.manager, token=launch.token, hello=hello.to_dict(), bind=info.bind, idle=self.idle)
+        hello = HelloResult(
+            info.agent_id, info.bridge_id, self.instance, PROTOCOL_VERSION, os.getpid(), self.started_at
+        )
+        self.server = BridgeServer(
+            self.manager, token=launch.token, hello=hello.to_dict(), bind=info.bind, idle=self.idle
+        )
         self.listening_path = os.path.join(launch.state, identity.LISTENING_FILE)
 
     def _store_failed(self, exc: BaseException) -> None:
@@ -239,7 +253,14 @@ class _Bridge:
         signals = _SignalWatcher(self.stop)  # before the file: a SIGTERM from now on is clean
         info = self.launch.info
         listening = identity.ListeningInfo(
-            PROTOCOL_VERSION, info.agent_id, info.bridge_id, info.bind, port, os.getpid(), self.instance, self.started_at
+            PROTOCOL_VERSION,
+            info.agent_id,
+            info.bridge_id,
+            info.bind,
+            port,
+            os.getpid(),
+            self.instance,
+            self.started_at,
         )
         try:
             identity.secure_write(self.listening_path, listening.to_json().encode("utf-8"))
@@ -249,10 +270,16 @@ class _Bridge:
         else:
             log.info(
                 "bridge %s (agent %s, instance %s) listening on %s:%d",
-                info.bridge_id, info.agent_id, self.instance, info.bind, port,
+                info.bridge_id,
+                info.agent_id,
+                self.instance,
+                info.bind,
+                port,
             )
             self.idle.start()
-        keeper = threading.Thread(target=self._keep_listening, args=(listening,), name="bridge-listening", daemon=True)
+        keeper = threading.Thread(
+            target=self._keep_listening, args=(listening,), name="bridge-listening", daemon=True
+        )
         keeper.start()
         try:
             self.server.serve_forever()
