@@ -309,7 +309,12 @@ class TurnContext:
         _need_str(name=name)
         with self._lock:
             self._check("data", "data")
-            self._sink.emit("data", self._step, self._attempt if self._step is not None else 1, {"name": name, "data": value})
+            self._sink.emit(
+                "data",
+                self._step,
+                self._attempt if self._step is not None else 1,
+                {"name": name, "data": value},
+            )
 
     def finish_step(self, finish_reason: str = "stop", usage: Any = None) -> None:
         """Close the open step: emit ``step-finish`` and checkpoint the session state, so a
@@ -350,7 +355,11 @@ class TurnContext:
         with self._lock:
             self._check("reset_step", "reset_step")
             assert self._step is not None
-            fields = {"discardedAttempt": self._attempt, "reason": reason, "toolCallIds": list(self._call_ids)}
+            fields = {
+                "discardedAttempt": self._attempt,
+                "reason": reason,
+                "toolCallIds": list(self._call_ids),
+            }
             self._sink.emit("step-reset", self._step, self._attempt, fields)
             self._move("reset_step", "reset_step")
             self._next_step = self._step
