@@ -89,7 +89,9 @@ def bridge_id(
         TypeError: ``agent_options`` is not plain JSON.
     """
     try:
-        text = canonical_json({"id": agent_id, "command": command, "args": list(args), "agentOptions": agent_options})
+        text = canonical_json(
+            {"id": agent_id, "command": command, "args": list(args), "agentOptions": agent_options}
+        )
     except (TypeError, ValueError) as exc:
         raise TypeError(f"agent_options must be plain JSON: {exc}") from None
     digest = hmac.new(token.reveal().encode(), text.encode(), hashlib.sha256).hexdigest()
