@@ -376,7 +376,9 @@ class _Connection:
                     data = self._ws.recv(timeout=self.server.silence_timeout)
                 except TimeoutError:
                     log.warning(
-                        "connection %d: no frame for %s s, closing it", self.number, self.server.silence_timeout
+                        "connection %d: no frame for %s s, closing it",
+                        self.number,
+                        self.server.silence_timeout,
                     )
                     self._ws.close(1001, "silent for too long")
                     break
@@ -473,7 +475,9 @@ class _Connection:
             return
         self.send_exit(request.id, Success(value))
 
-    def _read_turn(self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int) -> None:
+    def _read_turn(
+        self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int
+    ) -> None:
         try:
             turn = self.server.manager.find_turn(session_id, turn_id)
         except RpcError as exc:
@@ -495,7 +499,9 @@ class _ReadStream:
     it from any thread.
     """
 
-    def __init__(self, conn: _Connection, request_id: RequestId, turn: Turn, offset: int, after_step: int) -> None:
+    def __init__(
+        self, conn: _Connection, request_id: RequestId, turn: Turn, offset: int, after_step: int
+    ) -> None:
         self.conn = conn
         self.request_id = request_id
         self.turn = turn
