@@ -209,7 +209,9 @@ def session_op(session_id: str, revision: int, data: Any, closed: bool) -> Op:
     return Op(_SESSION_SQL, (session_id, revision, _dumps(data), 1 if closed else 0))
 
 
-def turn_op(turn_id: str, session_id: str, prompt: str, started_at: str, turn_state: Any, checkpoint: Any) -> Op:
+def turn_op(
+    turn_id: str, session_id: str, prompt: str, started_at: str, turn_state: Any, checkpoint: Any
+) -> Op:
     """Insert a new turn, status ``running``; ``checkpoint`` is the SessionState JSON at its start."""
     return Op(_TURN_SQL, (turn_id, session_id, prompt, started_at, _dumps(turn_state), _dumps(checkpoint)))
 
@@ -380,7 +382,9 @@ class Store:
                 log.exception("publishing committed parts failed")
 
     def _fail(self, exc: BaseException) -> None:
-        log.critical("store write failed; parts can no longer be made durable: %s: %s", type(exc).__name__, exc)
+        log.critical(
+            "store write failed; parts can no longer be made durable: %s: %s", type(exc).__name__, exc
+        )
         with self._lock:
             self._failed = exc
             self._room.notify_all()
@@ -447,7 +451,9 @@ class Store:
 
     def load_parts(self, turn_id: str) -> List[StoredPart]:
         """Return every committed part of ``turn_id``, in index order."""
-        rows = self._query("SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (turn_id,))
+        rows = self._query(
+            "SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (turn_id,)
+        )
         return [StoredPart(*row) for row in rows]
 
     def counts(self) -> Dict[str, int]:
