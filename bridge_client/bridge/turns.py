@@ -231,7 +231,9 @@ class _Progress(NamedTuple):
     latest: Dict[int, int]
 
 
-def _progress(metas: Sequence[Tuple[Optional[int], int, str]], discarded: Set[Tuple[Optional[int], int]]) -> _Progress:
+def _progress(
+    metas: Sequence[Tuple[Optional[int], int, str]], discarded: Set[Tuple[Optional[int], int]]
+) -> _Progress:
     """Find the completed steps (a step-finish of their latest attempt, in order from 0) and
     the step left open (a step-start of its latest attempt, no step-finish, no step-reset)."""
     latest: Dict[int, int] = {}
@@ -262,7 +264,11 @@ def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
     elif isinstance(result, str):
         reason, usage, error = result, None, None
     else:
-        return "error", None, f"driver returned {type(result).__name__}; expected None, a finish reason or a TurnResult"
+        return (
+            "error",
+            None,
+            f"driver returned {type(result).__name__}; expected None, a finish reason or a TurnResult",
+        )
     if reason not in FINISH_REASONS:
         return "error", usage, f"driver returned the unknown finish reason {reason!r}"
     if error is not None and not isinstance(error, str):
@@ -391,14 +397,18 @@ class TurnManager:
             self._check_open()
             session = self._get_session(session_id)
             if session is None:
-                raise SessionNotFound(f"no session {session_id!r}: open it with OpenSession", sessionId=session_id)
+                raise SessionNotFound(
+                    f"no session {session_id!r}: open it with OpenSession", sessionId=session_id
+                )
             turn = self._get_turn(turn_id)
             ticket = 0
             if turn is None:
                 # Only new turns need an open session: a turn that exists can always be
                 # continued (C12), also after the host that started it released its session.
                 if session.closed:
-                    raise SessionNotFound(f"session {session_id!r} is closed: open it again", sessionId=session_id)
+                    raise SessionNotFound(
+                        f"session {session_id!r} is closed: open it again", sessionId=session_id
+                    )
                 ticket = self._create(session, turn_id, prompt)
                 status = "started"
             elif turn.session_id != session_id:
@@ -564,7 +574,9 @@ class TurnManager:
             if turn.abandoned:
                 raise _Abandoned()
             index = turn.next_index
-            part = _new_part(StoredPart, (index, step, attempt, kind, part_text(kind, index, step, attempt, fields)))
+            part = _new_part(
+                StoredPart, (index, step, attempt, kind, part_text(kind, index, step, attempt, fields))
+            )
             try:
                 ticket = self._store.submit(*extra, part_op(turn, turn.id, part))
             except StoreError:
@@ -580,7 +592,9 @@ class TurnManager:
             session = self._sessions[turn.session_id]
             checkpoint = session.state()
             fields = {"finishReason": finish_reason, "usage": usage}
-            self._append(turn, "step-finish", step, attempt, fields, (checkpoint_op(turn.id, checkpoint.to_dict()),))
+            self._append(
+                turn, "step-finish", step, attempt, fields, (checkpoint_op(turn.id, checkpoint.to_dict()),)
+            )
             turn.checkpoint = checkpoint
 
     def _set_state(self, turn: Turn, data: Any, step: Optional[int], attempt: int) -> SessionState:
@@ -598,12 +612,18 @@ class TurnManager:
     ) -> int:
         """Close a step left open, then append ``turn-finish`` with the turn's status."""
         if open_step is not None:
-            self._append(turn, "step-finish", open_step[0], open_step[1], {"finishReason": reason, "usage": None})
+            self._append(
+                turn, "step-finish", open_step[0], open_step[1], {"finishReason": reason, "usage": None}
+            )
         fields = {"finishReason": reason, "usage": usage, "error": error}
         try:
             _dumps(usage)
         except (TypeError, ValueError):
-            fields = {"finishReason": "error", "usage": None, "error": "driver returned usage that is not JSON"}
+            fields = {
+                "finishReason": "error",
+                "usage": None,
+                "error": "driver returned usage that is not JSON",
+            }
         return self._append(turn, "turn-finish", None, 1, fields, (finish_op(turn.id, fields),))[1]
 
     # ------------------------------------------------------------------ starting and continuing (lock held)
@@ -639,7 +659,11 @@ class TurnManager:
                 for (s, a, kind), text in zip(metas, texts)
                 if kind == "tool-call" and (s, a) == (step, attempt)
             ]
-            fields = {"discardedAttempt": attempt, "reason": STEP_RESET_REASON, "toolCallIds": [i for i in ids if i]}
+            fields = {
+                "discardedAttempt": attempt,
+                "reason": STEP_RESET_REASON,
+                "toolCallIds": [i for i in ids if i],
+            }
             _, ticket = self._append(turn, "step-reset", step, attempt, fields)
             log.info("turn %s: step %d attempt %d discarded (%s)", turn.id, step, attempt, STEP_RESET_REASON)
         if session is not None and not _same_json(session.data, turn.checkpoint.data):
@@ -656,7 +680,9 @@ class TurnManager:
             pairs = list(zip(turn.metas, turn.texts))
         for number in range(progress.completed):
             attempt = progress.latest[number]
-            steps.append([part_from_dict(json.loads(t)) for (s, a, _), t in pairs if s == number and a == attempt])
+            steps.append(
+                [part_from_dict(json.loads(t)) for (s, a, _), t in pairs if s == number and a == attempt]
+            )
         self._launch(turn, progress.completed, steps, session.state())
         log.info("turn %s continued after %d complete step(s) (B05)", turn.id, progress.completed)
         return ticket
@@ -674,7 +700,9 @@ class TurnManager:
         )
         turn.status = "running"
         self._running += 1
-        thread = threading.Thread(target=self._run, args=(turn, ctx), name=f"bridge-turn-{turn.id}", daemon=True)
+        thread = threading.Thread(
+            target=self._run, args=(turn, ctx), name=f"bridge-turn-{turn.id}", daemon=True
+        )
         turn.thread = thread
         thread.start()
         self._notify_running(self._running)
