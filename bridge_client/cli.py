@@ -197,7 +197,9 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         state = turn.suspend()
         path = _save_turn_state(state)
-        _say(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}")
+        _say(
+            f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}"
+        )
         return 130
     finish = turn.finish
     if finish is None:
@@ -250,11 +252,15 @@ def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
         folder = posixpath.join(root, name)
         row: Dict[str, Any] = {"id": name, "agent": "?", "pid": None, "port": None, "alive": False}
         try:
-            row["agent"] = identity.parse_launch(sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))).agent_id
+            row["agent"] = identity.parse_launch(
+                sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))
+            ).agent_id
         except (OSError, ValueError):
             pass
         try:
-            info = identity.parse_listening(sandbox.read_file(posixpath.join(folder, identity.LISTENING_FILE)))
+            info = identity.parse_listening(
+                sandbox.read_file(posixpath.join(folder, identity.LISTENING_FILE))
+            )
             row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port))
         except (OSError, ValueError):
             pass
@@ -303,8 +309,15 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
         return 0
     header = ("BRIDGE ID", "AGENT", "PID", "PORT", "ALIVE", "SESSIONS", "TURNS")
     table = [header] + [
-        (r["id"], r["agent"], str(r["pid"] or "-"), str(r["port"] or "-"), "yes" if r["alive"] else "no",
-         str(r["sessions"]), str(r["turns"]))
+        (
+            r["id"],
+            r["agent"],
+            str(r["pid"] or "-"),
+            str(r["port"] or "-"),
+            "yes" if r["alive"] else "no",
+            str(r["sessions"]),
+            str(r["turns"]),
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -323,9 +336,13 @@ def _check_it_is_that_bridge(sandbox: LocalSandbox, info: identity.ListeningInfo
     try:
         conn = Connection(sandbox.expose(info.port), token, open_timeout=5.0)
     except Unauthorized:
-        raise HarnessError(f"bridge {bridge_id} refuses this user's token: it was launched with another secret") from None
+        raise HarnessError(
+            f"bridge {bridge_id} refuses this user's token: it was launched with another secret"
+        ) from None
     except ConnectionLost:
-        raise UsageError(f"no running bridge {bridge_id} in {sandbox.workdir} (its listening file is stale)") from None
+        raise UsageError(
+            f"no running bridge {bridge_id} in {sandbox.workdir} (its listening file is stale)"
+        ) from None
     try:
         hello = HelloResult.from_dict(conn.call("Hello", None, timeout=5.0))
     except HarnessError as exc:
@@ -333,13 +350,17 @@ def _check_it_is_that_bridge(sandbox: LocalSandbox, info: identity.ListeningInfo
     finally:
         conn.close()
     if hello.bridge_id != bridge_id or hello.pid != info.pid:
-        raise UsageError(f"no running bridge {bridge_id} in {sandbox.workdir} (port {info.port} is another program's)")
+        raise UsageError(
+            f"no running bridge {bridge_id} in {sandbox.workdir} (port {info.port} is another program's)"
+        )
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
     sandbox = _sandbox(args.sandbox)
     if not _BRIDGE_ID.match(args.bridge_id):
-        raise UsageError(f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)")
+        raise UsageError(
+            f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)"
+        )
     folder = identity.state_dir(sandbox.state_root, args.bridge_id)
     listening = posixpath.join(folder, identity.LISTENING_FILE)
     try:
@@ -442,7 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     cont.set_defaults(func=_cmd_continue)
 
     bridges = commands.add_parser("bridges", help="list the bridges of a sandbox")
-    bridges.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
+    bridges.add_argument(
+        "--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)"
+    )
     bridges.add_argument("--json", action="store_true", help="print one JSON object per bridge")
     bridges.set_defaults(func=_cmd_bridges)
 
