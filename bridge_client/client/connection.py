@@ -196,13 +196,17 @@ class Connection:
         except websocket.WebSocketBadStatusException as exc:
             if exc.status_code == 401:
                 raise Unauthorized(f"the bridge at {endpoint.url} refused the token (HTTP 401)") from None
-            raise ConnectionLost(f"{endpoint.url} answered HTTP {exc.status_code}, not a bridge upgrade") from None
+            raise ConnectionLost(
+                f"{endpoint.url} answered HTTP {exc.status_code}, not a bridge upgrade"
+            ) from None
         except (OSError, websocket.WebSocketException, ssl.SSLError) as exc:
             raise ConnectionLost(f"cannot connect to {endpoint.url}: {exc}") from None
         # The reader wakes at least this often to ping and to measure silence.
         self._ws.settimeout(max(0.01, min(ping_interval, ping_timeout) / 2))
         self._last_rx = self._last_ping = time.monotonic()
-        self._reader = threading.Thread(target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True
+        )
         self._reader.start()
         forksafe.track(self)
         log.debug("connected to %s (connection %s)", endpoint.url, self.name)
