@@ -171,7 +171,9 @@ def launch(plan: LaunchPlan) -> Any:
         plan.sandbox.write_file(plan.path(identity.LAUNCH_FILE), launch_info.to_json().encode(), mode=0o600)
         plan.sandbox.write_file(plan.path(identity.TOKEN_FILE), plan.token.reveal().encode(), mode=0o600)
     except OSError as exc:
-        raise BridgeLaunchError(f"cannot write the bridge's state directory {plan.state_dir}: {exc}") from None
+        raise BridgeLaunchError(
+            f"cannot write the bridge's state directory {plan.state_dir}: {exc}"
+        ) from None
     argv: Sequence[str] = [plan.command, *plan.args]
     log.debug("launching bridge %s: %s", plan.bridge_id, " ".join(argv))
     try:
@@ -218,7 +220,9 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
             return found
         status = process.poll()
         if status not in (None, 0):
-            raise BridgeLaunchError(f"the bridge exited with status {status} before it answered", _log_tail(plan))
+            raise BridgeLaunchError(
+                f"the bridge exited with status {status} before it answered", _log_tail(plan)
+            )
         if status == 0:
             # Ours lost the lock race (C05): the winner answers soon. If none does for a
             # while, the lock holder was on its way out: launch again.
