@@ -54,14 +54,20 @@ class Session:
     A context manager: leaving the ``with`` block calls :meth:`release`.
     """
 
-    def __init__(self, options: BridgeOptions, session_options: CreateSessionOptions, sandbox: Sandbox) -> None:
+    def __init__(
+        self, options: BridgeOptions, session_options: CreateSessionOptions, sandbox: Sandbox
+    ) -> None:
         self._options = options
         self._opts = session_options
         self.sandbox = sandbox
         token = options.token(sandbox.id)
-        self.bridge_id = identity.bridge_id(options.id, options.command, options.args, options.agent_options, token)
+        self.bridge_id = identity.bridge_id(
+            options.id, options.command, options.args, options.agent_options, token
+        )
         resume = session_options.resume
-        self.id: str = resume.session_id if resume is not None else (session_options.session_id or uuid.uuid4().hex)
+        self.id: str = (
+            resume.session_id if resume is not None else (session_options.session_id or uuid.uuid4().hex)
+        )
         rpcs.check_id(self.id, "session_id")
         self._state: Optional[SessionState] = resume
         self._plan = launcher.LaunchPlan(
@@ -185,7 +191,12 @@ class Session:
         if state.bridge_id != self.bridge_id:
             link = ForeignBridge(self, state)
         turn = Turn(
-            self, session_id=state.session_id, turn_id=state.turn_id, prompt=state.prompt, after_step=steps, link=link
+            self,
+            session_id=state.session_id,
+            turn_id=state.turn_id,
+            prompt=state.prompt,
+            after_step=steps,
+            link=link,
         )
         return self._begin(turn)
 
@@ -237,7 +248,9 @@ class Session:
         conn = self._conn
         if not already and conn is not None and not conn.closed:
             try:
-                value = conn.call(rpcs.CLOSE_SESSION.tag, {"sessionId": self.id}, timeout=self._opts.request_timeout)
+                value = conn.call(
+                    rpcs.CLOSE_SESSION.tag, {"sessionId": self.id}, timeout=self._opts.request_timeout
+                )
                 self._state = SessionState.from_dict(value)
             except HarnessError as exc:
                 log.debug("session %s: CloseSession failed: %s", self.id, exc)
@@ -368,7 +381,9 @@ class Session:
             except ConnectionLost as exc:
                 drop(conn)
                 if not resend:
-                    raise MayHaveBeenReceived(f"the connection dropped; the request may have arrived: {exc}") from exc
+                    raise MayHaveBeenReceived(
+                        f"the connection dropped; the request may have arrived: {exc}"
+                    ) from exc
                 log.debug("session %s: connection lost, resending: %s", self.id, exc)
                 raise
 
@@ -419,7 +434,12 @@ class Session:
             if self._reading_thread is not None and self._reading_thread != me:
                 raise TurnInProgress(f"another thread is reading a turn of session {self.id}")
             previous = self._active_turn
-            if previous is not None and previous is not turn and not previous.done and self._active_owner != me:
+            if (
+                previous is not None
+                and previous is not turn
+                and not previous.done
+                and self._active_owner != me
+            ):
                 raise TurnInProgress(
                     f"turn {previous.id} of session {self.id} belongs to another thread: let it finish, "
                     "or call session.suspend_turn() first"
@@ -460,7 +480,9 @@ class Session:
         with self._cond:
             if self._idle_thread is not None and self._idle_thread.is_alive():
                 return
-            thread = threading.Thread(target=self._idle_loop, name=f"bridge-client-idle-{self.id[:8]}", daemon=True)
+            thread = threading.Thread(
+                target=self._idle_loop, name=f"bridge-client-idle-{self.id[:8]}", daemon=True
+            )
             self._idle_thread = thread
         thread.start()
 
