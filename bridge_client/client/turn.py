@@ -251,7 +251,12 @@ class Turn:
             self._start_turn(conn)
         return conn.stream(
             rpcs.READ_TURN.tag,
-            {"sessionId": self._session_id, "turnId": self.id, "offset": self._offset, "afterStep": self._after_step},
+            {
+                "sessionId": self._session_id,
+                "turnId": self.id,
+                "offset": self._offset,
+                "afterStep": self._after_step,
+            },
         )
 
     def _check_restart_bound(self) -> None:
