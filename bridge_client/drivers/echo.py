@@ -61,7 +61,9 @@ class EchoDriver:
 
     agent_id = "echo"
 
-    def __init__(self, steps: int = 1, delay: float = 0.0, chunks: Optional[int] = None, fail_at: Optional[int] = None) -> None:
+    def __init__(
+        self, steps: int = 1, delay: float = 0.0, chunks: Optional[int] = None, fail_at: Optional[int] = None
+    ) -> None:
         self.steps = steps
         self.delay = delay
         self.chunks = chunks
