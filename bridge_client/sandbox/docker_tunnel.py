@@ -66,7 +66,9 @@ def _recv_exactly(sock: socket.socket, n: int) -> Optional[bytes]:
     return data
 
 
-def read_frames(sock: socket.socket, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> None:
+def read_frames(
+    sock: socket.socket, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]
+) -> None:
     """Read a multiplexed exec stream until it ends, handing each frame's bytes to
     ``on_stdout`` (stream 1) or ``on_stderr`` (stream 2; stream 0, stdin, counts as stdout).
 
@@ -138,7 +140,9 @@ class Tunnel:
             if not self._track(client):
                 _close(client)
                 return
-            threading.Thread(target=self._serve, args=(client,), name=f"tunnel {self._name} conn", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(client,), name=f"tunnel {self._name} conn", daemon=True
+            ).start()
 
     def _serve(self, client: socket.socket) -> None:
         try:
@@ -161,7 +165,11 @@ class Tunnel:
             pass
         finally:
             if errors:
-                log.debug("tunnel %s: forwarder said: %s", self._name, b"".join(errors)[-500:].decode("utf-8", "replace"))
+                log.debug(
+                    "tunnel %s: forwarder said: %s",
+                    self._name,
+                    b"".join(errors)[-500:].decode("utf-8", "replace"),
+                )
             # The forwarder ended (the port closed, or refused): end the host connection too.
             self._forget(client, remote)
 
