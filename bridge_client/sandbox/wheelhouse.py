@@ -176,8 +176,11 @@ def _package_wheel(cache: str, timeout: float) -> str:
         final = os.path.join(cache, f"package-{__version__}")
         if not os.path.isdir(final):
             tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
-            _run_pip(["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{_DIST}=={__version__}"],
-                     f"downloading {_DIST}=={__version__}", timeout)
+            _run_pip(
+                ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{_DIST}=={__version__}"],
+                f"downloading {_DIST}=={__version__}",
+                timeout,
+            )
             _publish(tmp, final)
     else:
         digest, files = _tree_digest(root)
@@ -217,7 +220,9 @@ def _requires(wheel: str) -> List[str]:
     return sorted(msg.get_all("Requires-Dist") or [])
 
 
-def build_wheelhouse(target: Target, *, extras: Sequence[str] = ("bridge",), timeout: float = 600.0) -> List[str]:
+def build_wheelhouse(
+    target: Target, *, extras: Sequence[str] = ("bridge",), timeout: float = 600.0
+) -> List[str]:
     """Return host paths of every wheel a sandbox of ``target`` needs: this package, its
     dependencies with ``extras``, and ``pip``.
 
@@ -269,7 +274,9 @@ class WheelTemplate(Template):
     extras: Tuple[str, ...] = ("bridge",)
     timeout: float = 600.0
 
-    def _run_in(self, sandbox: Sandbox, argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> ExecResult:
+    def _run_in(
+        self, sandbox: Sandbox, argv: Sequence[str], env: Optional[Dict[str, str]] = None
+    ) -> ExecResult:
         try:
             return sandbox.exec(argv, env=env, timeout=self.timeout)
         except SandboxGone:
@@ -281,9 +288,13 @@ class WheelTemplate(Template):
                 step=_STEP,
             ) from None
         except TimeoutError:
-            raise TemplateError(f"{argv[0]} ran longer than {self.timeout:g} s in the sandbox", step=_STEP) from None
+            raise TemplateError(
+                f"{argv[0]} ran longer than {self.timeout:g} s in the sandbox", step=_STEP
+            ) from None
         except OSError as exc:
-            raise TemplateError(f"cannot run {argv[0]} in the sandbox: {exc.strerror or exc}", step=_STEP) from None
+            raise TemplateError(
+                f"cannot run {argv[0]} in the sandbox: {exc.strerror or exc}", step=_STEP
+            ) from None
 
     def _installed(self, sandbox: Sandbox) -> bool:
         check = (
@@ -301,8 +312,12 @@ class WheelTemplate(Template):
         probe = self._run_in(sandbox, [self.python, "-c", _PROBE])
         try:
             info = json.loads(probe.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-            target = Target(info["impl"], (int(info["version"][0]), int(info["version"][1])),
-                            str(info["machine"]), (str(info["libc"][0]), str(info["libc"][1])))
+            target = Target(
+                info["impl"],
+                (int(info["version"][0]), int(info["version"][1])),
+                str(info["machine"]),
+                (str(info["libc"][0]), str(info["libc"][1])),
+            )
         except (ValueError, IndexError, KeyError, TypeError):
             raise TemplateError(
                 f"{self.python!r} in the sandbox is not a working Python (exit {probe.exit_code})",
@@ -329,7 +344,9 @@ class WheelTemplate(Template):
             return
         target = self.target(sandbox)
         wheels = build_wheelhouse(target, extras=self.extras, timeout=self.timeout)
-        folder = posixpath.join(sandbox.state_root, "wheelhouse", os.path.basename(os.path.dirname(wheels[0])))
+        folder = posixpath.join(
+            sandbox.state_root, "wheelhouse", os.path.basename(os.path.dirname(wheels[0]))
+        )
         log.debug("template: copying %d wheels into %s", len(wheels), folder)
         for path in wheels:
             with open(path, "rb") as f:
@@ -339,9 +356,18 @@ class WheelTemplate(Template):
             raise TemplateError("no pip wheel was fetched for the sandbox", step=_STEP)
         extra = f"[{','.join(self.extras)}]" if self.extras else ""
         argv = [
-            self.python, posixpath.join(folder, pip, "pip"), "install", "--quiet", "--no-index",
-            "--find-links", folder, "--no-cache-dir", "--disable-pip-version-check",
-            "--no-warn-script-location", "--break-system-packages", f"{_DIST}{extra}=={__version__}",
+            self.python,
+            posixpath.join(folder, pip, "pip"),
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            folder,
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            "--break-system-packages",
+            f"{_DIST}{extra}=={__version__}",
         ]
         installed = self._run_in(sandbox, argv, env={"PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"})
         if not installed.ok:
