@@ -88,9 +88,13 @@ class Template:
         except SandboxGone:
             raise
         except TimeoutError as exc:
-            raise TemplateError(f"{step.name}: {shlex.join(argv)} ran longer than {step.timeout} s", step=step.name) from exc
+            raise TemplateError(
+                f"{step.name}: {shlex.join(argv)} ran longer than {step.timeout} s", step=step.name
+            ) from exc
         except OSError as exc:
-            raise TemplateError(f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name) from exc
+            raise TemplateError(
+                f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name
+            ) from exc
 
 
 def bridge_template(python: str = "python3", requirement: Optional[str] = None) -> Template:
