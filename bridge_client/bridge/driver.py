@@ -283,7 +283,8 @@ class TurnContext:
             RuntimeError: no step is open.
         """
         _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
-        self._part("tool_call", "tool-call", {"toolCallId": tool_call_id, "toolName": tool_name, "input": input})
+        fields = {"toolCallId": tool_call_id, "toolName": tool_name, "input": input}
+        self._part("tool_call", "tool-call", fields)
         self._call_ids.append(tool_call_id)
 
     def tool_result(self, tool_call_id: str, tool_name: str, output: Any, is_error: bool = False) -> None:
