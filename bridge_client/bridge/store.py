@@ -191,7 +191,8 @@ _dumps = json_text
 
 _SESSION_SQL = (
     "INSERT INTO sessions (id, revision, data, closed) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT(id) DO UPDATE SET revision = excluded.revision, data = excluded.data, closed = excluded.closed "
+    "ON CONFLICT(id) DO UPDATE SET revision = excluded.revision, data = excluded.data, "
+    "closed = excluded.closed "
     "WHERE excluded.revision >= sessions.revision"
 )
 _TURN_SQL = (
@@ -432,7 +433,8 @@ class Store:
     def load_turn(self, turn_id: str) -> Optional[StoredTurn]:
         """Return the committed turn ``turn_id`` (of any session), or ``None``."""
         rows = self._query(
-            "SELECT id, session_id, prompt, status, started_at, turn_state, finish, checkpoint FROM turns WHERE id = ?",
+            "SELECT id, session_id, prompt, status, started_at, turn_state, finish, checkpoint "
+            "FROM turns WHERE id = ?",
             (turn_id,),
         )
         if not rows:
