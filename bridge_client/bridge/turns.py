@@ -125,7 +125,9 @@ class Turn:
         cancelled: the driver's cancel event.
     """
 
-    def __init__(self, turn_id: str, session_id: str, prompt: str, checkpoint: SessionState, status: str) -> None:
+    def __init__(
+        self, turn_id: str, session_id: str, prompt: str, checkpoint: SessionState, status: str
+    ) -> None:
         self.id = turn_id
         self.session_id = session_id
         self.prompt = prompt
