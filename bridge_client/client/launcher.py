@@ -130,7 +130,8 @@ def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tup
         log.debug("bridge %s: nothing answers on port %d: %s", plan.bridge_id, info.port, exc)
         return None
     try:
-        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=(open_timeout or plan.open_timeout) + plan.ping_timeout))
+        timeout = (open_timeout or plan.open_timeout) + plan.ping_timeout
+        hello = HelloResult.from_dict(conn.call("Hello", None, timeout=timeout))
         _check_hello(plan, hello)
     except HarnessError as exc:  # dropped, garbled, a typed failure, or another bridge
         log.debug("bridge %s: port %d is not our bridge: %s", plan.bridge_id, info.port, exc)
