@@ -120,6 +120,8 @@ class CreateSessionOptions:
             try:
                 object.__setattr__(self, "ca_bundle", os.fspath(self.ca_bundle))
             except TypeError:
-                raise TypeError("CreateSessionOptions.ca_bundle must be a path (str or os.PathLike)") from None
+                raise TypeError(
+                    "CreateSessionOptions.ca_bundle must be a path (str or os.PathLike)"
+                ) from None
             if not isinstance(self.ca_bundle, str) or not os.path.exists(self.ca_bundle):
                 raise ValueError(f"CreateSessionOptions.ca_bundle {self.ca_bundle!r} does not exist")
