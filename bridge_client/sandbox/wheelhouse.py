@@ -88,7 +88,8 @@ class Target:
     @property
     def key(self) -> str:
         """A folder name for this target's wheels."""
-        return f"{self.impl}{self.version[0]}{self.version[1]}-{self.machine}-{self.libc[0] or 'nolibc'}{self.libc[1]}"
+        libc = f"{self.libc[0] or 'nolibc'}{self.libc[1]}"
+        return f"{self.impl}{self.version[0]}{self.version[1]}-{self.machine}-{libc}"
 
     def pip_download_args(self) -> List[str]:
         """The ``pip download`` options that select wheels for this target."""
