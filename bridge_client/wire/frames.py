@@ -303,7 +303,9 @@ def _kind(value: Any) -> str:
 def _headers(obj: Any, request_id: RequestId) -> Tuple[Tuple[str, str], ...]:
     raw = obj["headers"]
     if not isinstance(raw, list):
-        raise FrameError(f"Request.headers must be an array of [key, value] pairs, got {_kind(raw)}", request_id)
+        raise FrameError(
+            f"Request.headers must be an array of [key, value] pairs, got {_kind(raw)}", request_id
+        )
     pairs = []
     for pair in raw:
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
