@@ -345,7 +345,9 @@ class Part(_Value):
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
         """Return the part as its wire JSON object (``type``, ``index``, ``step``, ...)."""
-        out: Dict[str, Any] = {"type": self.type, "index": self.index, "step": self.step, "attempt": self.attempt}
+        out: Dict[str, Any] = {
+            "type": self.type, "index": self.index, "step": self.step, "attempt": self.attempt
+        }
         for attr, key, _ in self._fields:
             out[key] = _encode_field(getattr(self, attr))
         return out
