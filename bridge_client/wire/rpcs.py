@@ -184,7 +184,9 @@ READ_TURN = Rpc(
     check=_read_turn,
 )
 CANCEL_TURN = Rpc("CancelTurn", stream=False, resend=True, errors=("TurnNotFound",), check=_turn_ref)
-CLOSE_SESSION = Rpc("CloseSession", stream=False, resend=True, errors=("SessionNotFound",), check=_session_ref)
+CLOSE_SESSION = Rpc(
+    "CloseSession", stream=False, resend=True, errors=("SessionNotFound",), check=_session_ref
+)
 
 CATALOGUE: Dict[str, Rpc] = {
     rpc.tag: rpc for rpc in (HELLO, OPEN_SESSION, START_TURN, READ_TURN, CANCEL_TURN, CLOSE_SESSION)
