@@ -305,7 +305,7 @@ class Turn:
                 conn_box: List[Connection] = []
 
                 def open_on(conn: Connection) -> Stream:
-                    conn_box[:] = [conn]
+                    conn_box[:] = [conn]  # noqa: B023 (called within this pass of the loop)
                     return self._open(conn)
 
                 try:
