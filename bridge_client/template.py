@@ -12,7 +12,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
-from . import __version__
 from .errors import SandboxGone, TemplateError
 from .sandbox.base import ExecResult, Sandbox
 
