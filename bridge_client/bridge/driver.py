@@ -397,7 +397,7 @@ class TurnContext:
         with self._lock:
             open_step = (self._step, self._attempt) if self._step is not None else None
             self._phase = _CLOSED
-            return open_step  # type: ignore[return-value]
+            return open_step
 
 
 def _need_str(**values: Any) -> None:
