@@ -39,7 +39,9 @@ def _free_port() -> int:
 
 
 def _server_command() -> Optional[List[str]]:
-    exe = shutil.which("swerex-remote", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    exe = shutil.which(
+        "swerex-remote", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    )
     return [exe] if exe else None
 
 
@@ -120,17 +122,31 @@ def ours_times(env: BenchEnv, count: int) -> List[float]:
 def swe_rex(env: BenchEnv, sizes: Sizes) -> Row:
     """8. Median time per command: a ``shell`` turn through our bridge against SWE-ReX's
     RemoteRuntime ``execute`` on its ``swerex-remote`` server, same command, same run."""
-    ours = figure(f"shell turn '{COMMAND}' through the bridge, read to turn-finish", "ms",
-                  [s * 1000 for s in ours_times(env, sizes.commands)])
+    ours = figure(
+        f"shell turn '{COMMAND}' through the bridge, read to turn-finish",
+        "ms",
+        [s * 1000 for s in ours_times(env, sizes.commands)],
+    )
     target = "(none; ratio > 1: ours is faster)"
     missing = _peer_missing()
     if missing is not None:
         return Row("peer: SWE-ReX", ours, None, None, "", target, None, skipped=missing)
     folder = env.workspace("peer-swerex")
     try:
-        peer = figure(f"SWE-ReX RemoteRuntime.execute('{COMMAND}', shell=True) via swerex-remote", "ms",
-                      [s * 1000 for s in swe_rex_times(folder, sizes.commands)])
+        peer = figure(
+            f"SWE-ReX RemoteRuntime.execute('{COMMAND}', shell=True) via swerex-remote",
+            "ms",
+            [s * 1000 for s in swe_rex_times(folder, sizes.commands)],
+        )
     except Exception as exc:
-        return Row("peer: SWE-ReX", ours, None, None, "", target, None,
-                   skipped=f"skipped: SWE-ReX did not run here: {type(exc).__name__}: {exc}"[:300])
+        return Row(
+            "peer: SWE-ReX",
+            ours,
+            None,
+            None,
+            "",
+            target,
+            None,
+            skipped=f"skipped: SWE-ReX did not run here: {type(exc).__name__}: {exc}"[:300],
+        )
     return Row("peer: SWE-ReX", ours, peer, time_ratio(ours, peer), "SWE-ReX time / ours", target, None)
