@@ -57,7 +57,9 @@ def prepare_state(
 class BridgeProcess:
     """One ``python -m bridge_client.bridge`` process with its state directory and workspace."""
 
-    def __init__(self, state: str, workspace: str, driver: str = "echo", env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self, state: str, workspace: str, driver: str = "echo", env: Optional[Dict[str, str]] = None
+    ) -> None:
         self.state = state
         self.workspace = workspace
         self.driver = driver
@@ -227,14 +229,17 @@ class WireClient:
         return self.value("OpenSession", {"sessionId": session_id, "state": state})
 
     def start(self, session_id: str, turn_id: str, prompt: str) -> str:
-        return self.value("StartTurn", {"sessionId": session_id, "turnId": turn_id, "prompt": prompt})["status"]
+        return self.value("StartTurn", {"sessionId": session_id, "turnId": turn_id, "prompt": prompt})[
+            "status"
+        ]
 
     def read(
         self, session_id: str, turn_id: str, offset: int = 0, after_step: int = 0
     ) -> Tuple[List[Dict[str, Any]], int, Dict[str, Any]]:
         """ReadTurn to its end, acking every Chunk. Returns (parts, chunk count, exit)."""
         rid = self.request(
-            "ReadTurn", {"sessionId": session_id, "turnId": turn_id, "offset": offset, "afterStep": after_step}
+            "ReadTurn",
+            {"sessionId": session_id, "turnId": turn_id, "offset": offset, "afterStep": after_step},
         )
         parts: List[Dict[str, Any]] = []
         chunks = 0
