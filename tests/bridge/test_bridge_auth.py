@@ -46,7 +46,18 @@ def _upgrade_status(bridge, authorization=None, path="/"):
         "Bearer",
         "",
     ],
-    ids=["missing", "wrong", "token-case", "longer", "scheme-lower", "scheme-upper", "basic", "no-scheme", "empty-token", "empty"],
+    ids=[
+        "missing",
+        "wrong",
+        "token-case",
+        "longer",
+        "scheme-lower",
+        "scheme-upper",
+        "basic",
+        "no-scheme",
+        "empty-token",
+        "empty",
+    ],
 )
 def test_c17_upgrade_without_the_right_token_gets_401(shared_echo, authorization):
     status, headers = _upgrade_status(shared_echo, authorization)
