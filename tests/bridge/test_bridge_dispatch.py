@@ -51,7 +51,9 @@ def test_ping_gets_pong(shared_echo):
 
 def test_batch_array_is_accepted(shared_echo):
     with shared_echo.connect() as c:
-        c.send([{"_tag": "Ping"}, {"_tag": "Request", "id": 1, "tag": "Hello", "payload": None, "headers": []}])
+        c.send(
+            [{"_tag": "Ping"}, {"_tag": "Request", "id": 1, "tag": "Hello", "payload": None, "headers": []}]
+        )
         assert _next(c) == {"_tag": "Pong"}
         message = _next(c)
         assert message["_tag"] == "Exit" and message["exit"]["_tag"] == "Success"
@@ -99,7 +101,19 @@ def test_eof_and_acks_and_interrupts_for_unknown_ids_are_ignored(shared_echo):
         json.dumps({"_tag": "Ack"}),
         b"\xff\xfe not utf-8",
     ],
-    ids=["text", "truncated", "number", "empty-batch", "string", "unknown-tag", "no-tag", "no-id", "float-id", "ack-no-id", "bad-utf8"],
+    ids=[
+        "text",
+        "truncated",
+        "number",
+        "empty-batch",
+        "string",
+        "unknown-tag",
+        "no-tag",
+        "no-id",
+        "float-id",
+        "ack-no-id",
+        "bad-utf8",
+    ],
 )
 def test_b08_bad_frame_gets_a_defect_and_the_connection_keeps_working(shared_echo, frame):
     with shared_echo.connect() as c:
