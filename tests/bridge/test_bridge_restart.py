@@ -88,12 +88,16 @@ def test_b05_killed_mid_turn_is_continued_with_step_reset_and_attempt_2(make_bri
 
 
 def test_b05_driver_gets_completed_steps_and_the_checkpointed_state(make_bridge, sid, tid):
-    first = make_bridge(driver="bridge_test_drivers:make_stateful", agent_id="stateful", options={"steps": 3, "delay": 0.1})
+    first = make_bridge(
+        driver="bridge_test_drivers:make_stateful", agent_id="stateful", options={"steps": 3, "delay": 0.1}
+    )
     with first.connect() as c:
         c.open(sid)
         c.start(sid, tid, "go")
         # Inside step 1, after its set_state({"step": 1}).
-        before = _read_until(c, sid, tid, lambda ps: any(p["type"] == "text-delta" and p["step"] == 1 for p in ps))
+        before = _read_until(
+            c, sid, tid, lambda ps: any(p["type"] == "text-delta" and p["step"] == 1 for p in ps)
+        )
     states = [p["state"] for p in before if p["type"] == "session-state"]
     assert [s["data"] for s in states] == [{"step": 0}, {"step": 1}]
     second = _restart(first)
@@ -114,7 +118,9 @@ def test_b05_driver_gets_completed_steps_and_the_checkpointed_state(make_bridge,
     assert after[1]["state"]["revision"] == states[-1]["revision"] + 1
     (resume,) = [p for p in after if p["type"] == "data" and p["name"] == "resume"]
     assert resume["data"]["completedSteps"] == 1
-    assert resume["data"]["steps"] == [["step-start", "tool-call", "session-state", "text-delta", "text-delta", "text-delta", "step-finish"]]
+    assert resume["data"]["steps"] == [
+        ["step-start", "tool-call", "session-state", "text-delta", "text-delta", "text-delta", "step-finish"]
+    ]
     assert resume["data"]["state"]["data"] == {"step": 0}
     assert [p["toolCallId"] for p in after if p["type"] == "tool-call"] == ["call-1-2", "call-2-1"]
     revisions = [p["state"]["revision"] for p in parts if p["type"] == "session-state"]
@@ -160,7 +166,10 @@ def test_b05_cancel_of_an_unfinished_turn_finishes_it_at_once(make_bridge, sid, 
     second = _restart(first)
     try:
         with second.connect() as c:
-            assert c.value("CancelTurn", {"sessionId": sid, "turnId": tid}) == {"turnId": tid, "status": "finished"}
+            assert c.value("CancelTurn", {"sessionId": sid, "turnId": tid}) == {
+                "turnId": tid,
+                "status": "finished",
+            }
             parts, _, _ = c.read(sid, tid)
             c.open(sid)
             assert c.start(sid, tid, "a b") == "finished"
