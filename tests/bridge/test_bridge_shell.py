@@ -46,7 +46,9 @@ def test_shell_streams_output_before_the_command_ends(make_bridge, sid, tid):
                 assert not any(p["type"] == "tool-result" for p in seen)
                 first_at = time.monotonic() - t0
             c.send(frames.Ack(rid))
-    assert first_at is not None and first_at < 1.0, "the first line should arrive while the command still runs"
+    assert first_at is not None and first_at < 1.0, (
+        "the first line should arrive while the command still runs"
+    )
     assert text_of(seen) == "first\nsecond\n"
     (result,) = [p for p in seen if p["type"] == "tool-result"]
     assert result["output"] == {"exitCode": 0, "timedOut": False} and result["isError"] is False
