@@ -61,7 +61,11 @@ def test_open_session_new_with_the_hosts_state_adopts_it(shared_echo, sid):
 def test_close_session_then_start_turn_is_session_not_found_and_open_reopens(shared_echo, sid, tid):
     with shared_echo.connect() as c:
         c.open(sid)
-        assert c.value("CloseSession", {"sessionId": sid}) == {"sessionId": sid, "revision": 0, "data": {"turns": 0}}
+        assert c.value("CloseSession", {"sessionId": sid}) == {
+            "sessionId": sid,
+            "revision": 0,
+            "data": {"turns": 0},
+        }
         (cause,) = c.causes("StartTurn", {"sessionId": sid, "turnId": tid, "prompt": "x"})
         assert cause["error"]["_tag"] == "SessionNotFound"
         c.open(sid)
@@ -130,7 +134,9 @@ def test_start_turn_same_id_in_another_session_is_turn_conflict(shared_echo, sid
         c.start(sid, tid, "p")
         (cause,) = c.causes("StartTurn", {"sessionId": sid + "-other", "turnId": tid, "prompt": "p"})
         assert cause["error"]["_tag"] == "TurnConflict"
-        (cause,) = c.causes("ReadTurn", {"sessionId": sid + "-other", "turnId": tid, "offset": 0, "afterStep": 0})
+        (cause,) = c.causes(
+            "ReadTurn", {"sessionId": sid + "-other", "turnId": tid, "offset": 0, "afterStep": 0}
+        )
         assert cause["error"]["_tag"] == "TurnNotFound"
 
 
@@ -141,7 +147,9 @@ def test_turn_start_carries_the_turn_state(shared_echo, sid, tid):
         parts, _, _ = c.read(sid, tid)
     turn = parts[0]["turn"]
     assert parts[0]["index"] == 0 and parts[0]["step"] is None and parts[0]["attempt"] == 1
-    assert turn["protocol"] == 1 and turn["agentId"] == "echo" and turn["bridgeId"] == shared_echo.info.bridge_id
+    assert (
+        turn["protocol"] == 1 and turn["agentId"] == "echo" and turn["bridgeId"] == shared_echo.info.bridge_id
+    )
     assert (turn["sessionId"], turn["turnId"], turn["prompt"]) == (sid, tid, "hello there")
     assert turn["startedAt"].endswith("Z")
 
@@ -332,7 +340,9 @@ def test_driver_error_ends_the_turn_with_error_and_closes_the_step(make_bridge, 
     finish = parts[-1]
     assert finish["finishReason"] == "error"
     assert finish["error"].startswith("RuntimeError: echo fails at step 1")
-    assert parts[-2]["type"] == "step-finish" and parts[-2]["step"] == 1 and parts[-2]["finishReason"] == "error"
+    assert (
+        parts[-2]["type"] == "step-finish" and parts[-2]["step"] == 1 and parts[-2]["finishReason"] == "error"
+    )
 
 
 # ---------------------------------------------------------------------------- B03
@@ -344,7 +354,9 @@ def test_b03_every_part_is_in_the_store_with_offset_step_and_attempt(make_bridge
         c.open(sid)
         c.start(sid, tid, "stored parts")
         parts, _, _ = c.read(sid, tid)
-    rows = _store_rows(bridge, "SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (tid,))
+    rows = _store_rows(
+        bridge, "SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (tid,)
+    )
     assert [json.loads(r[4]) for r in rows] == parts
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
         (p["index"], p["step"], p["attempt"], p["type"]) for p in parts
