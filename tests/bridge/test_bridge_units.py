@@ -105,7 +105,10 @@ def test_context_emits_steps_with_numbers_and_attempts():
         (lambda c: c.text("x"), "text() outside a step: call start_step() first"),
         (lambda c: c.tool_call("i", "n", None), "tool_call() outside a step: call start_step() first"),
         (lambda c: c.finish_step(), "finish_step() outside a step: no step is open"),
-        (lambda c: (c.start_step(), c.start_step()), "start_step() inside a step (step 0): call finish_step() first"),
+        (
+            lambda c: (c.start_step(), c.start_step()),
+            "start_step() inside a step (step 0): call finish_step() first",
+        ),
     ],
 )
 def test_context_misuse_raises_and_writes_nothing(misuse, message):
@@ -189,7 +192,10 @@ def test_store_session_revisions_only_grow(tmp_path):
 def test_store_failure_is_reported_and_refuses_later_writes(tmp_path):
     failed = []
     store = Store(str(tmp_path / "s.sqlite3"), on_fatal=failed.append)
-    ticket = store.submit(part_op(None, "t", StoredPart(0, None, 1, "x", "{}")), part_op(None, "t", StoredPart(0, None, 1, "x", "{}")))
+    ticket = store.submit(
+        part_op(None, "t", StoredPart(0, None, 1, "x", "{}")),
+        part_op(None, "t", StoredPart(0, None, 1, "x", "{}")),
+    )
     with pytest.raises(StoreError):
         store.wait(ticket, 5)
     assert failed and isinstance(failed[0], sqlite3.IntegrityError)
@@ -278,7 +284,9 @@ def test_manager_runs_turns_and_continues_an_orphan(tmp_path):
     store.close()
     # Cut the log inside step 1, as a crash would, and continue it in a new manager.
     conn = sqlite3.connect(path)
-    (cut,) = conn.execute("SELECT idx FROM parts WHERE turn_id='t' AND step=1 AND type='tool-call'").fetchone()
+    (cut,) = conn.execute(
+        "SELECT idx FROM parts WHERE turn_id='t' AND step=1 AND type='tool-call'"
+    ).fetchone()
     conn.execute("DELETE FROM parts WHERE turn_id='t' AND idx > ?", (cut,))
     conn.execute("UPDATE turns SET status='running', finish=NULL")
     conn.commit()
@@ -315,8 +323,19 @@ def test_echo_split_keeps_whitespace_with_words():
 
 @pytest.mark.parametrize(
     "options",
-    [[], "x", {"steps": 0}, {"steps": True}, {"steps": 1.5}, {"delay": -1}, {"delay": "1"}, {"delay": float("inf")},
-     {"chunks": 0}, {"fail_at": -1}, {"stepz": 1}],
+    [
+        [],
+        "x",
+        {"steps": 0},
+        {"steps": True},
+        {"steps": 1.5},
+        {"delay": -1},
+        {"delay": "1"},
+        {"delay": float("inf")},
+        {"chunks": 0},
+        {"fail_at": -1},
+        {"stepz": 1},
+    ],
 )
 def test_echo_rejects_bad_options(options):
     with pytest.raises(ValueError):
@@ -332,7 +351,16 @@ def test_echo_defaults_and_options():
 
 @pytest.mark.parametrize(
     "options",
-    [5, {"timeout": 0}, {"timeout": "1"}, {"timeout": True}, {"shell": ""}, {"shell": 3}, {"keep_going": 1}, {"x": 1}],
+    [
+        5,
+        {"timeout": 0},
+        {"timeout": "1"},
+        {"timeout": True},
+        {"shell": ""},
+        {"shell": 3},
+        {"keep_going": 1},
+        {"x": 1},
+    ],
 )
 def test_shell_rejects_bad_options(options):
     with pytest.raises(ValueError):
@@ -415,7 +443,9 @@ def test_a_driver_text_that_is_not_valid_unicode_fails_the_turn_not_the_store(tm
     turn = manager.find_turn("s", "t")
     turn.wait_for_parts(10**9, lambda: False)
     finish = json.loads(turn.texts[-1])
-    assert finish["finishReason"] == "error" and finish["error"].startswith("ValueError: text holds a lone surrogate")
+    assert finish["finishReason"] == "error" and finish["error"].startswith(
+        "ValueError: text holds a lone surrogate"
+    )
     assert manager.start_turn("s", "t2", "y")["status"] == "started"  # the store still writes
     manager.close()
     store.close()
@@ -437,7 +467,9 @@ def test_a_silent_connection_is_closed_after_the_silence_timeout(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        ws = websocket.create_connection(f"ws://127.0.0.1:{port}/", header=["Authorization: Bearer tok"], timeout=5)
+        ws = websocket.create_connection(
+            f"ws://127.0.0.1:{port}/", header=["Authorization: Bearer tok"], timeout=5
+        )
         t0 = time.monotonic()
         opcode, data = ws.recv_data(control_frame=True)
         assert opcode == websocket.ABNF.OPCODE_CLOSE and int.from_bytes(data[:2], "big") == 1001
