@@ -16,11 +16,24 @@ from host_support import options, session_options
 pytestmark = pytest.mark.timeout(60)
 
 SID = "sess-1"
-INIT = {"type": "system", "subtype": "init", "session_id": SID, "model": "claude-test", "tools": ["Bash"], "cwd": "."}
+INIT = {
+    "type": "system",
+    "subtype": "init",
+    "session_id": SID,
+    "model": "claude-test",
+    "tools": ["Bash"],
+    "cwd": ".",
+}
 
 
 def assistant(mid, *blocks, usage=None):
-    message = {"id": mid, "type": "message", "role": "assistant", "model": "claude-test", "content": list(blocks)}
+    message = {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": list(blocks),
+    }
     if usage:
         message["usage"] = usage
     return {"type": "assistant", "message": message, "parent_tool_use_id": None, "session_id": SID}
@@ -28,13 +41,25 @@ def assistant(mid, *blocks, usage=None):
 
 def tool_result(call_id, content, is_error=False):
     block = {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}
-    return {"type": "user", "message": {"role": "user", "content": [block]}, "parent_tool_use_id": None, "session_id": SID}
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": [block]},
+        "parent_tool_use_id": None,
+        "session_id": SID,
+    }
 
 
 def result(subtype="success", is_error=False, text="All done."):
     return {
-        "type": "result", "subtype": subtype, "is_error": is_error, "duration_ms": 1200, "duration_api_ms": 900,
-        "num_turns": 2, "result": text, "session_id": SID, "total_cost_usd": 0.0123,
+        "type": "result",
+        "subtype": subtype,
+        "is_error": is_error,
+        "duration_ms": 1200,
+        "duration_api_ms": 900,
+        "num_turns": 2,
+        "result": text,
+        "session_id": SID,
+        "total_cost_usd": 0.0123,
         "usage": {"input_tokens": 100, "output_tokens": 20},
     }
 
@@ -43,9 +68,12 @@ FULL_RUN = {
     "lines": [
         INIT,
         assistant("msg_1", {"type": "thinking", "thinking": "I should list the files.", "signature": "sig"}),
-        assistant("msg_1", {"type": "text", "text": "Let me look. "},
-                  {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
-                  usage={"input_tokens": 50, "output_tokens": 10}),
+        assistant(
+            "msg_1",
+            {"type": "text", "text": "Let me look. "},
+            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+            usage={"input_tokens": 50, "output_tokens": 10},
+        ),
         "this line is not JSON {",
         tool_result("toolu_1", [{"type": "text", "text": "a.txt\nb.txt"}]),
         assistant("msg_2", {"type": "text", "text": "There are two files."}),
@@ -81,14 +109,19 @@ def test_claude_code_maps_messages_onto_parts(sandbox, fake_cli):
     assert finishes[0].usage == {"input_tokens": 50, "output_tokens": 10}
     assert calls[0].step == results[0].step == 0
     unparsed = [p for p in parts if isinstance(p, bc.Data)]
-    assert [(p.name, p.data) for p in unparsed] == [("claude-code-unparsed", {"line": "this line is not JSON {"})]
+    assert [(p.name, p.data) for p in unparsed] == [
+        ("claude-code-unparsed", {"line": "this line is not JSON {"})
+    ]
     (call,) = fake_cli.calls("claude")
     argv = call["argv"]
     assert argv[:6] == ["-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
     assert "--resume" not in argv and argv[argv.index("--model") + 1] == "claude-test"
     assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
     message = json.loads(call["stdin"])
-    assert message["type"] == "user" and message["message"] == {"role": "user", "content": "What files are here?"}
+    assert message["type"] == "user" and message["message"] == {
+        "role": "user",
+        "content": "What files are here?",
+    }
 
 
 def test_c07_claude_code_resumes_its_session_in_later_turns_and_fresh_bridges(sandbox, fake_cli):
@@ -107,8 +140,11 @@ def test_c07_claude_code_resumes_its_session_in_later_turns_and_fresh_bridges(sa
 
 
 def test_claude_code_early_exit_without_result_is_an_error(sandbox, fake_cli):
-    run = {"lines": [INIT, assistant("msg_1", {"type": "text", "text": "Starting"})], "exit": 3,
-           "stderr": "Error: API connection lost"}
+    run = {
+        "lines": [INIT, assistant("msg_1", {"type": "text", "text": "Starting"})],
+        "exit": 3,
+        "stderr": "Error: API connection lost",
+    }
     fake_cli.play("claude", run)
     with bc.create_session(_opts(), session_options(sandbox)) as session:
         parts = list(session.turn("go"))
@@ -128,8 +164,10 @@ def test_claude_code_error_result_ends_the_turn_with_its_message(sandbox, fake_c
 
 
 def test_claude_code_cancel_interrupts_the_cli(sandbox, fake_cli):
-    fake_cli.play("claude", {"lines": [INIT, assistant("msg_1", {"type": "text", "text": "Working..."})],
-                             "wait": "interrupt"})
+    fake_cli.play(
+        "claude",
+        {"lines": [INIT, assistant("msg_1", {"type": "text", "text": "Working..."})], "wait": "interrupt"},
+    )
     with bc.create_session(_opts(), session_options(sandbox)) as session:
         turn = session.turn("a long task")
         parts = []
@@ -148,12 +186,17 @@ def test_claude_code_missing_cli_is_a_clear_error(sandbox, fake_cli):
 
 
 def test_b05_claude_code_continues_after_a_restart_by_resuming_its_session(sandbox, fake_cli):
-    first = {"lines": [
-        INIT,
-        assistant("msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "make"}}),
-        tool_result("toolu_1", "built"),
-        assistant("msg_2", {"type": "text", "text": "Now testing"}),
-    ], "wait": "eof"}
+    first = {
+        "lines": [
+            INIT,
+            assistant(
+                "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "make"}}
+            ),
+            tool_result("toolu_1", "built"),
+            assistant("msg_2", {"type": "text", "text": "Now testing"}),
+        ],
+        "wait": "eof",
+    }
     second = {"lines": [INIT, assistant("msg_3", {"type": "text", "text": "Tests pass."}), result()]}
     fake_cli.play("claude", first, second)
     with bc.create_session(_opts(), session_options(sandbox)) as session:
