@@ -42,7 +42,9 @@ def test_run_streams_a_shell_turn(workspace):
 
 
 def test_run_json_prints_one_part_per_line(workspace):
-    done = cli("run", "hello world", "--agent", "echo", "--option", "steps=2", "--sandbox", workspace, "--json")
+    done = cli(
+        "run", "hello world", "--agent", "echo", "--option", "steps=2", "--sandbox", workspace, "--json"
+    )
     assert done.returncode == 0, done.stderr
     parts = [json.loads(line) for line in done.stdout.splitlines()]
     assert parts[0]["type"] == "turn-start" and parts[-1]["type"] == "turn-finish"
@@ -101,8 +103,15 @@ def test_bridges_lists_and_stop_stops(workspace):
     assert row["id"] in table.stdout and "ALIVE" in table.stdout
     stopped = cli("stop", row["id"], "--sandbox", workspace)
     assert stopped.returncode == 0, stopped.stderr
-    assert wait_until(lambda: not os.path.exists(f"/proc/{row['pid']}") or open(f"/proc/{row['pid']}/stat").read().split()[2] == "Z")
-    after = [json.loads(line) for line in cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()]
+    assert wait_until(
+        lambda: (
+            not os.path.exists(f"/proc/{row['pid']}")
+            or open(f"/proc/{row['pid']}/stat").read().split()[2] == "Z"
+        )
+    )
+    after = [
+        json.loads(line) for line in cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()
+    ]
     assert after[0]["alive"] is False
     assert "no running bridge" in _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
 
@@ -129,8 +138,21 @@ def test_ctrl_c_suspends_and_the_printed_command_continues_the_turn(workspace):
     import signal
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge_client.cli", "run", "a b", "--agent", "echo",
-         "--option", "steps=6", "--option", "delay=0.05", "--sandbox", workspace],
+        [
+            sys.executable,
+            "-m",
+            "bridge_client.cli",
+            "run",
+            "a b",
+            "--agent",
+            "echo",
+            "--option",
+            "steps=6",
+            "--option",
+            "delay=0.05",
+            "--sandbox",
+            workspace,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -156,7 +178,10 @@ def test_ctrl_c_suspends_and_the_printed_command_continues_the_turn(workspace):
 def test_closed_stdout_is_not_a_traceback(workspace):
     done = subprocess.run(
         f"{sys.executable} -m bridge_client.cli run hi --agent echo --sandbox {workspace} >&-",
-        shell=True, capture_output=True, text=True, timeout=60,
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert "Traceback" not in done.stderr
     assert done.returncode in (0, 1)
@@ -175,7 +200,9 @@ def test_stop_refuses_a_bad_id_and_a_stale_file_naming_another_process(workspace
     try:
         sandbox = bc.LocalSandbox(workspace)
         path = os.path.join(identity.state_dir(sandbox.state_root, row["id"]), identity.LISTENING_FILE)
-        stale = identity.ListeningInfo(1, "echo", row["id"], "127.0.0.1", row["port"], victim.pid, "old", "2020-01-01T00:00:00.000Z")
+        stale = identity.ListeningInfo(
+            1, "echo", row["id"], "127.0.0.1", row["port"], victim.pid, "old", "2020-01-01T00:00:00.000Z"
+        )
         identity.secure_write(path, stale.to_json().encode())
         line = _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
         assert "stale" in line or "another program" in line
@@ -189,9 +216,24 @@ def test_two_quick_ctrl_c_still_suspend_cleanly(workspace):
     import signal
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge_client.cli", "run", "a b", "--agent", "echo",
-         "--option", "steps=20", "--option", "delay=0.05", "--sandbox", workspace],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "bridge_client.cli",
+            "run",
+            "a b",
+            "--agent",
+            "echo",
+            "--option",
+            "steps=20",
+            "--option",
+            "delay=0.05",
+            "--sandbox",
+            workspace,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout.readline().startswith("[echo]")
