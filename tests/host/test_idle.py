@@ -40,10 +40,15 @@ def test_b06_bridge_exits_when_idle_and_c07_a_new_one_restores_the_session(sandb
     with bc.create_session(opts, session_options(sandbox, idle_timeout=0.2)) as session:
         list(session.turn("before"))
         pid = session._hello.pid
-        listening = os.path.join(identity.state_dir(sandbox.state_root, session.bridge_id), identity.LISTENING_FILE)
+        listening = os.path.join(
+            identity.state_dir(sandbox.state_root, session.bridge_id), identity.LISTENING_FILE
+        )
         assert os.path.exists(listening)
         assert wait_until(lambda: not os.path.exists(listening), timeout=10), "bridge did not exit when idle"
-        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=5)
+        assert wait_until(
+            lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+            timeout=5,
+        )
         list(session.turn("after"))
         assert session._hello.pid != pid
         assert session.state.data == {"turns": 2}
