@@ -21,7 +21,16 @@ def _listening_path(sandbox, session) -> str:
 
 
 def _write_stale_listening(path: str, port: int, pid: int = 999999) -> None:
-    info = identity.ListeningInfo(1, "echo", os.path.basename(os.path.dirname(path)), "127.0.0.1", port, pid, "stale", "2020-01-01T00:00:00.000Z")
+    info = identity.ListeningInfo(
+        1,
+        "echo",
+        os.path.basename(os.path.dirname(path)),
+        "127.0.0.1",
+        port,
+        pid,
+        "stale",
+        "2020-01-01T00:00:00.000Z",
+    )
     identity.secure_write(path, info.to_json().encode())
 
 
@@ -42,7 +51,11 @@ def test_c04_stale_listening_file_leads_to_a_fresh_launch(sandbox, stale):
     if stale == "dead-port":
         _write_stale_listening(path, _free_port())
     else:
-        content = {"garbage": b"not json at all", "truncated": b'{"protocol": 1, "port": 12', "other-protocol": b'{"protocol": 99}'}[stale]
+        content = {
+            "garbage": b"not json at all",
+            "truncated": b'{"protocol": 1, "port": 12',
+            "other-protocol": b'{"protocol": 99}',
+        }[stale]
         identity.secure_write(path, content)
     with session:
         assert _run_turn(session) == "stop"
@@ -110,9 +123,13 @@ def test_c04_a_bridge_that_cannot_start_raises_with_its_log(sandbox):
 
 
 def test_c04_template_failure_is_a_template_error(sandbox):
-    template = bc.Template((bc.TemplateStep("a thing", check=("false",), install=("sh", "-c", "echo broken >&2; exit 3")),))
+    template = bc.Template(
+        (bc.TemplateStep("a thing", check=("false",), install=("sh", "-c", "echo broken >&2; exit 3")),)
+    )
     base = options("echo")
-    opts = bc.BridgeOptions(id="echo", template=template, command=base.command, args=base.args, token=base.token)
+    opts = bc.BridgeOptions(
+        id="echo", template=template, command=base.command, args=base.args, token=base.token
+    )
     with bc.create_session(opts, session_options(sandbox)) as session:
         with pytest.raises(bc.TemplateError, match="broken"):
             session.turn("hello")
