@@ -20,7 +20,9 @@ pytestmark = pytest.mark.timeout(90)
 def test_c01_options_are_checked_and_the_token_is_a_function_of_the_sandbox(sandbox, tmp_path):
     base = options("echo")
     with pytest.raises(ValueError, match="id"):
-        bc.BridgeOptions(id="", template=base.template, command=base.command, args=base.args, token=base.token)
+        bc.BridgeOptions(
+            id="", template=base.template, command=base.command, args=base.args, token=base.token
+        )
     with pytest.raises(ValueError, match="args"):
         bc.BridgeOptions(id="x", template=base.template, command=base.command, args="-m x", token=base.token)
     with pytest.raises(ValueError, match="token"):
@@ -49,7 +51,12 @@ _HOST = textwrap.dedent(
 
 def test_c05_hosts_launching_at_once_end_with_one_bridge(workspace):
     hosts = [
-        subprocess.Popen([sys.executable, "-c", _HOST, workspace, SECRET], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _HOST, workspace, SECRET],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(6)
     ]
     results = []
