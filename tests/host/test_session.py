@@ -32,7 +32,10 @@ def test_c10_shell_turn_streams_in_order_and_changes_the_folder(sandbox, workspa
     with open(os.path.join(workspace, "hello.txt")) as f:
         assert f.read() == "hello from the sandbox\n"
     calls = [p for p in parts if isinstance(p, bc.ToolCall)]
-    assert [c.input["command"] for c in calls] == ["echo 'hello from the sandbox' > hello.txt", "cat hello.txt"]
+    assert [c.input["command"] for c in calls] == [
+        "echo 'hello from the sandbox' > hello.txt",
+        "cat hello.txt",
+    ]
     assert turn.text() == "hello from the sandbox\n"
     assert turn.steps == 2
     # Each step is framed by step-start and step-finish.
@@ -129,7 +132,9 @@ def test_c03_hosts_alike_share_one_bridge_and_other_options_get_their_own(sandbo
 
 
 def test_c11_break_leaves_the_turn_running_and_session_usable(sandbox):
-    with bc.create_session(options("echo", agent_options={"steps": 3, "delay": 0.01}), session_options(sandbox)) as session:
+    with bc.create_session(
+        options("echo", agent_options={"steps": 3, "delay": 0.01}), session_options(sandbox)
+    ) as session:
         turn = session.turn("a b c")
         for part in turn:
             if isinstance(part, bc.StepFinish):
