@@ -42,12 +42,18 @@ CHECKS = {
 @pytest.mark.parametrize("ids", ["number", "string"])
 def test_b07_b08_c17_effect_client_drives_our_bridge(py_bridge, ids):
     argv = ts_command("client.ts")
-    env = dict(os.environ, BRIDGE_INTEROP_URL=py_bridge.url, BRIDGE_INTEROP_TOKEN=TOKEN, BRIDGE_INTEROP_IDS=ids)
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(argv[-1]))
+    env = dict(
+        os.environ, BRIDGE_INTEROP_URL=py_bridge.url, BRIDGE_INTEROP_TOKEN=TOKEN, BRIDGE_INTEROP_IDS=ids
+    )
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(argv[-1])
+    )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     checks = {line["check"]: line for line in lines if "check" in line}
     failed = [c for c in checks.values() if not c["ok"]]
-    assert not failed, f"Effect client checks failed: {failed}\nstderr: {done.stderr[-2000:]}\nbridge log:\n{py_bridge.log()[-2000:]}"
+    assert not failed, (
+        f"Effect client checks failed: {failed}\nstderr: {done.stderr[-2000:]}\nbridge log:\n{py_bridge.log()[-2000:]}"
+    )
     assert set(checks) == CHECKS, f"missing checks: {CHECKS - set(checks)}; stderr: {done.stderr[-2000:]}"
     assert done.returncode == 0
     assert lines[-1] == {"summary": {"passed": len(CHECKS), "failed": 0}}
