@@ -133,7 +133,9 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
         with pytest.raises(bc.TurnNotFound):
             conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "t-none"}, timeout=10)
         with pytest.raises(bc.TurnNotFound):
-            stream = conn.stream("ReadTurn", {"sessionId": "s-1", "turnId": "t-none", "offset": 0, "afterStep": 0})
+            stream = conn.stream(
+                "ReadTurn", {"sessionId": "s-1", "turnId": "t-none", "offset": 0, "afterStep": 0}
+            )
             stream.take(timeout=10)
         # An RPC the Effect server does not know, and a payload it cannot decode: Die, for that
         # request alone; the connection goes on.
