@@ -47,7 +47,9 @@ def _nothing(answers: List[Dict[str, Any]]) -> None:
 
 
 def _request(request_id: Any, tag: str, payload: Any = None, **extra: Any) -> str:
-    return json.dumps({"_tag": "Request", "id": request_id, "tag": tag, "payload": payload, "headers": [], **extra})
+    return json.dumps(
+        {"_tag": "Request", "id": request_id, "tag": tag, "payload": payload, "headers": [], **extra}
+    )
 
 
 # (name, frame, how many answers it gets, check)
@@ -59,38 +61,93 @@ BAD: List[Tuple[str, Any, int, Check]] = [
     ("an empty batch", "[]", 1, _defect),
     ("no _tag", json.dumps({"id": 1}), 1, _defect),
     ("unknown _tag", json.dumps({"_tag": "Explode", "requestId": 1}), 1, _defect),
-    ("a bridge message sent by a host", json.dumps({"_tag": "Chunk", "requestId": STREAM_ID, "values": [1]}), 1, _defect),
-    ("Request without an id", json.dumps({"_tag": "Request", "tag": "Hello", "payload": None, "headers": []}), 1, _defect),
+    (
+        "a bridge message sent by a host",
+        json.dumps({"_tag": "Chunk", "requestId": STREAM_ID, "values": [1]}),
+        1,
+        _defect,
+    ),
+    (
+        "Request without an id",
+        json.dumps({"_tag": "Request", "tag": "Hello", "payload": None, "headers": []}),
+        1,
+        _defect,
+    ),
     ("Request with a float id", _request(1.5, "Hello"), 1, _defect),
     ("Request with an object id", _request({"a": 1}, "Hello"), 1, _defect),
     ("unknown RPC", _request("u-1", "LaunchMissiles", {"x": 1}), 1, _exit("u-1", "Die")),
-    ("payload of the wrong type", _request(9, "StartTurn", ["not", "an", "object"]), 1, _exit(9, "Fail", "BadRequest")),
-    ("payload with a wrong field", _request(10, "ReadTurn", {"sessionId": "s", "turnId": "t", "offset": "zero"}), 1,
-     _exit(10, "Fail", "BadRequest")),
-    ("missing payload", json.dumps({"_tag": "Request", "id": "p-1", "tag": "Hello", "headers": []}), 1, _exit("p-1", "Die")),
-    ("missing headers", json.dumps({"_tag": "Request", "id": "h-1", "tag": "Hello", "payload": None}), 1, _exit("h-1", "Die")),
-    ("headers not pairs", json.dumps({"_tag": "Request", "id": "h-2", "tag": "Hello", "payload": None, "headers": [[1, 2]]}),
-     1, _exit("h-2", "Die")),
+    (
+        "payload of the wrong type",
+        _request(9, "StartTurn", ["not", "an", "object"]),
+        1,
+        _exit(9, "Fail", "BadRequest"),
+    ),
+    (
+        "payload with a wrong field",
+        _request(10, "ReadTurn", {"sessionId": "s", "turnId": "t", "offset": "zero"}),
+        1,
+        _exit(10, "Fail", "BadRequest"),
+    ),
+    (
+        "missing payload",
+        json.dumps({"_tag": "Request", "id": "p-1", "tag": "Hello", "headers": []}),
+        1,
+        _exit("p-1", "Die"),
+    ),
+    (
+        "missing headers",
+        json.dumps({"_tag": "Request", "id": "h-1", "tag": "Hello", "payload": None}),
+        1,
+        _exit("h-1", "Die"),
+    ),
+    (
+        "headers not pairs",
+        json.dumps({"_tag": "Request", "id": "h-2", "tag": "Hello", "payload": None, "headers": [[1, 2]]}),
+        1,
+        _exit("h-2", "Die"),
+    ),
     ("id 0 as a number", _request(0, "Hello"), 1, _exit(0, None)),
     ("id 0 as a string", _request("0", "Hello"), 1, _exit("0", None)),
-    ("Effect's optional Request fields", _request(11, "Hello", traceId="t", spanId="s", sampled=True), 1, _exit(11, None)),
+    (
+        "Effect's optional Request fields",
+        _request(11, "Hello", traceId="t", spanId="s", sampled=True),
+        1,
+        _exit(11, None),
+    ),
     ("Interrupt for an unknown id", json.dumps({"_tag": "Interrupt", "requestId": "nobody"}), 0, _nothing),
     ("Interrupt without an id", json.dumps({"_tag": "Interrupt"}), 1, _defect),
     ("Ack for an unknown id", json.dumps({"_tag": "Ack", "requestId": 12345}), 0, _nothing),
     ("Ack with no chunk outstanding", json.dumps({"_tag": "Ack", "requestId": STREAM_ID}), 0, _nothing),
-    ("Ack of the stream's id with the other JSON type", json.dumps({"_tag": "Ack", "requestId": 1}), 0, _nothing),
+    (
+        "Ack of the stream's id with the other JSON type",
+        json.dumps({"_tag": "Ack", "requestId": 1}),
+        0,
+        _nothing,
+    ),
     ("Eof", json.dumps({"_tag": "Eof"}), 0, _nothing),
     ("binary frame", _request("bin-1", "Hello").encode("utf-8"), 1, _exit("bin-1", None)),
     ("binary frame not UTF-8", b"\xff\xfe\x00garbage", 1, _defect),
     ("deeply nested JSON", "[" * 50_000 + "]" * 50_000, 1, _defect),
-    ("lone surrogate in a prompt", _request(13, "StartTurn", {"sessionId": "s", "turnId": "t", "prompt": "\ud800"}), 1,
-     _exit(13, "Fail", "BadRequest")),
-    ("huge integer offset", _request(14, "ReadTurn", {"sessionId": "s", "turnId": "t", "offset": 10**30, "afterStep": 0}),
-     1, _exit(14, "Fail", "BadRequest")),
+    (
+        "lone surrogate in a prompt",
+        _request(13, "StartTurn", {"sessionId": "s", "turnId": "t", "prompt": "\ud800"}),
+        1,
+        _exit(13, "Fail", "BadRequest"),
+    ),
+    (
+        "huge integer offset",
+        _request(14, "ReadTurn", {"sessionId": "s", "turnId": "t", "offset": 10**30, "afterStep": 0}),
+        1,
+        _exit(14, "Fail", "BadRequest"),
+    ),
 ]
 
 BATCH = json.dumps(
-    [{"_tag": "Ping"}, {"_tag": "Nonsense"}, {"_tag": "Request", "id": "b-1", "tag": "Hello", "payload": None, "headers": []}]
+    [
+        {"_tag": "Ping"},
+        {"_tag": "Nonsense"},
+        {"_tag": "Request", "id": "b-1", "tag": "Hello", "payload": None, "headers": []},
+    ]
 )
 
 
@@ -151,7 +208,11 @@ def test_b08_bad_frames_while_streaming_leave_every_stream_whole(make_bridge, si
 
         other = threading.Thread(target=other_reader, daemon=True)
         other.start()
-        main.send(frames.Request(STREAM_ID, "ReadTurn", {"sessionId": sid, "turnId": "t-1", "offset": 0, "afterStep": 0}))
+        main.send(
+            frames.Request(
+                STREAM_ID, "ReadTurn", {"sessionId": sid, "turnId": "t-1", "offset": 0, "afterStep": 0}
+            )
+        )
         reader = _Reader(main)
         tried = 0
         for name, frame, count, check in BAD:
@@ -191,7 +252,11 @@ def test_b08_interrupt_of_a_live_stream_answers_interrupt_and_the_connection_goe
     with bridge.connect() as c:
         c.open(sid)
         c.start(sid, "t-1", "y" * 400)
-        c.send(frames.Request(STREAM_ID, "ReadTurn", {"sessionId": sid, "turnId": "t-1", "offset": 0, "afterStep": 0}))
+        c.send(
+            frames.Request(
+                STREAM_ID, "ReadTurn", {"sessionId": sid, "turnId": "t-1", "offset": 0, "afterStep": 0}
+            )
+        )
         first = c.recv()
         assert first["_tag"] == "Chunk"
         c.send(frames.Interrupt(STREAM_ID))
