@@ -95,7 +95,13 @@ class Proxy:
         self._delay = seconds
 
     def drop_when(
-        self, pattern: bytes, *, times: int = 1, rst: bool = True, forward: bool = False, new_only: bool = False
+        self,
+        pattern: bytes,
+        *,
+        times: int = 1,
+        rst: bool = True,
+        forward: bool = False,
+        new_only: bool = False,
     ) -> None:
         """Drop every connection when bytes from upstream contain ``pattern``, ``times`` times.
 
@@ -129,7 +135,9 @@ class Proxy:
     # ------------------------------------------------------------------ internals
 
     def _start(self, target: Any, name: str, *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, name=f"test-proxy-{self.port}-{name}", daemon=True)
+        thread = threading.Thread(
+            target=target, args=args, name=f"test-proxy-{self.port}-{name}", daemon=True
+        )
         self._threads.append(thread)
         thread.start()
 
