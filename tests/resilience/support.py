@@ -33,7 +33,9 @@ def sigkill_bridge(sandbox: Any, bridge_id: str) -> int:
     return pid
 
 
-def read_killing_at(turn: bc.Turn, kill: Callable[[], Any], at: Callable[[bc.Part, int], bool]) -> List[bc.Part]:
+def read_killing_at(
+    turn: bc.Turn, kill: Callable[[], Any], at: Callable[[bc.Part, int], bool]
+) -> List[bc.Part]:
     """Read ``turn`` to its end, calling ``kill()`` once, right after the first part for
     which ``at(part, position)`` is true (position: how many parts were read before it)."""
     parts: List[bc.Part] = []
@@ -71,7 +73,9 @@ def check_turn(parts: List[bc.Part], *, steps: int, first_step: int = 0) -> Dict
         if isinstance(p, bc.StepStart):
             previous = open_attempt.get(p.step)
             if previous is not None:
-                raise AssertionError(f"step {p.step} started again (attempt {p.attempt}) without a step-reset")
+                raise AssertionError(
+                    f"step {p.step} started again (attempt {p.attempt}) without a step-reset"
+                )
             if p.step in final:
                 assert p.attempt > final[p.step], f"step {p.step}: attempt {p.attempt} after {final[p.step]}"
             open_attempt[p.step] = p.attempt
