@@ -46,7 +46,9 @@ def _kill_bridge(sandbox: Any, bridge_id: str, workspace: str) -> bool:
 def test_c08_c09_c13_chaos_many_turns_under_drops_and_bridge_kills(proxied, sandbox, workspace):
     rng = random.Random(SEED)
     opts = options("echo", agent_options=ECHO)
-    so = session_options(proxied, resend_window=20.0, launch_timeout=20.0, ping_interval=0.2, ping_timeout=0.4)
+    so = session_options(
+        proxied, resend_window=20.0, launch_timeout=20.0, ping_interval=0.2, ping_timeout=0.4
+    )
     stop = threading.Event()
     failures: List[str] = []
     counts: Dict[str, int] = {"turns": 0, "parts": 0, "resets": 0, "drops": 0, "kills": 0, "blackholes": 0}
