@@ -47,7 +47,9 @@ def _parts_from(lines):
 
 
 @pytest.mark.parametrize("suspend_after", [0, 2])
-def test_c10_c12_continue_from_another_process_with_only_the_turn_start_json(sandbox, workspace, suspend_after):
+def test_c10_c12_continue_from_another_process_with_only_the_turn_start_json(
+    sandbox, workspace, suspend_after
+):
     with bc.create_session(options("echo", agent_options=ECHO), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
         turn_start = next(turn)
@@ -60,8 +62,18 @@ def test_c10_c12_continue_from_another_process_with_only_the_turn_start_json(san
         turn_start_json = json.dumps(turn_start.to_dict())
     # This host is gone (session released); another process continues from the JSON alone.
     done = subprocess.run(
-        [sys.executable, "-c", _OTHER_PROCESS, workspace, turn_start_json, str(suspend_after), json.dumps(ECHO)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            _OTHER_PROCESS,
+            workspace,
+            turn_start_json,
+            str(suspend_after),
+            json.dumps(ECHO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     parts, summary = _parts_from(done.stdout.splitlines())
@@ -114,14 +126,18 @@ def test_c11_iterating_again_after_a_break_reads_on_without_repeats(sandbox):
 
 def test_c12_continue_a_suspended_turn_from_another_session_in_the_same_process(sandbox):
     opts = options("echo", agent_options=ECHO)
-    with bc.create_session(opts, session_options(sandbox)) as first, \
-            bc.create_session(opts, session_options(sandbox)) as second:
+    with (
+        bc.create_session(opts, session_options(sandbox)) as first,
+        bc.create_session(opts, session_options(sandbox)) as second,
+    ):
         turn = first.turn(PROMPT)
         for part in turn:
             if turn.steps == 1:
                 break
         state = turn.suspend()
         rest = list(second.continue_turn(state, steps=1))
-        assert second.state.session_id == second.id, "a continued turn of another session leaves this one's state"
+        assert second.state.session_id == second.id, (
+            "a continued turn of another session leaves this one's state"
+        )
         assert first.turn("first still works").state.session_id == first.id
     check_turn(rest, steps=STEPS, first_step=1)
