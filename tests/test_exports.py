@@ -17,8 +17,14 @@ from bridge_client.wire.parts import PART_TYPES
 
 # Bridge-side modules that may need extras (websockets) or may not be written yet; they are
 # checked when they import and skipped when they do not.
-OPTIONAL = ("bridge_client.bridge.server", "bridge_client.bridge.store", "bridge_client.bridge.turns", "bridge_client.cli")
+OPTIONAL = (
+    "bridge_client.bridge.server",
+    "bridge_client.bridge.store",
+    "bridge_client.bridge.turns",
+    "bridge_client.cli",
+)
 OPTIONAL_PREFIXES = ("bridge_client.drivers.",)
+
 
 def _module_names():
     names = ["bridge_client"]
