@@ -38,7 +38,9 @@ BASE = dict(
 
 def _id(**changes):
     kwargs = {**BASE, **changes}
-    return bridge_id(kwargs["agent_id"], kwargs["command"], kwargs["args"], kwargs["agent_options"], kwargs["token"])
+    return bridge_id(
+        kwargs["agent_id"], kwargs["command"], kwargs["args"], kwargs["agent_options"], kwargs["token"]
+    )
 
 
 # ----------------------------------------------------------------------------- bridge id (C03)
