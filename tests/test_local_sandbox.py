@@ -333,7 +333,12 @@ def test_read_file(sandbox, ws):
 # ----------------------------------------------------------------------------- Template
 
 
-def _step(name="tool", check=("test", "-f", "marker"), install=("sh", "-c", "echo x >> installs; touch marker"), timeout=10.0):
+def _step(
+    name="tool",
+    check=("test", "-f", "marker"),
+    install=("sh", "-c", "echo x >> installs; touch marker"),
+    timeout=10.0,
+):
     return TemplateStep(name=name, check=tuple(check), install=tuple(install), timeout=timeout)
 
 
@@ -354,7 +359,9 @@ def test_template_step_whose_check_fails_is_installed_then_checked(sandbox, ws):
 
 def test_template_steps_run_in_order(sandbox, ws):
     first = _step("first", check=("test", "-f", "a"), install=("sh", "-c", "echo a >> order; touch a"))
-    second = _step("second", check=("test", "-f", "b"), install=("sh", "-c", "test -f a && echo b >> order && touch b"))
+    second = _step(
+        "second", check=("test", "-f", "b"), install=("sh", "-c", "test -f a && echo b >> order && touch b")
+    )
     Template((first, second)).run(sandbox)
     assert (ws / "order").read_text() == "a\nb\n"
 
@@ -373,7 +380,11 @@ def test_template_install_failure_raises_template_error_with_output(sandbox, ws)
 
 
 def test_template_still_missing_after_install_raises_template_error(sandbox, ws):
-    step = _step("phantom", check=("sh", "-c", "echo not-there >&2; exit 1"), install=("sh", "-c", "echo x >> installs"))
+    step = _step(
+        "phantom",
+        check=("sh", "-c", "echo not-there >&2; exit 1"),
+        install=("sh", "-c", "echo x >> installs"),
+    )
     with pytest.raises(TemplateError) as info:
         Template((step,)).run(sandbox)
     assert info.value.step == "phantom"
