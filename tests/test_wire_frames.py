@@ -39,7 +39,12 @@ from bridge_client.wire.frames import (
 HOST_MESSAGES = [
     Request(1, "Hello", None, ()),
     Request(0, "Hello"),
-    Request("req-1", "StartTurn", {"sessionId": "s", "turnId": "t", "prompt": "héllo ✓"}, (("traceparent", "00-1"),)),
+    Request(
+        "req-1",
+        "StartTurn",
+        {"sessionId": "s", "turnId": "t", "prompt": "héllo ✓"},
+        (("traceparent", "00-1"),),
+    ),
     Request(2**53, "ReadTurn", {"offset": 3}, (("a", "1"), ("b", ""))),
     Ack(7),
     Ack("7"),
@@ -57,7 +62,12 @@ BRIDGE_MESSAGES = [
     Exit(2, Failure((Fail({"_tag": "BadRequest", "message": "no"}),))),
     Exit(3, Failure((Die("boom"),))),
     Exit(4, Failure((Interrupted(None),))),
-    Exit(5, Failure((Fail({"_tag": "TurnNotFound", "message": "m", "turnId": "t"}), Die({"x": 1}), Interrupted()))),
+    Exit(
+        5,
+        Failure(
+            (Fail({"_tag": "TurnNotFound", "message": "m", "turnId": "t"}), Die({"x": 1}), Interrupted())
+        ),
+    ),
     Exit(6, Failure(())),
     Defect("bad frame"),
     Defect({"message": "x"}),
@@ -108,7 +118,9 @@ def _raises_frame_error(fn, *args) -> FrameError:
 # ----------------------------------------------------------------------------- encoding
 
 
-@pytest.mark.parametrize("message,shape", WIRE_SHAPES, ids=lambda v: type(v).__name__ if not isinstance(v, dict) else "")
+@pytest.mark.parametrize(
+    "message,shape", WIRE_SHAPES, ids=lambda v: type(v).__name__ if not isinstance(v, dict) else ""
+)
 def test_encode_gives_the_protocol_shape(message, shape):
     text = encode(message)
     assert json.loads(text) == shape
@@ -250,7 +262,9 @@ def test_not_utf8_is_rejected():
     assert err.request_id is None
 
 
-@pytest.mark.parametrize("text", ["{", "", "   ", "nope", '{"_tag":"Ping"', "{'_tag':'Ping'}", '{"a":1} {"b":2}'])
+@pytest.mark.parametrize(
+    "text", ["{", "", "   ", "nope", '{"_tag":"Ping"', "{'_tag':'Ping'}", '{"a":1} {"b":2}']
+)
 def test_not_json_is_rejected(text):
     err = _raises_frame_error(parse_frame, text)
     assert "JSON" in str(err)
@@ -287,14 +301,32 @@ def test_a_message_must_be_an_object(decode, value):
     assert "object" in str(err)
 
 
-@pytest.mark.parametrize("obj", [{"_tag": "Nope"}, {}, {"_tag": None}, {"_tag": 1}, {"_tag": "request"}, {"_tag": "Chunk", "requestId": 1, "values": [1]}])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"_tag": "Nope"},
+        {},
+        {"_tag": None},
+        {"_tag": 1},
+        {"_tag": "request"},
+        {"_tag": "Chunk", "requestId": 1, "values": [1]},
+    ],
+)
 def test_host_message_with_unknown_tag_is_rejected(obj):
     err = _raises_frame_error(host_message, obj)
     assert "_tag" in str(err)
     assert repr(obj.get("_tag")) in str(err)
 
 
-@pytest.mark.parametrize("obj", [{"_tag": "Nope"}, {}, {"_tag": "Ping"}, {"_tag": "Request", "id": 1, "tag": "X", "payload": None, "headers": []}])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"_tag": "Nope"},
+        {},
+        {"_tag": "Ping"},
+        {"_tag": "Request", "id": 1, "tag": "X", "payload": None, "headers": []},
+    ],
+)
 def test_bridge_message_with_unknown_tag_is_rejected(obj):
     err = _raises_frame_error(bridge_message, obj)
     assert "_tag" in str(err)
@@ -328,7 +360,19 @@ def test_request_without_headers_is_rejected_with_its_id():
 
 @pytest.mark.parametrize(
     "headers",
-    [None, {}, "a=b", [["a"]], [["a", "b", "c"]], [["a", 1]], [[1, "b"]], ["ab"], [("a", "b"), None], [[None, None]], [{"a": "b"}]],
+    [
+        None,
+        {},
+        "a=b",
+        [["a"]],
+        [["a", "b", "c"]],
+        [["a", 1]],
+        [[1, "b"]],
+        ["ab"],
+        [("a", "b"), None],
+        [[None, None]],
+        [{"a": "b"}],
+    ],
     ids=repr,
 )
 def test_request_headers_must_be_string_pairs(headers):
@@ -372,7 +416,10 @@ def test_ack_and_interrupt_request_id_must_be_an_integer_or_a_string(tag, bad):
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
 def test_chunk_and_exit_request_id_must_be_an_integer_or_a_string(bad):
-    for obj in ({"_tag": "Chunk", "values": [1]}, {"_tag": "Exit", "exit": {"_tag": "Success", "value": None}}):
+    for obj in (
+        {"_tag": "Chunk", "values": [1]},
+        {"_tag": "Exit", "exit": {"_tag": "Success", "value": None}},
+    ):
         if bad is not _MISSING:
             obj["requestId"] = bad
         err = _raises_frame_error(bridge_message, obj)
@@ -409,7 +456,9 @@ BAD_EXITS = [
 ]
 
 
-@pytest.mark.parametrize("exit_value,field", BAD_EXITS, ids=lambda v: repr(v) if not isinstance(v, str) else v)
+@pytest.mark.parametrize(
+    "exit_value,field", BAD_EXITS, ids=lambda v: repr(v) if not isinstance(v, str) else v
+)
 @pytest.mark.parametrize("request_id", [5, "e5"])
 def test_bad_exit_and_cause_shapes_are_rejected_with_the_request_id(exit_value, field, request_id):
     obj = {"_tag": "Exit", "requestId": request_id, "exit": exit_value}
@@ -461,16 +510,47 @@ json_values = st.recursive(
     max_leaves=16,
 )
 
-_KEYS = ["_tag", "id", "tag", "payload", "headers", "requestId", "values", "exit", "cause", "error", "defect", "value", "fiberId"]
-_TAGS = ["Request", "Ack", "Interrupt", "Ping", "Eof", "Chunk", "Exit", "Defect", "Pong", "Success", "Failure", "Fail", "Die", "Nope"]
+_KEYS = [
+    "_tag",
+    "id",
+    "tag",
+    "payload",
+    "headers",
+    "requestId",
+    "values",
+    "exit",
+    "cause",
+    "error",
+    "defect",
+    "value",
+    "fiberId",
+]
+_TAGS = [
+    "Request",
+    "Ack",
+    "Interrupt",
+    "Ping",
+    "Eof",
+    "Chunk",
+    "Exit",
+    "Defect",
+    "Pong",
+    "Success",
+    "Failure",
+    "Fail",
+    "Die",
+    "Nope",
+]
 
 # Objects shaped like envelope messages (known keys and tags, wrong or right values) reach
 # deeper into the decoders than arbitrary JSON does.
 envelope_like = st.recursive(
     json_scalars | st.sampled_from(_TAGS),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=6)
-    | st.fixed_dictionaries({"_tag": st.sampled_from(_TAGS)}, optional={k: inner for k in _KEYS[1:]}),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=6)
+        | st.fixed_dictionaries({"_tag": st.sampled_from(_TAGS)}, optional={k: inner for k in _KEYS[1:]})
+    ),
     max_leaves=24,
 )
 any_json = json_values | envelope_like
@@ -489,10 +569,16 @@ host_messages = st.one_of(
     st.just(Ping()),
     st.just(Eof()),
 )
-causes = st.one_of(st.builds(Fail, json_values), st.builds(Die, json_values), st.builds(Interrupted, json_values))
+causes = st.one_of(
+    st.builds(Fail, json_values), st.builds(Die, json_values), st.builds(Interrupted, json_values)
+)
 bridge_messages = st.one_of(
     st.builds(Chunk, ids, st.lists(json_values, min_size=1, max_size=4)),
-    st.builds(Exit, ids, st.builds(Success, json_values) | st.builds(Failure, st.lists(causes, max_size=3).map(tuple))),
+    st.builds(
+        Exit,
+        ids,
+        st.builds(Success, json_values) | st.builds(Failure, st.lists(causes, max_size=3).map(tuple)),
+    ),
     st.builds(Defect, json_values),
     st.just(Pong()),
 )
@@ -548,10 +634,19 @@ def test_encode_chunk_raw_matches_encode_for_any_values(request_id, values):
 
 
 def test_module_exports_the_documented_api():
-    assert set(frames.__all__) >= {"encode", "encode_chunk_raw", "parse_frame", "host_message", "bridge_message", "FrameError"}
+    assert set(frames.__all__) >= {
+        "encode",
+        "encode_chunk_raw",
+        "parse_frame",
+        "host_message",
+        "bridge_message",
+        "FrameError",
+    }
 
 
 def test_effect_client_protocol_error_reads_as_a_defect():
-    (message,) = decode_bridge('{"_tag":"ClientProtocolError","error":{"_tag":"RpcClientError","message":"bad"}}')
+    (message,) = decode_bridge(
+        '{"_tag":"ClientProtocolError","error":{"_tag":"RpcClientError","message":"bad"}}'
+    )
     assert isinstance(message, Defect)
     assert message.defect == {"_tag": "RpcClientError", "message": "bad"}
