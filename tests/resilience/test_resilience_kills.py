@@ -128,3 +128,23 @@ def test_c15_a_bridge_that_keeps_dying_mid_step_ends_in_bridge_unavailable(sandb
     assert "restarted again and again" in str(caught.value)
     assert caught.value.state == last_state
     assert session.released and session.release() == last_state
+
+
+def test_c13_b05_the_shell_driver_continues_after_sigkill_without_running_complete_commands_again(sandbox, workspace):
+    import os
+
+    prompt = "echo one >> log.txt\nsleep 1; echo two >> log.txt; echo two\necho three >> log.txt"
+    with bc.create_session(options("shell"), session_options(sandbox)) as session:
+        turn = session.turn(prompt)
+
+        def kill():
+            sigkill_bridge(sandbox, session.bridge_id)
+
+        parts = read_killing_at(turn, kill, lambda p, _: isinstance(p, bc.ToolCall) and "sleep" in str(p.input))
+    final = check_turn(parts, steps=3)
+    assert final[0] == 1 and final[1] == 2 and final[2] == 1
+    assert [(r.step, r.discarded_attempt) for r in parts if isinstance(r, bc.StepReset)] == [(1, 1)]
+    assert turn.text() == "two\n"
+    with open(os.path.join(workspace, "log.txt")) as f:
+        lines = f.read().split()
+    assert lines.count("one") == 1 and lines.count("three") == 1, "complete steps' commands ran once"
