@@ -89,7 +89,18 @@ def test_catalogue_matches_the_table_in_protocol_md():
 
 # ----------------------------------------------------------------------------- check_id
 
-GOOD_IDS = ["a", "A", "0", "s-1", "turn_2", "x.y", "user@host:1", "a..b", "a" * MAX_ID_LENGTH, "9f3c-uuid-like"]
+GOOD_IDS = [
+    "a",
+    "A",
+    "0",
+    "s-1",
+    "turn_2",
+    "x.y",
+    "user@host:1",
+    "a..b",
+    "a" * MAX_ID_LENGTH,
+    "9f3c-uuid-like",
+]
 BAD_IDS = [
     "",
     "../x",
@@ -178,19 +189,31 @@ GOOD_PAYLOADS = [
     (HELLO, None, {}),
     (OPEN_SESSION, {"sessionId": "s1", "state": None}, {"session_id": "s1", "state": None}),
     (OPEN_SESSION, {"sessionId": "s1"}, {"session_id": "s1", "state": None}),
-    (OPEN_SESSION, {"sessionId": "s1", "state": SS}, {"session_id": "s1", "state": SessionState("s1", 3, {"k": 1})}),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "state": SS},
+        {"session_id": "s1", "state": SessionState("s1", 3, {"k": 1})},
+    ),
     (
         START_TURN,
         {"sessionId": "s1", "turnId": "t1", "prompt": "ls -la"},
         {"session_id": "s1", "turn_id": "t1", "prompt": "ls -la"},
     ),
-    (START_TURN, {"sessionId": "s1", "turnId": "t1", "prompt": ""}, {"session_id": "s1", "turn_id": "t1", "prompt": ""}),
+    (
+        START_TURN,
+        {"sessionId": "s1", "turnId": "t1", "prompt": ""},
+        {"session_id": "s1", "turn_id": "t1", "prompt": ""},
+    ),
     (
         READ_TURN,
         {"sessionId": "s1", "turnId": "t1", "offset": 5, "afterStep": 2},
         {"session_id": "s1", "turn_id": "t1", "offset": 5, "after_step": 2},
     ),
-    (READ_TURN, {"sessionId": "s1", "turnId": "t1"}, {"session_id": "s1", "turn_id": "t1", "offset": 0, "after_step": 0}),
+    (
+        READ_TURN,
+        {"sessionId": "s1", "turnId": "t1"},
+        {"session_id": "s1", "turn_id": "t1", "offset": 0, "after_step": 0},
+    ),
     (
         READ_TURN,
         {"sessionId": "s1", "turnId": "t1", "offset": None, "afterStep": None},
@@ -262,10 +285,13 @@ def test_open_session_rejects_a_state_of_another_session():
 
 def test_start_turn_prompt_limit_is_in_utf8_bytes():
     ok = {"sessionId": "s", "turnId": "t"}
-    assert START_TURN.decode_payload({**ok, "prompt": "a" * MAX_PROMPT_BYTES})["prompt"] == "a" * MAX_PROMPT_BYTES
+    assert (
+        START_TURN.decode_payload({**ok, "prompt": "a" * MAX_PROMPT_BYTES})["prompt"]
+        == "a" * MAX_PROMPT_BYTES
+    )
     with pytest.raises(BadRequest):
         START_TURN.decode_payload({**ok, "prompt": "a" * (MAX_PROMPT_BYTES + 1)})
-    four = "\U0001F600"  # 4 bytes in UTF-8
+    four = "\U0001f600"  # 4 bytes in UTF-8
     assert START_TURN.decode_payload({**ok, "prompt": four * (MAX_PROMPT_BYTES // 4)})
     with pytest.raises(BadRequest):
         START_TURN.decode_payload({**ok, "prompt": four * (MAX_PROMPT_BYTES // 4) + "a"})
@@ -288,7 +314,12 @@ payload_like = st.fixed_dictionaries(
         "offset": st.integers() | json_values,
         "afterStep": st.integers() | json_values,
         "state": st.fixed_dictionaries(
-            {}, optional={"sessionId": st.sampled_from(["s1", "s2"]) | json_values, "revision": st.integers() | json_values, "data": json_values}
+            {},
+            optional={
+                "sessionId": st.sampled_from(["s1", "s2"]) | json_values,
+                "revision": st.integers() | json_values,
+                "data": json_values,
+            },
         )
         | json_values,
     },
