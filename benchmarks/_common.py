@@ -196,6 +196,13 @@ def host_rss_bytes(pid: Optional[int] = None) -> int:
     return _status_field("VmRSS", pid) * 1024
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far, all its threads (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def host_threads(pid: Optional[int] = None) -> int:
     """Threads of this process (or ``pid``), as the kernel counts them."""
     return _status_field("Threads", pid)

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from ._common import (
     Row,
     Sizes,
     figure,
+    process_cpu_seconds,
     python_subprocess,
     rate_ratio,
     time_ratio,
@@ -148,13 +150,18 @@ def throughput(env: BenchEnv, sizes: Sizes) -> Row:
     ws = env.workspace("throughput")
     sandbox = bc.LocalSandbox(ws)
     prompt = "y" * sizes.parts
-    samples = []
+    samples, host_cpu, bridge_cpu = [], [], []
     with bc.create_session(echo_options({"chunks": sizes.parts}), session_options(sandbox)) as session:
         warm(session)
+        assert session._hello is not None
+        pid = session._hello.pid
         for _ in range(sizes.repeats):
+            b0, h0 = process_cpu_seconds(pid), time.process_time()
             t0 = time.perf_counter()
             n = _turn_parts(session, prompt)
             samples.append(n / (time.perf_counter() - t0))
+            host_cpu.append((time.process_time() - h0) / n * 1e6)
+            bridge_cpu.append((process_cpu_seconds(pid) - b0) / n * 1e6)
     env.stop_bridges(ws)
     product = figure(f"echo turn of {sizes.parts} text deltas through Session iterator", "parts/s", samples)
     baseline = transport_limit(sizes.parts, sizes.repeats)
@@ -167,6 +174,12 @@ def throughput(env: BenchEnv, sizes: Sizes) -> Row:
         "product / transport limit",
         ">= 50,000 parts/s and >= 1/4 of the transport limit",
         product.median >= 50_000 and ratio >= 0.25,
+        extra={
+            # CPU time per part is steadier than wall time on a shared machine: it says which
+            # process limits the rate (each has at most one core's worth of Python, the GIL).
+            "host_cpu_us_per_part": statistics.median(host_cpu),
+            "bridge_cpu_us_per_part": statistics.median(bridge_cpu),
+        },
     )
 
 

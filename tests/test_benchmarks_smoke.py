@@ -1,0 +1,71 @@
+"""Smoke test of ``python -m benchmarks`` (issue 5): every benchmark runs once at a tiny size
+and reports a figure. Nothing here is timed: speed belongs to the benchmarks themselves."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import NAMES  # noqa: E402
+from benchmarks.__main__ import main, run, sizes_from, parse_args, table  # noqa: E402
+from benchmarks._common import Sizes, figure  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _no_host_secret(monkeypatch):
+    # The benchmarks make their own private home and secret; nothing of the user's is used.
+    monkeypatch.delenv("BRIDGE_CLIENT_HOME", raising=False)
+    monkeypatch.delenv("BRIDGE_CLIENT_SECRET", raising=False)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_benchmark_runs_once_at_a_tiny_size(name):
+    (row,) = run([name], Sizes.tiny(), log=lambda _: None)
+    assert row.product is not None and row.product.samples
+    assert all(math.isfinite(s) and s > 0 for s in row.product.samples)
+    if name == "peer" and row.skipped:
+        assert row.skipped.startswith("skipped: ")  # swe-rex is an optional extra
+    elif name not in ("recovery", "scale"):  # these two take their baselines from other rows
+        assert row.baseline is not None and row.baseline.median > 0
+        assert row.ratio is not None and row.ratio > 0
+    if name == "scale":
+        (result,) = row.extra["by_sessions"]
+        assert result["sessions"] == 2 and result["total_parts"] == 2 * (20 + 7)
+        assert result["host_threads_peak"] > result["host_threads_base"]
+    assert name in table([row]) or row.name in table([row])
+
+
+def test_main_writes_the_json_and_prints_the_table(tmp_path, capsys):
+    out = tmp_path / "results" / "r.json"
+    assert main(["--tiny", "--only", "latency", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["machine"]["cores"] >= 1 and data["sizes"]["turns"] == Sizes.tiny().turns
+    assert [r["name"] for r in data["rows"]] == ["latency"]
+    printed = capsys.readouterr().out
+    assert "| latency |" in printed and "round trip" in printed
+    assert not list(out.parent.glob("*.tmp")), "no half-written file left behind"
+
+
+def test_sizes_and_bad_arguments():
+    args = parse_args(["--quick", "--sessions", "5,10", "--parts", "1000"])
+    sizes = sizes_from(args)
+    assert sizes.sessions == (5, 10) and sizes.parts == 1000 and sizes.repeats == Sizes.quick().repeats
+    for bad in (["--sessions", "0"], ["--parts", "x"], ["--only", "nope"], ["--quick", "--tiny"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_figure_median_and_spreads():
+    f = figure("x", "ms", [3.0, 1.0, 2.0])
+    assert (f.median, f.low, f.high) == (2.0, 1.0, 3.0)
+    p = figure("x", "ms", list(range(1, 102)), "p1-p99")
+    assert p.median == 51 and p.low == pytest.approx(2.0) and p.high == pytest.approx(100.0)
