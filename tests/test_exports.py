@@ -134,7 +134,8 @@ def test_importing_the_host_side_pulls_in_no_server_code():
     code = (
         "import sys, bridge_client\n"
         "bad = [m for m in sys.modules if m == 'websockets' or m.startswith('websockets.')\n"
-        "       or m in ('bridge_client.bridge.server', 'bridge_client.bridge.store', 'bridge_client.bridge.turns')\n"
+        "       or m in ('bridge_client.bridge.server', 'bridge_client.bridge.store',\n"
+        "                'bridge_client.bridge.turns')\n"
         "       or m.startswith('bridge_client.drivers')]\n"
         "assert not bad, bad\n"
         "assert 'bridge_client.bridge.identity' in sys.modules\n"
