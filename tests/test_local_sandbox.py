@@ -276,7 +276,8 @@ def test_spawn_of_a_missing_program_raises_file_not_found(sandbox, spawned):
 def test_spawned_children_do_not_see_the_host_secret(sandbox, ws, monkeypatch, spawned):
     monkeypatch.setenv(SECRET_ENV, "host-only-secret")
     monkeypatch.setenv("BRIDGE_CLIENT_OTHER", "also-host-only")
-    proc = sandbox.spawn(["sh", "-c", "env > env.txt"], env={"BRIDGE_CLIENT_STATE_DIR": "/state", "EXTRA": "1"})
+    env = {"BRIDGE_CLIENT_STATE_DIR": "/state", "EXTRA": "1"}
+    proc = sandbox.spawn(["sh", "-c", "env > env.txt"], env=env)
     spawned.append(proc)
     assert _finish(proc) == 0
     env = (ws / "env.txt").read_text()
