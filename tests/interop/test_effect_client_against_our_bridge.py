@@ -52,7 +52,8 @@ def test_b07_b08_c17_effect_client_drives_our_bridge(py_bridge, ids):
     checks = {line["check"]: line for line in lines if "check" in line}
     failed = [c for c in checks.values() if not c["ok"]]
     assert not failed, (
-        f"Effect client checks failed: {failed}\nstderr: {done.stderr[-2000:]}\nbridge log:\n{py_bridge.log()[-2000:]}"
+        f"Effect client checks failed: {failed}\nstderr: {done.stderr[-2000:]}"
+        f"\nbridge log:\n{py_bridge.log()[-2000:]}"
     )
     assert set(checks) == CHECKS, f"missing checks: {CHECKS - set(checks)}; stderr: {done.stderr[-2000:]}"
     assert done.returncode == 0
