@@ -125,7 +125,8 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
             values.extend(got)
         assert [v["index"] for v in values] == list(range(2, 2 + len(values)))
         assert values[-1]["type"] == "turn-finish"
-        assert conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "t-1"}, timeout=10)["status"] == "finished"
+        cancelled = conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "t-1"}, timeout=10)
+        assert cancelled["status"] == "finished"
         # Typed failures, decoded into our error classes with their fields.
         with pytest.raises(bc.SessionNotFound) as missing:
             conn.call("StartTurn", {"sessionId": "nope", "turnId": "t-2", "prompt": "x"}, timeout=10)
