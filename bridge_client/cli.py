@@ -8,6 +8,10 @@
     bridge-client bridges [--sandbox DIR]
     bridge-client stop BRIDGE_ID [--sandbox DIR]
 
+On a terminal, a spinner with the seconds of silence shows on stderr while the turn sends
+nothing, and markers are coloured (not when ``NO_COLOR`` is set); piped output gets neither.
+``-v`` logs what the client does (connects, launches, resends, resumes, restarts) on stderr.
+
 Exit status: 0 for a turn that finished with ``stop`` (or a command that did its job), 1 for
 a turn that finished otherwise or a failure, 2 for bad command-line input, 130 after Ctrl-C
 (the turn is suspended, not cancelled, and the command says how to continue it).
@@ -40,6 +44,7 @@ from .redacted import hmac_token
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import user_home
 from .sandbox.local import LocalSandbox
+from .terminal import Colours, Progress, colour_enabled, is_terminal
 from .wire.parts import (
     HelloResult,
     Part,
@@ -124,11 +129,13 @@ def _session_options(args: argparse.Namespace) -> Tuple[BridgeOptions, CreateSes
 
 
 class _Printer:
-    """Shows parts as people read them: text as it arrives, tools marked, a final line."""
+    """Shows parts as people read them: text as it arrives, tools marked, a final line;
+    markers coloured when ``out`` is a terminal and ``NO_COLOR`` is not set."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.at_line_start = True
+        self.c = Colours(colour_enabled(out))
 
     def _line(self, text: str) -> None:
         if not self.at_line_start:
@@ -143,15 +150,21 @@ class _Printer:
                 self.at_line_start = part.text.endswith("\n")
         elif isinstance(part, ToolCall):
             shown = part.input.get("command") if isinstance(part.input, dict) else None
-            self._line(f"[{part.tool_name}] {shown if isinstance(shown, str) else json.dumps(part.input)}")
+            marker = self.c.tool(f"[{part.tool_name}]")
+            self._line(f"{marker} {shown if isinstance(shown, str) else json.dumps(part.input)}")
         elif isinstance(part, ToolResult):
-            label = "error" if part.is_error else "ok"
-            self._line(f"[{part.tool_name} {label}] {json.dumps(part.output, ensure_ascii=False)[:200]}")
+            if part.is_error:
+                marker = self.c.bad(f"[{part.tool_name} error]")
+            else:
+                marker = self.c.ok(f"[{part.tool_name} ok]")
+            self._line(f"{marker} {json.dumps(part.output, ensure_ascii=False)[:200]}")
         elif isinstance(part, StepReset):
-            self._line(f"[step {part.step} restarted: {part.reason}; what it printed above is void]")
+            note = f"[step {part.step} restarted: {part.reason}; what it printed above is void]"
+            self._line(self.c.note(note))
         elif isinstance(part, TurnFinish):
             reason = part.finish_reason + (f": {part.error}" if part.error else "")
-            self._line(f"[finished] {reason}")
+            paint = self.c.ok if part.finish_reason == "stop" else self.c.bad
+            self._line(f"{paint('[finished]')} {reason}")
         self.out.flush()
 
 
@@ -181,25 +194,41 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stream(session: Session, turn: Any, args: argparse.Namespace) -> int:
+def _progress(args: argparse.Namespace) -> Progress:
+    """The spinner on stderr, when it is a terminal and ``-v`` does not log there."""
+    return Progress(None if args.verbose else sys.stderr)
+
+
+def _waiting_for(part: Part) -> str:
+    """What the spinner says the turn is waiting for after ``part``."""
+    if isinstance(part, ToolCall):
+        return f"{part.tool_name} running"
+    return "waiting for the agent"
+
+
+def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Progress) -> int:
     as_json = args.json
     out = sys.stdout
     printer = _Printer(out)
+    shared_terminal = is_terminal(out)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _interrupt_once)
     try:
         for part in turn:
-            if as_json:
-                out.write(part.to_json() + "\n")
-                out.flush()
-            else:
-                printer.show(part)
+            with progress.output(_waiting_for(part)):
+                if as_json:
+                    out.write(part.to_json() + "\n")
+                    out.flush()
+                else:
+                    printer.show(part)
+                # The spinner draws on its own line only: not after half a line of text.
+                progress.may_draw = printer.at_line_start or not shared_terminal
     except KeyboardInterrupt:
+        progress.close()
         state = turn.suspend()
         path = _save_turn_state(state)
-        _say(
-            f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {_continue_command(path, args, turn.steps)}"
-        )
+        command = _continue_command(path, args, turn.steps)
+        _say(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {command}")
         return 130
     finish = turn.finish
     if finish is None:
@@ -220,8 +249,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     options, session_options = _session_options(args)
-    with create_session(options, session_options) as session:
-        return _stream(session, session.turn(prompt), args)
+    progress = _progress(args)
+    try:
+        with create_session(options, session_options) as session:
+            return _stream(session, session.turn(prompt), args, progress)
+    finally:
+        progress.close()
 
 
 def _cmd_continue(args: argparse.Namespace) -> int:
@@ -237,8 +270,12 @@ def _cmd_continue(args: argparse.Namespace) -> int:
     if args.agent is None:
         args.agent = state.agent_id
     options, session_options = _session_options(args)
-    with create_session(options, session_options) as session:
-        return _stream(session, session.continue_turn(state, steps=args.steps), args)
+    progress = _progress(args)
+    try:
+        with create_session(options, session_options) as session:
+            return _stream(session, session.continue_turn(state, steps=args.steps), args, progress)
+    finally:
+        progress.close()
 
 
 def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
@@ -396,6 +433,16 @@ def _say(line: str) -> None:
             pass
 
 
+def _log_to_stderr() -> None:
+    """``-v``: the ``bridge_client`` logger's DEBUG lines on stderr; other libraries' loggers
+    stay as they are (the root logger is not configured)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s bridge-client: %(message)s"))
+    logger = logging.getLogger("bridge_client")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
         raise UsageError(message)
@@ -428,13 +475,25 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
         help="an agent option, repeatable; VALUE is read as JSON when it parses, else as text",
     )
     p.add_argument("--json", action="store_true", help="print one JSON part per line")
+    _add_verbose(p)
+
+
+def _add_verbose(p: argparse.ArgumentParser) -> None:
+    """``-v`` after the command too (``bridge-client run -v ...``); SUPPRESS keeps the value
+    given before the command."""
+    p.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="log what the client does on stderr (DEBUG)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of ``bridge-client``."""
     parser = _Parser(prog="bridge-client", description="Drive an AI agent that lives in a sandbox.")
     parser.add_argument("--version", action="version", version=f"bridge-client {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does (DEBUG)")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log what the client does on stderr (DEBUG)"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -467,12 +526,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)"
     )
     bridges.add_argument("--json", action="store_true", help="print one JSON object per bridge")
+    _add_verbose(bridges)
     bridges.set_defaults(func=_cmd_bridges)
 
     stop = commands.add_parser("stop", help="stop a bridge cleanly")
     stop.add_argument("bridge_id", metavar="BRIDGE_ID", help="an id from `bridge-client bridges`")
     stop.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
     stop.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it to exit")
+    _add_verbose(stop)
     stop.set_defaults(func=_cmd_stop)
     return parser
 
@@ -487,7 +548,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.verbose:
-            logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+            _log_to_stderr()
         return int(args.func(args))
     except UsageError as exc:
         _say(f"bridge-client: error: {exc}")
