@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import socket
 import threading
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -364,65 +366,55 @@ class OpenAIChatDriver:
         return response
 
     def _call(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
-        """One model call, streamed into the open step. Raises :class:`_Cut`, :class:`_Fatal`."""
+        """One model call, streamed into the open step. Raises :class:`_Cut`, :class:`_Fatal`.
+
+        The stream is read by a reader thread that queues its events; this thread emits them
+        and watches the cancel event, so a cancel returns at once even while the read
+        blocks (the socket is shut down to end that read; the reader then exits by itself).
+        """
         response = self._open(ctx, messages)
         if response is None:
             return None
-        done = threading.Event()
-
-        def watch() -> None:  # cancel closes the stream, which ends the blocking read
-            while not done.wait(0.05):
-                if ctx.cancelled.is_set():
-                    response.close()
-                    return
-
-        watcher = threading.Thread(target=watch, name="openai-cancel-watch", daemon=True)
-        watcher.start()
+        events: "queue.Queue[Tuple[str, Any]]" = queue.Queue()
+        reader = threading.Thread(
+            target=_read_stream, args=(response, events), name="openai-stream", daemon=True
+        )
+        reader.start()
         text: List[str] = []
         calls: Dict[int, List[str]] = {}
         finish: Optional[str] = None
         usage: Any = None
-        try:
-            for payload in sse_data(byte_lines(response.iter_content(chunk_size=None))):
-                if payload.strip() == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    continue  # a keep-alive or a vendor line that is not JSON
-                if not isinstance(chunk, dict):
-                    continue
-                if chunk.get("error"):
-                    err = chunk["error"]
-                    raise _Cut(
-                        f"error in stream: {summarize(err.get('message') if isinstance(err, dict) else err)}"
-                    )
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                for choice in chunk.get("choices") or []:
-                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                        continue
-                    delta = choice.get("delta") or {}
-                    for key in ("reasoning_content", "reasoning"):
-                        if isinstance(delta.get(key), str) and delta[key]:
-                            ctx.reasoning(delta[key])
-                    if isinstance(delta.get("content"), str) and delta["content"]:
-                        text.append(delta["content"])
-                        ctx.text(delta["content"])
-                    for frag in delta.get("tool_calls") or []:
-                        _add_fragment(calls, frag)
-                    if choice.get("finish_reason"):
-                        finish = str(choice["finish_reason"])
-        except (requests.RequestException, OSError, ValueError, AttributeError) as exc:
+        while True:
             if ctx.cancelled.is_set():
+                _abort(response)
                 return None
-            raise _Cut(f"{type(exc).__name__}") from None
-        finally:
-            done.set()
-            response.close()
-            watcher.join()
-        if ctx.cancelled.is_set():
-            return None
+            try:
+                kind, value = events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if kind == "end":
+                break
+            if kind == "cut":
+                reader.join(1.0)
+                raise _Cut(value)
+            chunk = value
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                for key in ("reasoning_content", "reasoning"):
+                    if isinstance(delta.get(key), str) and delta[key]:
+                        ctx.reasoning(delta[key])
+                if isinstance(delta.get("content"), str) and delta["content"]:
+                    text.append(delta["content"])
+                    ctx.text(delta["content"])
+                for frag in delta.get("tool_calls") or []:
+                    _add_fragment(calls, frag)
+                if choice.get("finish_reason"):
+                    finish = str(choice["finish_reason"])
+        reader.join(1.0)
         if finish is None:
             raise _Cut("the stream ended before a finish_reason")
         tool_calls = [
@@ -433,13 +425,74 @@ class OpenAIChatDriver:
         return _Answer("".join(text), tool_calls, finish, usage)
 
 
+def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:
+    """The reader thread: queue ``("chunk", dict)`` for each JSON chunk, then ``("end", None)``
+    after ``[DONE]`` or the end of the body, or ``("cut", why)`` when the stream breaks or
+    carries an error object."""
+    try:
+        for payload in sse_data(byte_lines(_arriving(response))):
+            if payload.strip() == "[DONE]":
+                break
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                continue  # a keep-alive or a vendor line that is not JSON
+            if not isinstance(chunk, dict):
+                continue
+            if chunk.get("error"):
+                err = chunk["error"]
+                events.put(
+                    (
+                        "cut",
+                        f"error in stream: {summarize(err.get('message') if isinstance(err, dict) else err)}",
+                    )
+                )
+                return
+            events.put(("chunk", chunk))
+        events.put(("end", None))
+    except Exception as exc:  # requests/urllib3 errors, a socket shut down by a cancel
+        events.put(("cut", f"{type(exc).__name__}: {summarize(exc, 120)}"))
+    finally:
+        try:
+            response.close()
+        except Exception:
+            pass
+
+
+def _arriving(response: requests.Response) -> Iterator[bytes]:
+    """The body's bytes as they arrive. urllib3 2's ``read1`` returns what one read of the
+    socket gives, chunked or not; ``iter_content(None)`` would wait for the whole body of a
+    stream that is not chunked. With urllib3 1.26 (no ``read1``), ``iter_content(None)`` is
+    the best there is: its chunked reads still yield each chunk as it comes."""
+    read1 = getattr(response.raw, "read1", None)
+    if read1 is None:
+        yield from response.iter_content(chunk_size=None)
+        return
+    while True:
+        data = read1(65536, decode_content=True)
+        if not data:
+            return
+        yield data
+
+
+def _abort(response: requests.Response) -> None:
+    """Best effort: shut the stream's socket down so a blocked read ends now (cancel)."""
+    connection = getattr(response.raw, "_connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def _pause(cancelled: threading.Event, seconds: float) -> None:
     """Tenacity's sleep: wait ``seconds``, cut short by a cancel."""
     cancelled.wait(seconds)
 
 
 def byte_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Split a byte stream into lines (without ``\n``, ``\r\n`` or ``\r``), as they arrive.
+    r"""Split a byte stream into lines (without ``\n``, ``\r\n`` or ``\r``), as they arrive.
 
     ``requests``' own ``iter_lines`` splits each chunk on its own and yields an extra blank
     line when a ``\r\n`` falls across two chunks, which would end a server-sent event
