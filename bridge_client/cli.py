@@ -2,7 +2,7 @@
 
 ::
 
-    bridge-client run PROMPT... [--sandbox DIR] [--agent shell|echo|MODULE:CALLABLE]
+    bridge-client run PROMPT... [--sandbox DIR] [--agent NAME|MODULE:CALLABLE]
                       [--option KEY=VALUE]... [--json]
     bridge-client continue TURN_STATE_FILE [--steps K] [same options as run]
     bridge-client bridges [--sandbox DIR]
@@ -455,7 +455,16 @@ _AGENT_HELP = """agents:
           a failing command), shell=PATH
   echo    answers with the prompt, deterministically (for demos and tests).
           options: steps=N, chunks=N (text parts per step), delay=SECONDS (before each part)
+  openai  a coding agent over any OpenAI-compatible Chat Completions endpoint, with tools that
+          run commands and read, write and list files in the workspace.
+          options: model=NAME (required), base_url=URL, api_key_env=VAR (the variable that
+          holds the key; never the key itself), max_steps=N, temperature=T, system=TEXT
+  claude-code  the Claude Code CLI (claude -p, stream-json), resuming its own session.
+          options: model=NAME, permission_mode=MODE, max_turns=N, extra_args=[...]
+  codex   the Codex CLI (codex exec --json), resuming its own thread.
+          options: model=NAME, sandbox=MODE, extra_args=[...]
   MODULE:CALLABLE  your own driver factory, called with the options as a dict
+  (docs/drivers/ has a page per agent)
 """
 
 
@@ -464,7 +473,7 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
     p.add_argument(
         "--agent",
         default=default_agent,
-        help="shell, echo, or MODULE:CALLABLE (default: "
+        help="shell, echo, openai, claude-code, codex, or MODULE:CALLABLE (default: "
         + (default_agent or "the agent named in the turn state")
         + ")",
     )
