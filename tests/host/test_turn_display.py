@@ -22,12 +22,14 @@ def test_a_turn_shows_its_status_and_text_so_far(sandbox):
         assert "not finished, 1 step read" in html
         assert "&lt;b&gt;fish &amp; chips&lt;/b&gt;" in html and "<b>fish" not in html
         list(turn)
-        assert pretty.pretty(turn) == f"turn {turn.id}: finished (stop), 2 steps\n" + "<b>fish & chips</b> " * 2
+        expected = f"turn {turn.id}: finished (stop), 2 steps\n" + "<b>fish & chips</b> " * 2
+        assert pretty.pretty(turn) == expected
         assert "finished (stop), 2 steps" in turn._repr_html_()
 
 
 def test_a_failed_turn_shows_its_reason(sandbox):
-    with bc.create_session(options("echo", agent_options={"fail_at": 0}), session_options(sandbox)) as session:
+    opts = options("echo", agent_options={"fail_at": 0})
+    with bc.create_session(opts, session_options(sandbox)) as session:
         turn = session.turn("boom")
         list(turn)
         assert turn.finish.finish_reason == "error"
