@@ -37,6 +37,9 @@ class ExecResult:
         return self.exit_code == 0
 
 
+_NOT_IN_TOKEN = frozenset('()<>@,;:\\"/[]?={} \t')
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the host reaches an exposed port.
@@ -45,10 +48,28 @@ class Endpoint:
         url: a ``ws://`` or ``wss://`` URL (its path is used for the upgrade).
         headers: extra HTTP headers the sandbox provider's endpoint needs, as (name, value)
             pairs; the bridge's ``Authorization`` header is added by the host.
+
+    Raises:
+        ValueError: the URL is not ``ws://`` or ``wss://``, or a header name is not an HTTP
+            token, or a header value holds a line break or NUL (header injection).
     """
 
     url: str
     headers: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.lower().startswith(("ws://", "wss://")):
+            raise ValueError(f"Endpoint.url must be a ws:// or wss:// URL, got {self.url!r}"[:200])
+        pairs = tuple(tuple(pair) for pair in self.headers)
+        for pair in pairs:
+            if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+                raise ValueError("Endpoint.headers must be (name, value) pairs of strings")
+            name, value = pair
+            if not name or any(c in _NOT_IN_TOKEN or not 32 < ord(c) < 127 for c in name):
+                raise ValueError(f"Endpoint header name {name!r} is not an HTTP token")
+            if any(c in "\r\n\0" for c in value):
+                raise ValueError(f"Endpoint header {name} has a line break or NUL in its value")
+        object.__setattr__(self, "headers", pairs)
 
     def __repr__(self) -> str:
         # Provider headers may hold credentials: show only their names.

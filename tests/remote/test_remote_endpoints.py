@@ -108,3 +108,17 @@ def test_no_proxy_and_loopback_go_direct(remote, ca, ca_file, proxy, monkeypatch
     turn, parts = _run(sandbox, ca_bundle=ca_file)
     assert parts[-1].type == "turn-finish"
     assert proxy.connects == []
+
+
+@pytest.mark.parametrize(
+    "url, headers, fragment",
+    [
+        ("ws://h/", (("X-Key", "a\r\nX-Injected: 1"),), "line break"),
+        ("ws://h/", (("X Key", "a"),), "HTTP token"),
+        ("ws://h/", (("X-Key",),), "pairs"),
+        ("https://h/", (), "ws:// or wss://"),
+    ],
+)
+def test_an_endpoint_that_would_inject_headers_or_is_not_websocket_is_refused(url, headers, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        bc.Endpoint(url, headers)
