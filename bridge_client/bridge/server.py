@@ -310,6 +310,12 @@ def _check_unicode(payload: Any) -> None:
         raise BadRequest(f"payload: {exc}") from None
 
 
+def _text(message: str) -> str:
+    """``message`` as text any UTF-8 frame can carry: lone surrogates (from the peer's own
+    JSON) become ``\\udxxx`` escapes."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _peer(ws: ServerConnection) -> str:
     try:
         host, port = ws.remote_address[:2]
@@ -349,9 +355,10 @@ class _Connection:
         """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
         try:
             text = encode(Exit(request_id, value))
-        except (TypeError, ValueError) as exc:
+            text.encode("utf-8")  # a lone surrogate would fail inside websockets and drop the connection
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             log.error("connection %d: cannot encode the answer to %r: %s", self.number, request_id, exc)
-            text = encode(Exit(request_id, Failure((Die(f"the answer cannot be encoded: {exc}"),))))
+            text = encode(Exit(request_id, Failure((Die(_text(f"the answer cannot be encoded: {exc}")),))))
         self.send(text)
 
     def send_fail(self, request_id: RequestId, error: Dict[str, Any]) -> None:
@@ -360,11 +367,11 @@ class _Connection:
 
     def send_die(self, request_id: RequestId, message: str) -> None:
         """Answer with a defect (``Die``): a bad request or a bug, for this request alone."""
-        self.send_exit(request_id, Failure((Die(message),)))
+        self.send_exit(request_id, Failure((Die(_text(message)),)))
 
     def send_defect(self, message: str) -> None:
         """Report a frame that no request can be blamed for (B08); the connection stays."""
-        self.send(encode(Defect(message)))
+        self.send(encode(Defect(_text(message))))
 
     # ------------------------------------------------------------------ reading
 

@@ -287,6 +287,12 @@ def _request_id(obj: Any, key: str) -> RequestId:
     value = obj.get(key)
     if not _is_id(value):
         raise FrameError(f"{obj.get('_tag')}.{key} must be an integer or a string, got {_kind(value)}")
+    if isinstance(value, str):
+        # JSON may carry a lone surrogate ("\ud800"), which no UTF-8 frame can echo back.
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FrameError(f"{obj.get('_tag')}.{key} is not valid Unicode (a lone surrogate)") from None
     return value  # type: ignore[no-any-return]
 
 

@@ -1,5 +1,6 @@
 """Fixtures for the interop tests: a private home and workspace (as in tests/host), and real
 bridge processes of this package (as in tests/bridge), all stopped by pid."""
+
 from __future__ import annotations
 
 import os

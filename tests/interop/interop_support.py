@@ -4,6 +4,7 @@ run the TypeScript peers (tests/interop/src) with the ``tsx`` runner pinned in t
 The tests skip only when ``node`` is absent. When node is there but ``node_modules`` is not,
 they fail and say how to install it (CI runs ``npm ci`` in this folder first).
 """
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@ of this package: Hello, OpenSession, StartTurn, ReadTurn (the Effect client acks
 an interrupted read, CancelTurn, CloseSession, typed failures decoded into the group's error
 classes, pings, and 401 for a wrong token (C17). Request ids as Effect sends them (numbers)
 and as strings."""
+
 from __future__ import annotations
 
 import json

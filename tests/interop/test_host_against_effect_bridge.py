@@ -5,6 +5,7 @@ command and args, launch.json, token, listening.json), through a LocalSandbox wh
 ``expose`` gives its URL. It serves PROTOCOL.md's catalogue from memory with an echo-like
 agent, checks the bearer token before the upgrade, and runs with ``disableFatalDefects``.
 """
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """Fixtures for the protocol tests: real bridge processes (tests/bridge's harness) and a
 private home and workspace (as tests/host), all stopped by pid."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@ connection reads it too. Each bad frame gets the answer PROTOCOL.md gives it; th
 the same connection and the reader on the other connection lose nothing; the bridge stays up
 and logs no traceback. (Single bad frames on an idle connection: tests/bridge/test_bridge_dispatch.py.)
 """
+
 from __future__ import annotations
 
 import json
@@ -134,6 +135,15 @@ BAD: List[Tuple[str, Any, int, Check]] = [
         1,
         _exit(13, "Fail", "BadRequest"),
     ),
+    # Found by the fuzz: an id the bridge cannot echo in a UTF-8 frame used to drop the connection.
+    (
+        "string id with a lone surrogate",
+        '{"_tag":"Request","id":"\\ud800","tag":"Hello","payload":null,"headers":[]}',
+        1,
+        _defect,
+    ),
+    ("Ack id with a lone surrogate", '{"_tag":"Ack","requestId":"x\\udfff"}', 1, _defect),
+    ("unknown RPC named with a lone surrogate", _request("u-2", "\udc00"), 1, _exit("u-2", "Die")),
     (
         "huge integer offset",
         _request(14, "ReadTurn", {"sessionId": "s", "turnId": "t", "offset": 10**30, "afterStep": 0}),
