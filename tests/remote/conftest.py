@@ -3,7 +3,6 @@ cleanup of the bridges a test started (by pid, through /proc)."""
 from __future__ import annotations
 
 import os
-import ssl
 import sys
 from typing import Iterator
 
@@ -47,10 +46,3 @@ def ca_file(ca, tmp_path) -> str:
     path = str(tmp_path / "test-ca.pem")
     ca.cert_pem.write_to_path(path)
     return path
-
-
-def server_context(ca, *hosts: str) -> ssl.SSLContext:
-    """A server-side TLS context with a certificate of ``ca`` for ``hosts``."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*hosts).configure_cert(context)
-    return context

@@ -204,6 +204,13 @@ class ConnectProxy(_Server):
         self._pipe(conn, upstream)
 
 
+def server_context(ca, *hosts: str) -> ssl.SSLContext:  # type: ignore[no-untyped-def]
+    """A server-side TLS context with a certificate of the trustme ``ca`` for ``hosts``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(*hosts).configure_cert(context)
+    return context
+
+
 def basic(user: str, password: str) -> str:
     """The ``Proxy-Authorization`` value for ``user:password``."""
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 import bridge_client as bc
-from conftest import server_context
 from host_support import options, session_options
-from remote_harness import ConnectProxy, RemoteSandbox, basic
+from remote_harness import ConnectProxy, RemoteSandbox, basic, server_context
 
 pytestmark = pytest.mark.timeout(60)
 
