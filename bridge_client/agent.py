@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from .client.session import Session
-from .drivers import driver_template_steps
 from .errors import HarnessError
 from .options import BridgeOptions, CreateSessionOptions
 from .paths import default_secret
 from .redacted import Redacted, TokenFunction, hmac_token
-from .template import Template, bridge_template
+from .template import Template, agent_cli_steps, bridge_template
 
 __all__ = ["Agent", "bridge_agent", "bridge_options", "create_session"]
 
@@ -110,7 +109,7 @@ def bridge_options(
         token = hmac_token(secret if secret is not None else default_secret())
     return BridgeOptions(
         id=agent_id or driver,
-        template=Template(bridge_template(python).steps + driver_template_steps(driver)),
+        template=Template(bridge_template(python).steps + agent_cli_steps(driver)),
         command=python,
         args=("-m", "bridge_client.bridge", "--driver", driver),
         token=token,

@@ -15,7 +15,7 @@ from typing import Optional, Sequence, Tuple
 from .errors import SandboxGone, TemplateError
 from .sandbox.base import ExecResult, Sandbox
 
-__all__ = ["TemplateStep", "Template", "bridge_template"]
+__all__ = ["TemplateStep", "Template", "bridge_template", "agent_cli_steps"]
 
 log = logging.getLogger("bridge_client")
 
@@ -124,4 +124,35 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
                 install=(python, "-m", "pip", "install", "--quiet", requirement),
             ),
         )
+    )
+
+
+_NPM_CLIS = {
+    "claude-code": ("the Claude Code CLI (claude)", "claude", "@anthropic-ai/claude-code"),
+    "codex": ("the Codex CLI (codex)", "codex", "@openai/codex"),
+}
+
+
+def agent_cli_steps(driver: str) -> Tuple[TemplateStep, ...]:
+    """The template steps a built-in driver needs besides the bridge program (C01, C04).
+
+    ``claude-code`` and ``codex`` need their CLI: the check is ``command -v PROGRAM``, and
+    only when it fails the install runs ``npm install -g PACKAGE`` (a sandbox that has the
+    CLI, from its image or an earlier run, keeps it as it is). Other drivers need nothing.
+
+    Args:
+        driver: a driver name (``"claude-code"``) or ``MODULE:CALLABLE``.
+
+    Returns:
+        The steps (empty for drivers that need none).
+    """
+    if driver not in _NPM_CLIS:
+        return ()
+    name, program, package = _NPM_CLIS[driver]
+    return (
+        TemplateStep(
+            name=name,
+            check=("/bin/sh", "-c", f"command -v {program}"),
+            install=("npm", "install", "-g", "--no-fund", "--no-audit", package),
+        ),
     )
