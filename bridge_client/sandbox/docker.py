@@ -17,6 +17,7 @@ session ends as C15 says.
 """
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import posixpath
@@ -46,8 +47,8 @@ _SYMLINK_BIT = 1 << 27  # os.ModeSymlink
 _MAX_LINKS = 8
 # Runs argv; prints the shell's pid first (it becomes argv's pid), or says argv is missing.
 _EXEC_WRAPPER = (
-    'command -v "$1" >/dev/null 2>&1 || { printf "%s: not found\\n" "$1" >&2; exit 127; }; '
-    'echo "$$"; exec "$@"'
+    'p=$(command -v "$1") || { printf "%s: not found\\n" "$1" >&2; exit 127; }; '
+    'echo "$$"; case $p in */*) exec "$@";; *) "$@";; esac'  # a builtin (kill) has no file to exec
 )
 # Creates the log file (private) and runs argv detached, output appended to the log.
 _SPAWN_WRAPPER = (
@@ -60,7 +61,7 @@ _NOT_FOUND_MARK = b": not found\n"
 
 def _docker() -> Any:
     try:
-        import docker
+        docker = importlib.import_module("docker")  # untyped: kept as Any
     except ImportError:
         raise HarnessError(
             "DockerSandbox needs the docker SDK for Python: pip install 'bridge-client[docker]'"
