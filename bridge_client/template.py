@@ -57,11 +57,19 @@ class Template:
     def run(self, sandbox: Sandbox) -> None:
         """Run every step whose check fails, and check it again after installing.
 
+        A step with a ``run(sandbox)`` method of its own (such as
+        :class:`~bridge_client.sandbox.wheelhouse.WheelStep`, which copies files in before it
+        installs) is run by that method instead.
+
         Raises:
             TemplateError: an install command failed, timed out, or its check still fails.
             SandboxGone: the sandbox cannot run commands.
         """
         for step in self.steps:
+            own_run = getattr(step, "run", None)
+            if callable(own_run):
+                own_run(sandbox)
+                continue
             if self._exec(sandbox, step, step.check).ok:
                 continue
             log.debug("template: installing %s", step.name)
@@ -106,16 +114,16 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
             built on the host and copied in, which needs no network in the sandbox.
 
     Returns:
-        With ``requirement=None``: a
-        :class:`~bridge_client.sandbox.wheelhouse.WheelTemplate` (checks ``import
+        A one-step :class:`Template`. With ``requirement=None`` the step is a
+        :class:`~bridge_client.sandbox.wheelhouse.WheelStep` (checks ``import
         bridge_client.bridge.server`` at this version; a sandbox without ``python`` gets a
-        :class:`TemplateError`). Otherwise a one-step :class:`Template`: check that import,
-        install with ``python -m pip install requirement``.
+        :class:`TemplateError`). Otherwise: check that import, install with ``python -m pip
+        install requirement``.
     """
     if requirement is None:
-        from .sandbox.wheelhouse import WheelTemplate  # imports this module: not at the top
+        from .sandbox.wheelhouse import WheelStep  # imports this module: not at the top
 
-        return WheelTemplate(python=python)
+        return Template((WheelStep.for_python(python),))
     return Template(
         (
             TemplateStep(

@@ -1,6 +1,6 @@
 """Install this package in a sandbox from wheels built on the host (C01, C04).
 
-A container usually has Python but neither this package nor a network. :class:`WheelTemplate`
+A container usually has Python but neither this package nor a network. :class:`WheelStep`
 builds a wheel of the package the host runs (from its source tree when there is one), gets
 the wheels of its dependencies, of the ``bridge`` extra (``websockets``) and of ``pip``
 itself for the sandbox's Python version and platform, copies them in with
@@ -31,10 +31,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import __version__
 from ..errors import SandboxGone, TemplateError
-from ..template import Template
+from ..template import TemplateStep
 from .base import ExecResult, Sandbox
 
-__all__ = ["WheelTemplate", "Target", "wheel_cache_dir", "build_wheelhouse"]
+__all__ = ["WheelStep", "Target", "wheel_cache_dir", "build_wheelhouse"]
 
 log = logging.getLogger("bridge_client")
 
@@ -256,24 +256,44 @@ def build_wheelhouse(
     return [package] + sorted(os.path.join(deps, n) for n in os.listdir(deps) if n.endswith(".whl"))
 
 
+def _check_code() -> str:
+    return (
+        "import sys, bridge_client, bridge_client.bridge.server; "
+        f"sys.exit(0 if bridge_client.__version__ == {__version__!r} else 3)"
+    )
+
+
 @dataclass(frozen=True)
-class WheelTemplate(Template):
-    """Installs this package and its ``bridge`` extra in a sandbox that has Python but not
-    the package, from wheels built on the host and copied in: nothing is downloaded inside
-    the sandbox (C01, C04).
+class WheelStep(TemplateStep):
+    """A template step that installs this package and its ``bridge`` extra in a sandbox
+    that has Python but not the package, from wheels built on the host and copied in:
+    nothing is downloaded inside the sandbox (C01, C04). ``Template.run`` calls its
+    :meth:`run`.
 
     Attributes:
+        name, check, install, timeout: as for :class:`~bridge_client.template.TemplateStep`;
+            ``check`` imports ``bridge_client.bridge.server`` and compares the version with
+            this package's; ``install`` only describes what :meth:`run` does. ``timeout``
+            (seconds) bounds each host build and each command in the sandbox.
         python: the sandbox's interpreter that will run the bridge (``"python3"``).
         extras: the package's extras to install (``("bridge",)``: ``websockets``).
-        timeout: seconds each host build or sandbox command may take.
-
-    :meth:`run` checks ``python -c "import bridge_client.bridge.server"`` at this package's
-    version first and does nothing more when it passes.
     """
 
     python: str = "python3"
     extras: Tuple[str, ...] = ("bridge",)
-    timeout: float = 600.0
+
+    @classmethod
+    def for_python(cls, python: str = "python3", extras: Tuple[str, ...] = ("bridge",)) -> "WheelStep":
+        """The step for the interpreter ``python`` in the sandbox."""
+        extra = f"[{','.join(extras)}]" if extras else ""
+        return cls(
+            name=_STEP,
+            check=(python, "-c", _check_code()),
+            install=(python, "<copied pip wheel>/pip", "install", "--no-index", "--find-links",
+                     "<copied wheels>", f"{_DIST}{extra}=={__version__}"),
+            python=python,
+            extras=tuple(extras),
+        )
 
     def _run_in(
         self, sandbox: Sandbox, argv: Sequence[str], env: Optional[Dict[str, str]] = None
@@ -298,11 +318,7 @@ class WheelTemplate(Template):
             ) from None
 
     def _installed(self, sandbox: Sandbox) -> bool:
-        check = (
-            "import sys, bridge_client, bridge_client.bridge.server; "
-            f"sys.exit(0 if bridge_client.__version__ == {__version__!r} else 3)"
-        )
-        return self._run_in(sandbox, [self.python, "-c", check]).ok
+        return self._run_in(sandbox, list(self.check)).ok
 
     def target(self, sandbox: Sandbox) -> Target:
         """Ask the sandbox's Python what it is.
