@@ -221,11 +221,15 @@ class DockerSandbox:
         except docker.errors.ImageNotFound:
             if client is None:
                 engine.close()
-            raise HarnessError(f"the image {image!r} is not on the Docker engine (pull or build it first)") from None
+            raise HarnessError(
+                f"the image {image!r} is not on the Docker engine (pull or build it first)"
+            ) from None
         except docker.errors.APIError as exc:
             if client is None:
                 engine.close()
-            raise HarnessError(f"the Docker engine could not start {image!r}: {exc.explanation or exc}") from None
+            raise HarnessError(
+                f"the Docker engine could not start {image!r}: {exc.explanation or exc}"
+            ) from None
         try:
             sandbox = cls(container.id, client=engine, python=python, state_root=state_root, workdir=workdir)
         except BaseException:
@@ -273,7 +277,9 @@ class DockerSandbox:
             raise SandboxGone(f"container {self._id[:12]} is gone: {exc.explanation or exc}") from None
         except errors.APIError as exc:
             if exc.status_code == 409 or not self._running():
-                raise SandboxGone(f"container {self._id[:12]} is not running: {exc.explanation or exc}") from None
+                raise SandboxGone(
+                    f"container {self._id[:12]} is not running: {exc.explanation or exc}"
+                ) from None
             raise HarnessError(f"the Docker engine refused: {exc.explanation or exc}") from None
         except (errors.DockerException, ConnectionError) as exc:
             raise SandboxGone(f"cannot reach the Docker engine: {exc}") from None
@@ -307,7 +313,12 @@ class DockerSandbox:
             raise SandboxGone(f"DockerSandbox {self._id[:12]} was closed")
 
     def _start_exec(
-        self, argv: Sequence[str], *, cwd: Optional[str], env: Optional[Mapping[str, str]], stdin: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[str],
+        env: Optional[Mapping[str, str]],
+        stdin: bool = False,
     ) -> Tuple[str, socket.socket]:
         with self._api_errors():
             created = self._api.exec_create(
@@ -355,7 +366,9 @@ class DockerSandbox:
                 raise TimeoutError(f"{argv[0]} ran longer than {timeout} s") from None
             except OSError as exc:
                 if not self._running():
-                    raise SandboxGone(f"container {self._id[:12]} went away while running {argv[0]}") from None
+                    raise SandboxGone(
+                        f"container {self._id[:12]} went away while running {argv[0]}"
+                    ) from None
                 raise SandboxGone(f"the Docker engine dropped the command {argv[0]}: {exc}") from None
         finally:
             try:
@@ -368,13 +381,16 @@ class DockerSandbox:
             if code == 127 and bytes(err).endswith(_NOT_FOUND_MARK):
                 raise FileNotFoundError(2, f"no such program in container {self._id[:12]}", argv[0])
             if code in (126, 127) and b"exec" in bytes(out + err) and b"sh" in bytes(out + err):
-                raise HarnessError(f"container {self._id[:12]} has no /bin/sh: {bytes(out + err).decode('utf-8', 'replace').strip()}")
+                said = bytes(out + err).decode("utf-8", "replace").strip()
+                raise HarnessError(f"container {self._id[:12]} has no /bin/sh: {said}")
         else:
             del out[: out.index(b"\n") + 1]
         return ExecResult(code, bytes(out), bytes(err))
 
     @staticmethod
-    def _read_until_end(sock: socket.socket, out: bytearray, err: bytearray, deadline: Optional[float]) -> None:
+    def _read_until_end(
+        sock: socket.socket, out: bytearray, err: bytearray, deadline: Optional[float]
+    ) -> None:
         def on_out(data: bytes) -> None:
             out.extend(data)
             if deadline is not None:
@@ -522,9 +538,10 @@ class DockerSandbox:
                               f"{made.stderr.decode('utf-8', 'replace').strip()}") from None
             with self._api_errors(folder):
                 self._api.put_archive(self._id, folder, archive)
-        moved = self.exec(["mv", "-f", "--", posixpath.join(folder, tmp_name), posixpath.join(folder, name)], cwd="/")
+        tmp_path = posixpath.join(folder, tmp_name)
+        moved = self.exec(["mv", "-f", "--", tmp_path, posixpath.join(folder, name)], cwd="/")
         if not moved.ok:
-            self.exec(["rm", "-f", "--", posixpath.join(folder, tmp_name)], cwd="/")
+            self.exec(["rm", "-f", "--", tmp_path], cwd="/")
             raise OSError(f"cannot write {path} in container {self._id[:12]}: "
                           f"{moved.stderr.decode('utf-8', 'replace').strip()}")
 
@@ -615,6 +632,8 @@ def _remove_quietly(client: Any, container_id: str) -> None:
         pass
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: removal already in progress
-            raise SandboxGone(f"cannot remove container {container_id[:12]}: {exc.explanation or exc}") from None
+            raise SandboxGone(
+                f"cannot remove container {container_id[:12]}: {exc.explanation or exc}"
+            ) from None
     except docker.errors.DockerException as exc:
         raise SandboxGone(f"cannot reach the Docker engine: {exc}") from None
