@@ -476,14 +476,24 @@ def _arriving(response: requests.Response) -> Iterator[bytes]:
 
 
 def _abort(response: requests.Response) -> None:
-    """Best effort: shut the stream's socket down so a blocked read ends now (cancel)."""
-    connection = getattr(response.raw, "_connection", None)
-    sock = getattr(connection, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    """Best effort: shut the stream's socket down so a blocked read ends now (cancel).
+
+    The socket is urllib3's connection's, or, for a response that ends when the server closes
+    (http.client then hands the socket over to the response), the one under the response's
+    file. Closing the response instead would block on the reader's buffer lock.
+    """
+    raw = response.raw
+    candidates = [
+        getattr(getattr(raw, "_connection", None), "sock", None),
+        getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None),
+    ]
+    for sock in candidates:
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
 
 
 def _pause(cancelled: threading.Event, seconds: float) -> None:

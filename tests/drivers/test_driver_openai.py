@@ -15,6 +15,7 @@ import os
 import signal
 
 import pytest
+import requests
 
 import bridge_client as bc
 from bridge_client.drivers.openai_chat import DEFAULT_SYSTEM, byte_lines, make_driver, sse_data
@@ -236,3 +237,56 @@ def test_openai_options_are_checked_and_a_key_is_refused():
 def test_sse_parsing_follows_the_standard_across_chunk_boundaries():
     chunks = [b'data: {"a":', b'1}\r', b'\n\r\n: keep-alive\n\ndata: line one\ndata: line two\n\n', b"data: [DONE]"]
     assert list(sse_data(byte_lines(chunks))) == ['{"a":1}', "line one\nline two", "[DONE]"]
+
+
+@pytest.mark.parametrize("framing", ["close-delimited", "chunked"])
+def test_openai_stream_bytes_arrive_before_the_body_ends_and_a_cancel_unblocks_the_read(framing):
+    """Against a real socket: an SSE answer whose server then goes silent. The first event is
+    read while the body is still open, and shutting the socket down (what a cancel does) ends
+    the blocked read instead of leaving it for the server's 60 s."""
+    import socket
+    import threading
+
+    from bridge_client.drivers.openai_chat import _abort, _arriving
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    release = threading.Event()
+
+    def serve():
+        conn, _ = server.accept()
+        conn.recv(65536)
+        event = b'data: {"x":1}\n\n'
+        if framing == "chunked":
+            head = b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(event) + event + b"\r\n"
+        else:
+            head = b"\r\n" + event
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + head)
+        release.wait(60)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        port = server.getsockname()[1]
+        response = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={}, stream=True, timeout=(5, 60))
+        chunks = _arriving(response)
+        assert next(chunks) == b'data: {"x":1}\n\n'
+        ended = []
+
+        def read_on():
+            try:
+                ended.append(next(chunks, b""))
+            except Exception as exc:  # urllib3 reports the cut
+                ended.append(type(exc).__name__)
+
+        reader = threading.Thread(target=read_on, daemon=True)
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive(), "the read blocks while the server is silent"
+        _abort(response)
+        reader.join(10)
+        assert not reader.is_alive() and ended, "shutting the socket down ended the read"
+    finally:
+        release.set()
+        server.close()
