@@ -50,7 +50,8 @@ napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # "Attributes:" as fields, not as duplicate attribute entries
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
+# Types only where the docstring documents the parameter: no bare "id (str)" lists.
+autodoc_typehints_description_target = "documented_params"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_preserve_defaults = True
 
