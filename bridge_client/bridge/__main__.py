@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -68,6 +69,50 @@ def _configure_logging() -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+def _check_owner(path: str, what: str) -> None:
+    """Refuse a state directory (or a file in it) that another user owns: they could read the
+    token and the store, or have planted the files (B01, C17).
+
+    Raises:
+        LaunchError: ``path`` is owned by another user.
+    """
+    try:
+        owner = os.stat(path).st_uid
+    except OSError as exc:
+        raise LaunchError(f"cannot inspect the {what} {path}: {exc.strerror or exc}") from None
+    if owner != os.geteuid():
+        raise LaunchError(
+            f"the {what} {path} belongs to user id {owner}, not to this bridge's user ({os.geteuid()}): "
+            "refusing it; remove it so that a host can launch the bridge afresh"
+        )
+
+
+def _make_private(path: str, warn: bool = True) -> None:
+    """Give an existing regular file of the state directory mode 0600 (a host may have left it
+    readable by others; ``warn`` logs that); a missing file is left for the checks that read it.
+
+    Raises:
+        LaunchError: it is owned by another user, or cannot be made private.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LaunchError(f"cannot inspect {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        return  # reading it fails with a clear error
+    if info.st_uid != os.geteuid():
+        _check_owner(path, "file")
+    if info.st_mode & 0o077:
+        if warn:
+            log.warning("%s was readable by others: made it 0600", path)
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise LaunchError(f"cannot chmod 0600 {path}: {exc.strerror or exc}") from None
 
 
 def _read(path: str, what: str) -> bytes:
@@ -125,10 +170,13 @@ def _prepare(driver_spec: str) -> _Launch:
         raise LaunchError(f"{identity.STATE_DIR_ENV} is not set: it names the bridge's state directory")
     if not os.path.isdir(state):
         raise LaunchError(f"state directory {state} does not exist")
+    _check_owner(state, "state directory")
     try:
         os.chmod(state, 0o700)
     except OSError as exc:
         raise LaunchError(f"cannot chmod 0700 the state directory {state}: {exc.strerror}") from None
+    for name in (identity.TOKEN_FILE, identity.LAUNCH_FILE, identity.LOG_FILE):
+        _make_private(os.path.join(state, name), warn=name != identity.LOG_FILE)
     launch_path = os.path.join(state, identity.LAUNCH_FILE)
     try:
         info = identity.parse_launch(_read(launch_path, "the launch file"))
