@@ -7,12 +7,14 @@ the turn iterator to run the turn again from its prompt in the session's own bri
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import posixpath
 import re
 import threading
-from typing import TYPE_CHECKING, Optional
+import time
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..bridge import identity
 from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
@@ -43,7 +45,10 @@ class ForeignBridge:
     token, and relaunched with the session's command and arguments (and the agent options its
     ``launch.json`` records) when it does not answer. Only the one turn is read there; the
     session's own connection, idle timer and later turns are not touched. Its connection is
-    closed when the turn ends, is suspended, or the session is released.
+    closed when the turn ends, is suspended, or the session is released, and once it has gone
+    unused for the session's ``idle_timeout`` (C06; a read in progress is use). Its idle timer
+    is a daemon thread (``bridge-client-idle-turn-<bridge id>``) that lives while the
+    connection is open.
 
     Args:
         session: the session that continues the turn.
@@ -62,6 +67,23 @@ class ForeignBridge:
         self._lock = threading.Lock()
         self._conn: Optional[Connection] = None
         self._hello: Optional[HelloResult] = None
+        self._idle_timeout = session._opts.idle_timeout
+        self._cond = threading.Condition(threading.Lock())  # guards _busy and _last_use
+        self._busy = 0
+        self._last_use = time.monotonic()
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[None]:
+        """Count a read or a request in progress as use of the connection (C06)."""
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._last_use = time.monotonic()
+                self._cond.notify_all()
 
     @property
     def instance(self) -> Optional[str]:
@@ -108,7 +130,28 @@ class ForeignBridge:
                 raise ForeignBridgeGone(f"bridge {self.bridge_id} cannot be launched: {first_line}") from exc
             self._conn, self._hello = conn, hello
             log.debug("turn's bridge %s reached (instance %s)", self.bridge_id, hello.instance)
-            return conn
+        with self._cond:
+            self._last_use = time.monotonic()
+        name = f"bridge-client-idle-turn-{self.bridge_id[:8]}"
+        threading.Thread(target=self._idle_loop, args=(conn,), name=name, daemon=True).start()
+        return conn
+
+    def _idle_loop(self, conn: Connection) -> None:
+        """Close ``conn`` once it has gone unused for ``idle_timeout``; end when it closes."""
+        with self._cond:
+            while self._conn is conn and not conn.closed:
+                if self._busy:
+                    self._cond.wait(1.0)
+                    continue
+                remaining = self._last_use + self._idle_timeout - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(min(remaining, 1.0))
+                    continue
+                break
+            else:
+                return
+        log.debug("turn's bridge %s: idle for %g s, closing connection", self.bridge_id, self._idle_timeout)
+        self.drop(conn)
 
     def drop(self, conn: Optional[Connection] = None) -> None:
         """Forget and close the connection (or only ``conn``, if it is not the current one)."""
@@ -120,6 +163,8 @@ class ForeignBridge:
             current.close()
         if conn is not None:
             conn.close()
+        with self._cond:
+            self._cond.notify_all()  # the idle timer sees the connection gone
 
     def close(self) -> None:
         """Close the connection. Idempotent."""

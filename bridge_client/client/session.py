@@ -400,7 +400,7 @@ class Session:
         """Send a request that does not stream and return its ``Success`` value (to ``link``'s
         bridge when given, C14)."""
         timeout = self._opts.request_timeout
-        with self._use():
+        with self._use(), (link.use() if link is not None else contextlib.nullcontext()):
             return self._with_connection(
                 lambda conn: conn.call(rpc.tag, payload, timeout=timeout), resend=rpc.resend, link=link
             )

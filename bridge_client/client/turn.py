@@ -296,6 +296,14 @@ class Turn:
 
     def _fill(self) -> None:
         """Receive at least one part into the buffer, reconnecting as needed."""
+        link = self._link
+        if link is None:
+            self._fill_parts()
+        else:
+            with link.use():  # a read in progress is use of the turn's bridge connection (C06)
+                self._fill_parts()
+
+    def _fill_parts(self) -> None:
         session = self._session
         while not self._buffer:
             if self._stream is None:

@@ -10,7 +10,7 @@ import pytest
 
 import bridge_client as bc
 from bridge_client.bridge import identity
-from host_support import _alive, options, session_options
+from host_support import _alive, options, session_options, wait_until
 from support import bridge_pid, check_turn, sigkill_bridge
 
 pytestmark = pytest.mark.timeout(90)
@@ -104,3 +104,30 @@ def test_c14_a_state_naming_no_bridge_id_is_refused(sandbox):
     with bc.create_session(options("echo", agent_options=OTHER), session_options(sandbox)) as other:
         with pytest.raises(bc.BridgeMismatch, match="not a bridge id"):
             other.continue_turn(bad)
+
+
+def test_c14_c07_a_resumed_session_takes_the_state_the_turns_bridge_gave_into_its_own(sandbox):
+    first = bc.create_session(options("echo", agent_options=FIRST), session_options(sandbox))
+    turn = first.turn(PROMPT)
+    next(turn)
+    state, session_state = turn.state, first.state
+    first.release()
+    resumed = session_options(sandbox, resume=session_state)
+    with bc.create_session(options("echo", agent_options=OTHER), resumed) as other:
+        assert other.id == first.id
+        list(other.continue_turn(state))
+        assert other.state.data == {"turns": 1}, "the state the turn's bridge gave is this session's now"
+        list(other.turn("in my own bridge"))
+        assert other.state.data == {"turns": 2}, "the own bridge opened the session from that state"
+
+
+def test_c06_c14_the_turns_bridge_connection_closes_when_unused(sandbox):
+    first, state = _suspended_turn(sandbox)
+    with bc.create_session(options("echo", agent_options=OTHER), session_options(sandbox, idle_timeout=0.3)) as other:
+        turn = other.continue_turn(state, steps=1)
+        link = turn._link
+        next(turn)  # then the caller pauses: the connection to the turn's bridge goes unused
+        assert link._conn is not None
+        assert wait_until(lambda: link._conn is None, timeout=10), "closed after idle_timeout"
+        rest = list(turn)  # reading again opens a new one and goes on
+    assert rest[-1].type == "turn-finish" and turn.text() == PROMPT * 2
