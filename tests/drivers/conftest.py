@@ -1,6 +1,7 @@
 """Fixtures for the real-agent driver tests: a private home, a workspace, cleanup of every
 process working in it (by pid, never by name), and fake ``claude``/``codex`` programs first on
 PATH. The host test helpers (``host_support``) are shared with tests/host."""
+
 from __future__ import annotations
 
 import json

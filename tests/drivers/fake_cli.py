@@ -15,6 +15,7 @@ is a string). ``wait``: after the lines, block (at most 20 s) until claude's int
 control request arrives on stdin (then print an error result), until SIGINT (then exit 130),
 or until stdin ends.
 """
+
 import json
 import os
 import signal
@@ -56,8 +57,15 @@ def main() -> int:
             if msg.get("type") == "control_request" and msg["request"]["subtype"] == "interrupt":
                 with open(log, "a") as f:
                     f.write(json.dumps({"program": program, "argv": ["<interrupt>"], "stdin": line}) + "\n")
-                result = {"type": "result", "subtype": "error_during_execution", "is_error": True,
-                          "duration_ms": 5, "duration_api_ms": 1, "num_turns": 1, "session_id": "sess-1"}
+                result = {
+                    "type": "result",
+                    "subtype": "error_during_execution",
+                    "is_error": True,
+                    "duration_ms": 5,
+                    "duration_api_ms": 1,
+                    "num_turns": 1,
+                    "session_id": "sess-1",
+                }
                 print(json.dumps(result), flush=True)
                 return 0
         return 0

@@ -18,6 +18,7 @@ Replies are realistic Chat Completions streams (``data: {chat.completion.chunk}`
 ``finish_reason``, a usage chunk, ``data: [DONE]``) as the OpenAI API reference documents
 them, or HTTP errors with the API's ``{"error": {...}}`` body.
 """
+
 from __future__ import annotations
 
 import io
@@ -33,12 +34,20 @@ from bridge_client.drivers.openai_chat import make_driver as real_make_driver
 URL = "http://model.test/v1/chat/completions"
 
 
-def chunk(delta: Optional[Dict[str, Any]] = None, finish: Optional[str] = None, usage: Any = None) -> Dict[str, Any]:
+def chunk(
+    delta: Optional[Dict[str, Any]] = None, finish: Optional[str] = None, usage: Any = None
+) -> Dict[str, Any]:
     """One ``chat.completion.chunk``."""
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    choices = (
+        [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    )
     out: Dict[str, Any] = {
-        "id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1764460000,
-        "model": "gpt-test", "system_fingerprint": "fp_test", "choices": choices,
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1764460000,
+        "model": "gpt-test",
+        "system_fingerprint": "fp_test",
+        "choices": choices,
     }
     if usage is not None or delta is None:
         out["usage"] = usage
@@ -47,8 +56,10 @@ def chunk(delta: Optional[Dict[str, Any]] = None, finish: Optional[str] = None, 
 
 def usage(prompt: int, completion: int) -> Dict[str, Any]:
     """A usage chunk (``stream_options.include_usage``): no choices, the call's usage."""
-    return chunk(None, usage={"prompt_tokens": prompt, "completion_tokens": completion,
-                              "total_tokens": prompt + completion})
+    return chunk(
+        None,
+        usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    )
 
 
 def text_stream(*pieces: str, finish: str = "stop") -> List[Any]:
@@ -64,9 +75,21 @@ def tool_stream(*calls: Any, content: str = "") -> List[Any]:
     the first fragment of each call has its id, type and name, the next ones only more of the
     arguments; calls interleave."""
     out: List[Any] = [chunk({"role": "assistant", "content": content or None})]
-    for index, (call_id, name, pieces) in enumerate(calls):
-        out.append(chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                          "function": {"name": name, "arguments": ""}}]}))
+    for index, (call_id, name, _) in enumerate(calls):
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
     longest = max(len(p) for _, _, p in calls)
     for i in range(longest):
         for index, (_, _, pieces) in enumerate(calls):
@@ -116,14 +139,31 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 SCENARIOS: Dict[str, List[Dict[str, Any]]] = {
     "plain": [{"body": sse(text_stream("Hello", ", ", "world", "!"))}],
-    "reasoning": [{"body": sse([chunk({"role": "assistant", "reasoning_content": "Think. "}),
-                                chunk({"reasoning_content": "Then answer."})] + text_stream("42"))}],
+    "reasoning": [
+        {
+            "body": sse(
+                [
+                    chunk({"role": "assistant", "reasoning_content": "Think. "}),
+                    chunk({"reasoning_content": "Then answer."}),
+                ]
+                + text_stream("42")
+            )
+        }
+    ],
     "tools": [
-        {"body": sse(tool_stream(
-            ("call_w", "write_file", ['{"pa', 'th": "notes/a.txt", ', '"content": "hi\\n', 'there"}']),
-            ("call_l", "list_dir", ['{"path"', ': "."}']),
-            content="Writing. ",
-        ))},
+        {
+            "body": sse(
+                tool_stream(
+                    (
+                        "call_w",
+                        "write_file",
+                        ['{"pa', 'th": "notes/a.txt", ', '"content": "hi\\n', 'there"}'],
+                    ),
+                    ("call_l", "list_dir", ['{"path"', ': "."}']),
+                    content="Writing. ",
+                )
+            )
+        },
         {"body": sse(text_stream("Done: notes/a.txt written."))},
     ],
     "bad-arguments": [
@@ -135,28 +175,42 @@ SCENARIOS: Dict[str, List[Dict[str, Any]]] = {
         {"body": sse(text_stream("Refused."))},
     ],
     "429-then-ok": [
-        {"status": 429, "headers": {"Retry-After": "0"},
-         "body": error_body("Rate limit reached for requests", "requests", "rate_limit_exceeded")},
+        {
+            "status": 429,
+            "headers": {"Retry-After": "0"},
+            "body": error_body("Rate limit reached for requests", "requests", "rate_limit_exceeded"),
+        },
         {"status": 503, "body": b"upstream overloaded"},
         {"body": sse(text_stream("After", " waiting."))},
     ],
     "always-500": [{"status": 500, "body": error_body("The server had an error", "server_error")}],
-    "400": [{"status": 400, "body": error_body(
-        "The model `nope` does not exist or you do not have access to it.", "invalid_request_error",
-        "model_not_found")}],
+    "400": [
+        {
+            "status": 400,
+            "body": error_body(
+                "The model `nope` does not exist or you do not have access to it.",
+                "invalid_request_error",
+                "model_not_found",
+            ),
+        }
+    ],
     "cut": [
         # The connection ends mid-answer (mid-event, no finish_reason), then one is reset.
-        {"body": sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"})], done=False)
-         + b'data: {"id": "chatcmpl-te'},
+        {
+            "body": sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"})], done=False)
+            + b'data: {"id": "chatcmpl-te'
+        },
         {"raw": sse([chunk({"role": "assistant", "content": "Hello w"})], done=False), "then": "raise"},
         {"body": sse(text_stream("Hello ", "world."))},
     ],
-    "endless-tools": [{"body": sse(tool_stream(("call_loop", "list_dir", ['{}'])))}],
+    "endless-tools": [{"body": sse(tool_stream(("call_loop", "list_dir", ["{}"])))}],
     "slow-command": [
         {"body": sse(tool_stream(("call_s", "run_command", ['{"command": "sleep 30"}'])))},
         {"body": sse(text_stream("unreachable"))},
     ],
-    "silent-model": [{"raw": sse([chunk({"role": "assistant", "content": "Let me"})], done=False), "then": "block"}],
+    "silent-model": [
+        {"raw": sse([chunk({"role": "assistant", "content": "Let me"})], done=False), "then": "block"}
+    ],
     "restart": [
         {"body": sse(tool_stream(("call_w", "write_file", ['{"path": "out.txt", "content": "1"}'])))},
         {"raw": sse([chunk({"role": "assistant", "content": "Checking"})], done=False), "then": "block"},
@@ -179,10 +233,16 @@ def make_driver(options: Any) -> Any:
             with open(log) as f:
                 count = sum(1 for _ in f)
         with open(log, "a") as f:
-            f.write(json.dumps({"authorization": request.headers.get("Authorization"),
-                                "body": json.loads(request.body)}) + "\n")
+            f.write(
+                json.dumps(
+                    {"authorization": request.headers.get("Authorization"), "body": json.loads(request.body)}
+                )
+                + "\n"
+            )
         reply = replies[min(count, len(replies) - 1)]
-        headers = dict(SSE_HEADERS if reply.get("status", 200) == 200 else {"Content-Type": "application/json"})
+        headers = dict(
+            SSE_HEADERS if reply.get("status", 200) == 200 else {"Content-Type": "application/json"}
+        )
         headers.update(reply.get("headers", {}))
         if "raw" in reply:
             body: Any = io.BufferedReader(_Raw(reply["raw"], reply["then"]))

@@ -1,6 +1,7 @@
 """The ``claude-code`` driver through a real bridge and a real Session, against a fake
 ``claude`` first on PATH that prints recorded stream-json messages (tests/drivers/fake_cli.py;
 the message shapes follow anthropics/claude-agent-sdk-python's message_parser.py)."""
+
 from __future__ import annotations
 
 import json

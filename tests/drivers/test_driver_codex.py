@@ -1,6 +1,7 @@
 """The ``codex`` driver through a real bridge and a real Session, against a fake ``codex``
 first on PATH that prints recorded ``exec --json`` events (tests/drivers/fake_cli.py; the event
 shapes follow openai/codex's codex-rs/exec/src/exec_events.rs)."""
+
 from __future__ import annotations
 
 import os

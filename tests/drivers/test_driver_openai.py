@@ -8,6 +8,7 @@ PYTHONPATH): it starts the mocks inside the bridge process and returns the real 
 Requests the mocks got are logged to a file the tests read. Backoff options are tiny so
 retries cost milliseconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,12 @@ def model(tmp_path, monkeypatch):
     log = str(tmp_path / "requests.jsonl")
 
     def make(scenario, **kw):
-        agent_options = {"model": "gpt-test", "backoff_initial": 0.01, "backoff_max": 0.05,
-                         "mock": {"scenario": scenario, "log": log}}
+        agent_options = {
+            "model": "gpt-test",
+            "backoff_initial": 0.01,
+            "backoff_max": 0.05,
+            "mock": {"scenario": scenario, "log": log},
+        }
         agent_options.update(kw)
         return options("openai_mock:make_driver", agent_id="openai", agent_options=agent_options)
 
@@ -56,8 +61,9 @@ def _finish(parts):
 
 def test_openai_plain_text_streams_as_text_deltas(sandbox, model, monkeypatch):
     monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-123")
-    with bc.create_session(model("plain", api_key_env="TEST_MODEL_KEY", temperature=0.2),
-                           session_options(sandbox)) as session:
+    with bc.create_session(
+        model("plain", api_key_env="TEST_MODEL_KEY", temperature=0.2), session_options(sandbox)
+    ) as session:
         turn = session.turn("Say hello")
         parts = list(turn)
         state = session.state
@@ -71,8 +77,16 @@ def test_openai_plain_text_streams_as_text_deltas(sandbox, model, monkeypatch):
     body = request["body"]
     assert body["model"] == "gpt-test" and body["stream"] is True and body["temperature"] == 0.2
     assert body["stream_options"] == {"include_usage": True}
-    assert body["messages"] == [{"role": "system", "content": DEFAULT_SYSTEM}, {"role": "user", "content": "Say hello"}]
-    assert [t["function"]["name"] for t in body["tools"]] == ["run_command", "read_file", "write_file", "list_dir"]
+    assert body["messages"] == [
+        {"role": "system", "content": DEFAULT_SYSTEM},
+        {"role": "user", "content": "Say hello"},
+    ]
+    assert [t["function"]["name"] for t in body["tools"]] == [
+        "run_command",
+        "read_file",
+        "write_file",
+        "list_dir",
+    ]
     # The conversation is the session state (C07), without the system prompt.
     assert state.data["messages"] == [
         {"role": "user", "content": "Say hello"},
@@ -103,12 +117,18 @@ def test_openai_parallel_tool_calls_split_across_chunks_run_in_the_workspace(san
     results = {p.tool_call_id: p for p in parts if isinstance(p, bc.ToolResult)}
     assert results["call_w"].output == {"path": "notes/a.txt", "bytes": 8} and not results["call_w"].is_error
     assert results["call_l"].output == "notes/"
-    assert [(p.step, p.finish_reason) for p in parts if p.type == "step-finish"] == [(0, "tool_calls"), (1, "stop")]
+    assert [(p.step, p.finish_reason) for p in parts if p.type == "step-finish"] == [
+        (0, "tool_calls"),
+        (1, "stop"),
+    ]
     assert turn.text() == "Writing. Done: notes/a.txt written."
     first, second = model.requests()
     sent = second["body"]["messages"]
     assert sent[2]["role"] == "assistant" and [c["id"] for c in sent[2]["tool_calls"]] == ["call_w", "call_l"]
-    assert sent[2]["tool_calls"][0]["function"]["arguments"] == '{"path": "notes/a.txt", "content": "hi\\nthere"}'
+    assert (
+        sent[2]["tool_calls"][0]["function"]["arguments"]
+        == '{"path": "notes/a.txt", "content": "hi\\nthere"}'
+    )
     assert [(m["role"], m["tool_call_id"]) for m in sent[3:5]] == [("tool", "call_w"), ("tool", "call_l")]
     assert state.data["messages"][:4] == sent[1:5] and len(state.data["messages"]) == 5
 
@@ -141,7 +161,11 @@ def test_openai_server_errors_stop_after_max_retries(sandbox, model):
     with bc.create_session(model("always-500", max_retries=2), session_options(sandbox)) as session:
         parts = list(session.turn("hi"))
     finish = _finish(parts)
-    assert finish.finish_reason == "error" and "after 3 tries" in finish.error and "server had an error" in finish.error
+    assert (
+        finish.finish_reason == "error"
+        and "after 3 tries" in finish.error
+        and "server had an error" in finish.error
+    )
     assert len(model.requests()) == 3
 
 
@@ -235,7 +259,12 @@ def test_openai_options_are_checked_and_a_key_is_refused():
 
 
 def test_sse_parsing_follows_the_standard_across_chunk_boundaries():
-    chunks = [b'data: {"a":', b'1}\r', b'\n\r\n: keep-alive\n\ndata: line one\ndata: line two\n\n', b"data: [DONE]"]
+    chunks = [
+        b'data: {"a":',
+        b"1}\r",
+        b"\n\r\n: keep-alive\n\ndata: line one\ndata: line two\n\n",
+        b"data: [DONE]",
+    ]
     assert list(sse_data(byte_lines(chunks))) == ['{"a":1}', "line one\nline two", "[DONE]"]
 
 
@@ -269,7 +298,9 @@ def test_openai_stream_bytes_arrive_before_the_body_ends_and_a_cancel_unblocks_t
     threading.Thread(target=serve, daemon=True).start()
     try:
         port = server.getsockname()[1]
-        response = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={}, stream=True, timeout=(5, 60))
+        response = requests.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions", json={}, stream=True, timeout=(5, 60)
+        )
         chunks = _arriving(response)
         assert next(chunks) == b'data: {"x":1}\n\n'
         ended = []

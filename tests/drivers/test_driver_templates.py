@@ -1,6 +1,7 @@
 """The ``claude-code`` and ``codex`` templates install their CLI through npm only when the
 sandbox lacks it (C01, C04): run against a real LocalSandbox with a fake ``npm`` on PATH that
 records its calls and installs a stand-in program."""
+
 from __future__ import annotations
 
 import os
@@ -23,16 +24,21 @@ def npm(tmp_path, monkeypatch):
         "#!/bin/sh\n"
         f'echo "$@" >> "{log}"\n'
         'case "$*" in\n'
-        f'  *@anthropic-ai/claude-code*) printf "#!/bin/sh\\n" > "{bin_dir}/claude"; chmod +x "{bin_dir}/claude";;\n'
+        f'  *@anthropic-ai/claude-code*) printf "#!/bin/sh\\n" > "{bin_dir}/claude"; '
+        f'chmod +x "{bin_dir}/claude";;\n'
         f'  *@openai/codex*) printf "#!/bin/sh\\n" > "{bin_dir}/codex"; chmod +x "{bin_dir}/codex";;\n'
         "esac\n"
     )
     script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin")
+    monkeypatch.setenv(
+        "PATH", f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin"
+    )
     return log
 
 
-@pytest.mark.parametrize("agent, package", [("claude-code", "@anthropic-ai/claude-code"), ("codex", "@openai/codex")])
+@pytest.mark.parametrize(
+    "agent, package", [("claude-code", "@anthropic-ai/claude-code"), ("codex", "@openai/codex")]
+)
 def test_c01_the_agent_cli_is_installed_through_npm_only_when_missing(sandbox, npm, agent, package):
     template = options(agent).template
     program = "claude" if agent == "claude-code" else "codex"
