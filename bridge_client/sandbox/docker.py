@@ -34,13 +34,16 @@ from ..errors import HarnessError, SandboxGone
 from .base import Endpoint, ExecResult
 from .docker_tunnel import FORWARDER, Tunnel, read_frames
 
-__all__ = ["DockerSandbox", "DockerProcess", "LABEL"]
+__all__ = ["DockerSandbox", "DockerProcess", "LABEL", "IMAGE_LABEL"]
 
 log = logging.getLogger("bridge_client")
 
 LABEL = "io.bridge-client.sandbox"
 """The label on every container :meth:`DockerSandbox.create` starts (value ``"1"``), so
 leftovers can be found: ``docker ps -a --filter label=io.bridge-client.sandbox``."""
+
+IMAGE_LABEL = "io.bridge-client.image"
+"""The label naming the image on containers made by :meth:`DockerSandbox.for_image`."""
 
 _DIR_BIT = 1 << 31  # Go's os.ModeDir in the archive stat header
 _SYMLINK_BIT = 1 << 27  # os.ModeSymlink
@@ -235,6 +238,36 @@ class DockerSandbox:
         except BaseException:
             _remove_quietly(engine, container.id)
             raise
+        sandbox._owns_client = client is None
+        return sandbox
+
+    @classmethod
+    def for_image(cls, image: str, *, client: Any = None, **create_options: Any) -> "DockerSandbox":
+        """Attach to the running container that an earlier call made for ``image``, or
+        create one (labelled ``io.bridge-client.image=<image>``; it stays up after the
+        program ends, so later commands find its bridges). The CLI's ``--sandbox
+        docker:IMAGE`` uses this; remove such containers with ``docker rm -f``.
+
+        Raises:
+            SandboxGone: the engine cannot be reached.
+            HarnessError: the image is not on the engine, or it could not be started.
+        """
+        engine = _engine_client(client)
+        docker = _docker()
+        try:
+            found = engine.api.containers(
+                filters={"label": [f"{LABEL}=1", f"{IMAGE_LABEL}={image}"], "status": "running"}
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxGone(f"cannot reach the Docker engine: {exc}") from None
+        python = create_options.pop("python", "python3")
+        if found:
+            oldest = min(found, key=lambda c: (c.get("Created", 0), c["Id"]))
+            state_root = create_options.get("state_root")
+            sandbox = cls(oldest["Id"], client=engine, python=python, state_root=state_root)
+        else:
+            labels = {IMAGE_LABEL: image, **dict(create_options.pop("labels", None) or {})}
+            sandbox = cls.create(image, client=engine, labels=labels, python=python, **create_options)
         sandbox._owns_client = client is None
         return sandbox
 
