@@ -2,7 +2,7 @@
 
 ::
 
-    bridge-client run PROMPT... [--sandbox DIR] [--agent NAME|MODULE:CALLABLE]
+    bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE] [--agent NAME|MODULE:CALLABLE]
                       [--option KEY=VALUE]... [--json]
     bridge-client continue TURN_STATE_FILE [--steps K] [same options as run]
     bridge-client bridges [--sandbox DIR]
@@ -43,6 +43,7 @@ from .paths import default_secret
 from .redacted import hmac_token
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import user_home
+from .sandbox.base import Sandbox
 from .sandbox.local import LocalSandbox
 from .terminal import Colours, Progress, colour_enabled, is_terminal
 from .wire.parts import (
@@ -82,7 +83,23 @@ def _parse_options(pairs: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-def _sandbox(folder: Optional[str]) -> LocalSandbox:
+_DOCKER_PREFIX = "docker:"
+_SANDBOX_HELP = (
+    "the workspace folder (default: the current folder), or docker:IMAGE for a container of "
+    "IMAGE (made once, then reused; docs/docker.md)"
+)
+
+
+def _sandbox(folder: Optional[str]) -> Sandbox:
+    """``DIR`` -> a LocalSandbox; ``docker:IMAGE`` -> the running container made earlier for
+    IMAGE, or a new one (docs/docker.md)."""
+    if folder and folder.startswith(_DOCKER_PREFIX):
+        image = folder[len(_DOCKER_PREFIX):]
+        if not image:
+            raise UsageError("--sandbox docker:IMAGE needs an image name")
+        from .sandbox.docker import DockerSandbox  # the docker extra: imported only when used
+
+        return DockerSandbox.for_image(image)
     try:
         return LocalSandbox(folder or ".")
     except (FileNotFoundError, NotADirectoryError) as exc:
@@ -119,6 +136,7 @@ def _session_options(args: argparse.Namespace) -> Tuple[BridgeOptions, CreateSes
     agent_options = _parse_options(args.option or [])
     options = bridge_options(
         args.agent,
+        python="python3" if (args.sandbox or "").startswith(_DOCKER_PREFIX) else None,
         agent_options=agent_options or None,
         agent_id=_agent_id(args.agent, agent_options),
     )
@@ -180,7 +198,8 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     if steps:
         words += ["--steps", str(steps)]
     if args.sandbox:
-        words += ["--sandbox", os.path.abspath(args.sandbox)]
+        keep = args.sandbox.startswith(_DOCKER_PREFIX)
+        words += ["--sandbox", args.sandbox if keep else os.path.abspath(args.sandbox)]
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
@@ -278,10 +297,11 @@ def _cmd_continue(args: argparse.Namespace) -> int:
         progress.close()
 
 
-def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
+def _bridge_rows(sandbox: Sandbox) -> List[Dict[str, Any]]:
     root = posixpath.join(sandbox.state_root, "bridges")
+    local = isinstance(sandbox, LocalSandbox)
     try:
-        names = sorted(os.listdir(root))
+        names = sorted(os.listdir(root)) if local else _list_folder(sandbox, root)
     except FileNotFoundError:
         return []
     rows = []
@@ -301,12 +321,23 @@ def _bridge_rows(sandbox: LocalSandbox) -> List[Dict[str, Any]]:
             row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port))
         except (OSError, ValueError):
             pass
-        row.update(_store_counts(posixpath.join(folder, identity.STORE_FILE)))
+        if local:
+            row.update(_store_counts(posixpath.join(folder, identity.STORE_FILE)))
+        else:  # the store is inside a container: not opened from here
+            row.update(sessions="?", turns="?")
         rows.append(row)
     return rows
 
 
-def _healthy(sandbox: LocalSandbox, port: int) -> bool:
+def _list_folder(sandbox: Sandbox, folder: str) -> List[str]:
+    """The names in a folder of a sandbox that is not on this machine (``ls`` in there)."""
+    listed = sandbox.exec(["ls", "-1A", folder], cwd="/")
+    if not listed.ok:
+        raise FileNotFoundError(folder)
+    return sorted(listed.stdout.decode("utf-8", "surrogateescape").split("\n")[:-1])
+
+
+def _healthy(sandbox: Sandbox, port: int) -> bool:
     import requests
 
     url = sandbox.expose(port).url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
@@ -366,7 +397,7 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
 _BRIDGE_ID = re.compile(r"[0-9a-f]{%d}\Z" % identity.BRIDGE_ID_LENGTH)
 
 
-def _check_it_is_that_bridge(sandbox: LocalSandbox, info: identity.ListeningInfo, bridge_id: str) -> None:
+def _check_it_is_that_bridge(sandbox: Sandbox, info: identity.ListeningInfo, bridge_id: str) -> None:
     """Before a signal goes to a pid: the bridge must answer ``Hello`` with that bridge id and
     that pid (a stale listening file may name a pid the system gave to another process)."""
     token = hmac_token(default_secret())(sandbox.id)
@@ -469,7 +500,7 @@ _AGENT_HELP = """agents:
 
 
 def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str]) -> None:
-    p.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
+    p.add_argument("--sandbox", metavar="DIR", help=_SANDBOX_HELP)
     p.add_argument(
         "--agent",
         default=default_agent,
@@ -532,7 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bridges = commands.add_parser("bridges", help="list the bridges of a sandbox")
     bridges.add_argument(
-        "--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)"
+        "--sandbox", metavar="DIR", help=_SANDBOX_HELP
     )
     bridges.add_argument("--json", action="store_true", help="print one JSON object per bridge")
     _add_verbose(bridges)
@@ -540,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     stop = commands.add_parser("stop", help="stop a bridge cleanly")
     stop.add_argument("bridge_id", metavar="BRIDGE_ID", help="an id from `bridge-client bridges`")
-    stop.add_argument("--sandbox", metavar="DIR", help="the workspace folder (default: the current folder)")
+    stop.add_argument("--sandbox", metavar="DIR", help=_SANDBOX_HELP)
     stop.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it to exit")
     _add_verbose(stop)
     stop.set_defaults(func=_cmd_stop)
