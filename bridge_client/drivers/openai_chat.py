@@ -67,7 +67,14 @@ import threading
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import requests
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from ..bridge.driver import TurnContext, TurnResult, options_object
 from .cli_process import summarize
@@ -310,6 +317,8 @@ class OpenAIChatDriver:
         body = self._request(messages)
 
         def attempt() -> requests.Response:
+            if ctx.cancelled.is_set():  # cancelled during the backoff: no new request
+                raise _Retryable("cancelled")
             try:
                 response = self._http.post(
                     f"{self.base_url}/chat/completions",
@@ -349,7 +358,7 @@ class OpenAIChatDriver:
 
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, _Retryable) and not ctx.cancelled.is_set()),
-            stop=stop_after_attempt(self.max_retries + 1),
+            stop=stop_after_attempt(self.max_retries + 1) | stop_when_event_set(ctx.cancelled),
             wait=wait,
             sleep=lambda seconds: _pause(ctx.cancelled, seconds),
             reraise=True,
@@ -428,8 +437,13 @@ class OpenAIChatDriver:
 def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:
     """The reader thread: queue ``("chunk", dict)`` for each JSON chunk, then ``("end", None)``
     after ``[DONE]`` or the end of the body, or ``("cut", why)`` when the stream breaks or
-    carries an error object."""
+    carries an error object. A server that ignored ``stream: true`` and answered with one JSON
+    completion is read as a single chunk."""
     try:
+        if response.headers.get("Content-Type", "").split(";")[0].strip() == "application/json":
+            events.put(("chunk", _as_chunk(response.json())))
+            events.put(("end", None))
+            return
         for payload in sse_data(byte_lines(_arriving(response))):
             if payload.strip() == "[DONE]":
                 break
@@ -473,6 +487,29 @@ def _arriving(response: requests.Response) -> Iterator[bytes]:
         if not data:
             return
         yield data
+
+
+def _as_chunk(completion: Any) -> Dict[str, Any]:
+    """A whole ``chat.completion`` (not streamed) as one stream chunk: ``message`` becomes the
+    ``delta`` (tool calls numbered by ``index``), with its ``finish_reason`` and ``usage``.
+
+    Raises:
+        ValueError: not a completion (the step is then run again, as for a cut stream).
+    """
+    if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
+        raise ValueError("a JSON answer that is not a chat completion")
+    choices = []
+    for choice in completion["choices"]:
+        if not isinstance(choice, dict):
+            continue
+        delta = dict(choice.get("message") or {})
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(calls) if isinstance(c, dict)]
+        choices.append(
+            {"index": choice.get("index", 0), "delta": delta, "finish_reason": choice.get("finish_reason")}
+        )
+    return {"choices": choices, "usage": completion.get("usage")}
 
 
 def _abort(response: requests.Response) -> None:

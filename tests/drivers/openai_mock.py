@@ -137,6 +137,21 @@ class _Raw(io.RawIOBase):
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
+
+def completion(message: Dict[str, Any], finish: str) -> bytes:
+    """A whole ``chat.completion`` (a server that ignores ``stream: true``)."""
+    return json.dumps(
+        {
+            "id": "chatcmpl-whole",
+            "object": "chat.completion",
+            "created": 1764460000,
+            "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        }
+    ).encode()
+
+
 SCENARIOS: Dict[str, List[Dict[str, Any]]] = {
     "plain": [{"body": sse(text_stream("Hello", ", ", "world", "!"))}],
     "reasoning": [
@@ -182,6 +197,25 @@ SCENARIOS: Dict[str, List[Dict[str, Any]]] = {
         },
         {"status": 503, "body": b"upstream overloaded"},
         {"body": sse(text_stream("After", " waiting."))},
+    ],
+    "not-streamed": [
+        {
+            "json": True,
+            "body": completion(
+                {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_j",
+                            "type": "function",
+                            "function": {"name": "list_dir", "arguments": "{}"},
+                        }
+                    ],
+                },
+                "tool_calls",
+            ),
+        },
+        {"json": True, "body": completion({"content": "Empty folder."}, "stop")},
     ],
     "always-500": [{"status": 500, "body": error_body("The server had an error", "server_error")}],
     "400": [
@@ -240,9 +274,8 @@ def make_driver(options: Any) -> Any:
                 + "\n"
             )
         reply = replies[min(count, len(replies) - 1)]
-        headers = dict(
-            SSE_HEADERS if reply.get("status", 200) == 200 else {"Content-Type": "application/json"}
-        )
+        streamed = reply.get("status", 200) == 200 and not reply.get("json")
+        headers = dict(SSE_HEADERS if streamed else {"Content-Type": "application/json"})
         headers.update(reply.get("headers", {}))
         if "raw" in reply:
             body: Any = io.BufferedReader(_Raw(reply["raw"], reply["then"]))

@@ -169,6 +169,29 @@ def test_openai_server_errors_stop_after_max_retries(sandbox, model):
     assert len(model.requests()) == 3
 
 
+def test_openai_cancel_cuts_a_retry_backoff_short(sandbox, model):
+    with bc.create_session(
+        model("always-500", backoff_initial=30, backoff_max=30), session_options(sandbox)
+    ) as session:
+        turn = session.turn("hi")
+        parts = [next(turn)]
+        turn.cancel()
+        parts += list(turn)
+    assert _finish(parts).finish_reason == "cancelled"
+    assert len(model.requests()) == 1, "no request after the cancel"
+
+
+def test_openai_a_server_that_does_not_stream_is_read_whole(sandbox, model):
+    with bc.create_session(model("not-streamed"), session_options(sandbox)) as session:
+        turn = session.turn("what is here?")
+        parts = list(turn)
+    assert _finish(parts).finish_reason == "stop", _finish(parts)
+    assert turn.text() == "Empty folder."
+    assert [(p.tool_call_id, p.tool_name, p.input) for p in parts if isinstance(p, bc.ToolCall)] == [
+        ("call_j", "list_dir", {})
+    ]
+
+
 def test_openai_400_ends_the_turn_with_the_endpoint_message(sandbox, model):
     with bc.create_session(model("400"), session_options(sandbox)) as session:
         parts = list(session.turn("hi"))
