@@ -218,9 +218,8 @@ class DockerSandbox:
         if network_mode is not None:
             options["network_mode"] = network_mode
         try:
-            container = engine.containers.run(
-                image, list(command), detach=True, labels=all_labels, **options
-            )
+            # create + start, not run: run would pull a missing image from a registry.
+            container = engine.containers.create(image, list(command), labels=all_labels, **options)
         except docker.errors.ImageNotFound:
             if client is None:
                 engine.close()
@@ -228,6 +227,15 @@ class DockerSandbox:
                 f"the image {image!r} is not on the Docker engine (pull or build it first)"
             ) from None
         except docker.errors.APIError as exc:
+            if client is None:
+                engine.close()
+            raise HarnessError(
+                f"the Docker engine could not create a container of {image!r}: {exc.explanation or exc}"
+            ) from None
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            _remove_quietly(engine, container.id)
             if client is None:
                 engine.close()
             raise HarnessError(
