@@ -40,7 +40,7 @@ from .errors import (
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
 from .redacted import Redacted, hmac_token
-from .sandbox import Endpoint, ExecResult, LocalSandbox, Sandbox
+from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox
 from .template import Template, TemplateStep, bridge_template
 from .wire.parts import (
     Data,
@@ -77,6 +77,7 @@ __all__ = [
     "default_secret",
     "Sandbox",
     "LocalSandbox",
+    "DockerSandbox",
     "Endpoint",
     "ExecResult",
     "Template",

@@ -1,5 +1,9 @@
 """Sandboxes: where the agent works (the ``Sandbox`` protocol and its adapters)."""
 from .base import Endpoint, ExecResult, Sandbox, SpawnedProcess
+from .docker import DockerProcess, DockerSandbox
 from .local import LocalProcess, LocalSandbox
 
-__all__ = ["Sandbox", "SpawnedProcess", "ExecResult", "Endpoint", "LocalSandbox", "LocalProcess"]
+__all__ = [
+    "Sandbox", "SpawnedProcess", "ExecResult", "Endpoint", "LocalSandbox", "LocalProcess",
+    "DockerSandbox", "DockerProcess",
+]
