@@ -340,10 +340,25 @@ def _list_folder(sandbox: Sandbox, folder: str) -> List[str]:
 def _healthy(sandbox: Sandbox, port: int) -> bool:
     import requests
 
-    url = sandbox.expose(port).url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+    from urllib.parse import quote
+
+    from .client.transport import proxy_for
+
+    endpoint = sandbox.expose(port)
+    url = endpoint.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
     try:
-        response = requests.get(url.rstrip("/") + "/healthz", timeout=1.0)
-        return response.status_code == 200 and response.json().get("protocol") is not None
+        with requests.Session() as http:
+            # The same route as the WebSocket takes (client/transport.py): loopback direct,
+            # proxies from the environment otherwise, the provider's headers.
+            http.trust_env = False
+            proxy = proxy_for(endpoint.url)
+            if proxy is not None and proxy["proxy_type"] == "http":
+                auth = proxy["http_proxy_auth"]
+                who = f"{quote(auth[0], safe='')}:{quote(auth[1], safe='')}@" if auth else ""
+                address = f"http://{who}{proxy['http_proxy_host']}:{proxy['http_proxy_port']}"
+                http.proxies = {"http": address, "https": address}
+            response = http.get(url.rstrip("/") + "/healthz", headers=dict(endpoint.headers), timeout=1.0)
+            return response.status_code == 200 and response.json().get("protocol") is not None
     except (requests.RequestException, ValueError):
         return False
 

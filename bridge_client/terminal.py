@@ -85,7 +85,7 @@ class Progress:
         self.enabled = is_terminal(stream)
         self.quiet = quiet
         self.interval = interval
-        self.label = "starting"
+        self.label = "connecting"
         self.may_draw = True  # False while the output's cursor is mid-line on the same terminal
         self._lock = threading.Lock()
         self._last = time.monotonic()

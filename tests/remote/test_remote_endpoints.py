@@ -3,6 +3,8 @@ a provider's extra headers, and proxies from the environment. Real bridges behin
 TLS forwarder with a test CA (trustme), and a local CONNECT proxy."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import bridge_client as bc
@@ -121,3 +123,22 @@ def test_no_proxy_and_loopback_go_direct(remote, ca, ca_file, proxy, monkeypatch
 def test_an_endpoint_that_would_inject_headers_or_is_not_websocket_is_refused(url, headers, fragment):
     with pytest.raises(ValueError, match=fragment):
         bc.Endpoint(url, headers)
+
+
+def test_the_command_line_goes_direct_to_a_local_sandbox_behind_a_proxy(workspace, proxy):
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, http_proxy=f"http://127.0.0.1:{proxy.port}", https_proxy=f"http://127.0.0.1:{proxy.port}")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "bridge_client.cli", *args, "--sandbox", workspace],
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    done = cli("run", "hi", "--agent", "echo")
+    assert done.returncode == 0, done.stderr
+    listed = cli("bridges", "--json")
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert len(rows) == 1 and rows[0]["alive"] is True, "the health check went direct too"
+    assert proxy.connects == []
