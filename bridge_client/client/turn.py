@@ -271,6 +271,8 @@ class Turn:
             return
         spent = now - self._restarted_since
         if spent > self._session._opts.resend_window:
+            if self._link is not None:
+                self._link.close()
             raise self._session._unavailable(
                 ConnectionLost(
                     f"the bridge restarted again and again for {spent:.1f} s "

@@ -18,7 +18,8 @@ ECHO = {"steps": 20, "chunks": 2, "delay": 0.05}
 
 
 def test_c15_a_removed_sandbox_folder_gives_bridge_unavailable_with_the_last_state(proxied, workspace):
-    session = bc.create_session(options("echo", agent_options=ECHO), session_options(proxied, resend_window=3.0))
+    opts = options("echo", agent_options=ECHO)
+    session = bc.create_session(opts, session_options(proxied, resend_window=3.0))
     list(session.turn("first"))
     turn = session.turn("second")
     next(turn)

@@ -74,7 +74,7 @@ def test_c13_b05_sigkill_mid_step_repeats_only_that_step(sandbox, undisturbed_te
     after = parts[parts.index(resets[0]) + 1:]
     assert next(p for p in after if isinstance(p, bc.StepStart)).attempt == 2
     if index >= 2 and step == 0:
-        assert list(resets[0].tool_call_ids) == ["echo-0"], "the reset names the abandoned attempt's tool calls"
+        assert list(resets[0].tool_call_ids) == ["echo-0"], "the reset names the abandoned tool calls"
     assert turn.text() == undisturbed_text
 
 
@@ -88,7 +88,10 @@ def test_c13_b05_sigkill_between_steps_repeats_no_complete_step(sandbox, undistu
         def kill():
             killed.append(sigkill_bridge(sandbox, session.bridge_id))
 
-        parts = read_killing_at(turn, kill, lambda p, _: isinstance(p, bc.StepFinish) and p.step == after_step)
+        def at(p, _):
+            return isinstance(p, bc.StepFinish) and p.step == after_step
+
+        parts = read_killing_at(turn, kill, at)
     final = check_turn(parts, steps=3)
     # A step that had completed is never reset; one that had only just started may be.
     resets = [p for p in parts if isinstance(p, bc.StepReset)]
@@ -130,7 +133,7 @@ def test_c15_a_bridge_that_keeps_dying_mid_step_ends_in_bridge_unavailable(sandb
     assert session.released and session.release() == last_state
 
 
-def test_c13_b05_the_shell_driver_continues_after_sigkill_without_running_complete_commands_again(sandbox, workspace):
+def test_c13_b05_shell_driver_continues_after_sigkill_and_runs_no_complete_command_again(sandbox, workspace):
     import os
 
     prompt = "echo one >> log.txt\nsleep 1; echo two >> log.txt; echo two\necho three >> log.txt"
@@ -140,7 +143,10 @@ def test_c13_b05_the_shell_driver_continues_after_sigkill_without_running_comple
         def kill():
             sigkill_bridge(sandbox, session.bridge_id)
 
-        parts = read_killing_at(turn, kill, lambda p, _: isinstance(p, bc.ToolCall) and "sleep" in str(p.input))
+        def at(p, _):
+            return isinstance(p, bc.ToolCall) and "sleep" in str(p.input)
+
+        parts = read_killing_at(turn, kill, at)
     final = check_turn(parts, steps=3)
     assert final[0] == 1 and final[1] == 2 and final[2] == 1
     assert [(r.step, r.discarded_attempt) for r in parts if isinstance(r, bc.StepReset)] == [(1, 1)]

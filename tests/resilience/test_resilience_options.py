@@ -123,7 +123,8 @@ def test_c14_c07_a_resumed_session_takes_the_state_the_turns_bridge_gave_into_it
 
 def test_c06_c14_the_turns_bridge_connection_closes_when_unused(sandbox):
     first, state = _suspended_turn(sandbox)
-    with bc.create_session(options("echo", agent_options=OTHER), session_options(sandbox, idle_timeout=0.3)) as other:
+    so = session_options(sandbox, idle_timeout=0.3)
+    with bc.create_session(options("echo", agent_options=OTHER), so) as other:
         turn = other.continue_turn(state, steps=1)
         link = turn._link
         next(turn)  # then the caller pauses: the connection to the turn's bridge goes unused

@@ -54,7 +54,7 @@ def test_c10_c12_continue_from_another_process_with_only_the_turn_start_json(
         turn = session.turn(PROMPT)
         turn_start = next(turn)
         assert isinstance(turn_start, bc.TurnStart)
-        for part in turn:
+        for _ in turn:
             if turn.steps == suspend_after:
                 break
         state = session.suspend_turn()
@@ -131,7 +131,7 @@ def test_c12_continue_a_suspended_turn_from_another_session_in_the_same_process(
         bc.create_session(opts, session_options(sandbox)) as second,
     ):
         turn = first.turn(PROMPT)
-        for part in turn:
+        for _ in turn:
             if turn.steps == 1:
                 break
         state = turn.suspend()
