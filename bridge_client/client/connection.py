@@ -44,6 +44,7 @@ class StreamClosed(Exception):
 
 
 _HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
+_FLOOD_LIMIT = 16 * _HIGH_WATER  # values buffered, with the Ack held back, before the bridge is at fault
 _ids = itertools.count(1)
 
 
@@ -369,6 +370,13 @@ class Connection:
             if p is None or not p.stream:
                 return  # a late chunk of an interrupted stream
             with p.cond:
+                if p.ack_owed and len(p.values) >= _FLOOD_LIMIT:
+                    # We held back the Ack and the bridge sent on anyway, far past our buffer:
+                    # a bridge that ignores back-pressure would grow this host's memory without end.
+                    raise ProtocolError(
+                        f"the bridge ignores back-pressure: {len(p.values)} values of request {p.id} "
+                        "buffered and it keeps sending without an Ack"
+                    )
                 p.values.extend(message.values)
                 ack_now = len(p.values) < _HIGH_WATER
                 p.ack_owed = not ack_now

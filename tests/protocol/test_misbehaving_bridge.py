@@ -343,3 +343,29 @@ def test_c17_http_answers_instead_of_an_upgrade(status):
     finally:
         httpd.shutdown()
         thread.join(5)
+
+
+def test_b08_a_bridge_that_ignores_back_pressure_is_a_protocol_error(fake):
+    # After the host holds back its Ack (a full buffer), a bridge must wait; one that floods on
+    # regardless would grow the host's memory without end.
+    def behaviour(ws: ServerConnection, message: Any) -> None:
+        values = [{"n": i} for i in range(1000)]
+        for _ in range(200):
+            ws.send(json.dumps({"_tag": "Chunk", "requestId": message["id"], "values": values}))
+        ws.send(_exit(message["id"], None))
+
+    conn = _connect(fake(behaviour), ping_timeout=10.0)
+    try:
+        stream = conn.stream("ReadTurn", {})
+        import time
+
+        time.sleep(1.0)  # the host reads the flood without taking any of it
+
+        def drain() -> None:
+            while stream.take(timeout=10) is not END:
+                pass
+
+        error = _raises(ProtocolError, drain)
+        assert "back-pressure" in str(error)
+    finally:
+        conn.close()
