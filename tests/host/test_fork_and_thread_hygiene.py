@@ -124,3 +124,38 @@ def test_a_turn_being_read_when_the_process_forks_is_read_to_its_end_by_both(san
         rest = list(turn)
         assert rest[-1].type == "turn-finish" and turn.text() == "split" * 6
         assert session._conn is conn and not conn.closed
+
+
+def test_threads_racing_for_one_session_get_a_whole_turn_or_turn_in_progress(sandbox):
+    opts = options("echo", agent_options={"steps": 3, "delay": 0.01})
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        list(session.turn("warm up"))  # connected: the race is about turns, not the launch
+        start = threading.Barrier(4, timeout=10)
+        outcomes = {}
+
+        def race(n):
+            start.wait()
+            try:
+                turn = session.turn(f"thread {n} ")
+                parts = list(turn)
+                outcomes[n] = ("whole", parts[-1].type, turn.text())
+            except bc.TurnInProgress as exc:
+                outcomes[n] = ("refused", str(exc))
+            except Exception as exc:  # noqa: BLE001 - any other outcome is the failure shown
+                outcomes[n] = ("other", repr(exc))
+
+        threads = [threading.Thread(target=race, args=(n,), name=f"test-race-{n}") for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        kinds = sorted(o[0] for o in outcomes.values())
+        assert "other" not in kinds, outcomes
+        assert kinds.count("whole") >= 1, outcomes
+        for n, outcome in outcomes.items():
+            if outcome[0] == "whole":
+                assert outcome[1:] == ("turn-finish", f"thread {n} " * 3)
+            else:
+                assert "another thread" in outcome[1] or "belongs to another thread" in outcome[1]
+        assert list(session.turn("after the race"))[-1].type == "turn-finish"
