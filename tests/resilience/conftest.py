@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import bridge_client as bc  # noqa: E402
 from host_support import SECRET, kill_all_under  # noqa: E402
-from proxy import ProxySandbox  # noqa: E402
+from resilience_proxy import ProxySandbox  # noqa: E402
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import _alive, options, session_options
-from support import bridge_pid, check_turn
+from resilience_support import bridge_pid, check_turn
 
 SECONDS = float(os.environ.get("BRIDGE_CLIENT_CHAOS_SECONDS", "30"))
 SEED = int(os.environ.get("BRIDGE_CLIENT_CHAOS_SEED", str(random.SystemRandom().randrange(2**32))))

@@ -1,13 +1,13 @@
 """Dropped connections at every phase of a turn (C08, C09), a half-open connection found by the
 keepalive, and the idle timer that never cuts a read in progress (C06), through a TCP proxy
-the tests command (tests/resilience/proxy.py)."""
+the tests command (tests/resilience/resilience_proxy.py)."""
 from __future__ import annotations
 
 import pytest
 
 import bridge_client as bc
 from host_support import options, session_options
-from support import check_turn, echo_text
+from resilience_support import check_turn, echo_text
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,7 +10,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import _alive, options, session_options, wait_until
-from support import bridge_pid
+from resilience_support import bridge_pid
 
 pytestmark = pytest.mark.timeout(60)
 

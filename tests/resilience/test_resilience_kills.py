@@ -6,7 +6,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import options, session_options
-from support import bridge_pid, check_turn, read_killing_at, sigkill_bridge
+from resilience_support import bridge_pid, check_turn, read_killing_at, sigkill_bridge
 
 pytestmark = pytest.mark.timeout(90)
 

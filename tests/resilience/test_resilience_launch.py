@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from host_support import SECRET, wait_until
-from support import bridge_pid
+from resilience_support import bridge_pid
 
 pytestmark = pytest.mark.timeout(120)
 

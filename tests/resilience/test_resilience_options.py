@@ -11,7 +11,7 @@ import pytest
 import bridge_client as bc
 from bridge_client.bridge import identity
 from host_support import _alive, options, session_options, wait_until
-from support import bridge_pid, check_turn, sigkill_bridge
+from resilience_support import bridge_pid, check_turn, sigkill_bridge
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -12,7 +12,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import options, session_options
-from support import check_turn
+from resilience_support import check_turn
 
 pytestmark = pytest.mark.timeout(90)
 
