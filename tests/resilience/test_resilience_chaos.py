@@ -51,11 +51,13 @@ def test_c08_c09_c13_chaos_many_turns_under_drops_and_bridge_kills(proxied, sand
     )
     stop = threading.Event()
     failures: List[str] = []
-    counts: Dict[str, int] = {"turns": 0, "parts": 0, "resets": 0, "drops": 0, "kills": 0, "blackholes": 0}
+    counts: Dict[str, int] = dict.fromkeys("turns parts resets drops kills blackholes rereads".split(), 0)
     lock = threading.Lock()
     bridge: List[str] = []
 
     def host(number: int) -> None:
+        record: List[Any] = []
+        rng_host = random.Random(SEED + number + 1)
         try:
             with bc.create_session(opts, so) as session:
                 bridge[:] = [session.bridge_id]
@@ -71,10 +73,25 @@ def test_c08_c09_c13_chaos_many_turns_under_drops_and_bridge_kills(proxied, sand
                     kept = [d for d in deltas if final.get(d.step) == d.attempt]
                     assert len(kept) == STEPS * CHUNKS, "no text delta of a kept attempt lost"
                     turns += 1
+                    record.append((turn.state, parts))
                     with lock:
                         counts["turns"] += 1
                         counts["parts"] += len(parts)
                         counts["resets"] += sum(isinstance(p, bc.StepReset) for p in parts)
+                # Once the chaos is over, read some turns again, undisturbed, from the bridge's
+                # log: every part it keeps was delivered under the chaos, and what the chaos run
+                # got beyond those belongs to attempts that a step-reset discarded.
+                for state, parts in rng_host.sample(record, min(12, len(record))):
+                    clean = list(session.continue_turn(state))
+                    got = {p.index: p for p in parts}
+                    missing = [p.index for p in clean if p.index not in got]
+                    assert not missing, f"parts lost under the chaos: {missing}"
+                    discarded = {(r.step, r.discarded_attempt) for r in clean if isinstance(r, bc.StepReset)}
+                    kept = {p.index for p in clean}
+                    extra = [p for i, p in got.items() if i not in kept]
+                    assert all((p.step, p.attempt) in discarded for p in extra), f"stray parts: {extra}"
+                    with lock:
+                        counts["rereads"] += 1
         except BaseException as exc:  # reported by the main thread
             import traceback
 
@@ -109,5 +126,5 @@ def test_c08_c09_c13_chaos_many_turns_under_drops_and_bridge_kills(proxied, sand
     assert not failures, f"seed {SEED}: " + "\n".join(failures)
     assert not any(t.is_alive() for t in hosts), f"seed {SEED}: a host did not finish its turn"
     print(f"chaos seed {SEED}: {counts}")
-    assert counts["turns"] >= 4, counts
+    assert counts["turns"] >= 4 and counts["rereads"] >= 4, counts
     assert counts["kills"] >= 1 and counts["drops"] >= 1, f"seed {SEED}: too little chaos: {counts}"
