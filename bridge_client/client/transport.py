@@ -10,8 +10,9 @@ Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy
   (and so ``requests``) reads them: ``https_proxy`` for ``wss://``, ``http_proxy`` for
   ``ws://`` (lower case wins over upper case), ``no_proxy`` for the hosts that go direct.
   Loopback hosts (``localhost``, ``127.0.0.0/8``, ``::1``) always go direct: a proxy cannot
-  reach this machine's loopback. An HTTP proxy is used with ``CONNECT`` (a tunnel), for
-  ``ws://`` and ``wss://`` alike, as websocket-client does.
+  reach this machine's loopback. ``all_proxy`` is the fallback for both, as in ``requests``.
+  An HTTP proxy is used with ``CONNECT`` (a tunnel), for ``ws://`` and ``wss://`` alike, as
+  websocket-client does.
 """
 from __future__ import annotations
 
@@ -68,9 +69,10 @@ def proxy_for(url: str, environ: Optional[Dict[str, str]] = None) -> Optional[Di
         if _bypass_by_network(host, proxies["no"]):
             return None
     key = "https" if parts.scheme == "wss" else "http"
-    value = proxies.get(key)
+    value = proxies.get(key) or proxies.get("all")
     if not value:
         return None
+    key = key if proxies.get(key) else "all"
     if "://" not in value:
         value = "http://" + value
     proxy = urlsplit(value)

@@ -19,6 +19,14 @@ def test_wss_uses_https_proxy_and_ws_uses_http_proxy():
     assert _proxy("wss://h.example/", **env)["http_proxy_port"] == 3128
 
 
+def test_all_proxy_is_the_fallback():
+    assert _proxy("wss://h.example/", all_proxy="socks5h://s:1080")["proxy_type"] == "socks5h"
+    specific = _proxy("wss://h.example/", all_proxy="http://a:1", https_proxy="http://b:2")
+    assert specific["http_proxy_host"] == "b"
+    with pytest.raises(ValueError, match="all_proxy"):
+        _proxy("wss://h.example/", all_proxy="ftp://p:21")
+
+
 def test_lower_case_wins_and_an_empty_lower_case_turns_the_proxy_off():
     both = _proxy("wss://h.example/", HTTPS_PROXY="http://up:1", https_proxy="http://low:2")
     assert both["http_proxy_host"] == "low"
