@@ -499,6 +499,10 @@ class TurnFinish(Part):
     error: Optional[str] = None
 
 
+_DELTA_TYPES: Dict[str, Type[Part]] = {"text-delta": TextDelta, "reasoning-delta": ReasoningDelta}
+_new_object = object.__new__
+
+
 def part_from_dict(d: Any) -> Part:
     """Check a part's wire JSON object and build the matching :class:`Part` subclass.
 
@@ -508,6 +512,23 @@ def part_from_dict(d: Any) -> Part:
     Raises:
         ProtocolError: not an object, unknown ``type``, or a field missing or mistyped.
     """
+    delta = _DELTA_TYPES.get(d.get("type")) if type(d) is dict and type(d.get("type")) is str else None
+    if delta is not None:
+        # The hot path (most parts of a stream are deltas): the checks below, inline, and the
+        # object built without the frozen dataclass __init__ (a setattr call per field); about
+        # 5x faster. Anything that fails a check goes the long way, for its error message.
+        index, step, attempt, text = d.get("index"), d.get("step"), d.get("attempt"), d.get("text")
+        if (
+            type(index) is int
+            and 0 <= index <= MAX_SAFE_INTEGER
+            and (step is None or (type(step) is int and 0 <= step <= MAX_SAFE_INTEGER))
+            and type(attempt) is int
+            and 1 <= attempt <= MAX_SAFE_INTEGER
+            and type(text) is str
+        ):
+            part = _new_object(delta)
+            part.__dict__.update(index=index, step=step, attempt=attempt, text=text)
+            return part  # type: ignore[no-any-return]
     if not isinstance(d, dict):
         raise ProtocolError("a part must be a JSON object")
     kind = d.get("type")
