@@ -406,22 +406,15 @@ class OpenAIChatDriver:
             if kind == "cut":
                 reader.join(1.0)
                 raise _Cut(value)
-            chunk = value
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk.get("choices") or []:
-                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                for key in ("reasoning_content", "reasoning"):
-                    if isinstance(delta.get(key), str) and delta[key]:
-                        ctx.reasoning(delta[key])
-                if isinstance(delta.get("content"), str) and delta["content"]:
-                    text.append(delta["content"])
-                    ctx.text(delta["content"])
-                for frag in delta.get("tool_calls") or []:
-                    _add_fragment(calls, frag)
-                if choice.get("finish_reason"):
+            try:
+                self._apply(ctx, value, text, calls)
+            except BaseException:  # the bridge is stopping, or ctx refused a part
+                _abort(response)
+                raise
+            if value.get("usage"):
+                usage = value["usage"]
+            for choice in value.get("choices") or []:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get("finish_reason"):
                     finish = str(choice["finish_reason"])
         reader.join(1.0)
         if finish is None:
@@ -432,6 +425,22 @@ class OpenAIChatDriver:
             if parts[1]
         ]
         return _Answer("".join(text), tool_calls, finish, usage)
+
+    @staticmethod
+    def _apply(ctx: TurnContext, chunk: Dict[str, Any], text: List[str], calls: Dict[int, List[str]]) -> None:
+        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``."""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(delta.get(key), str) and delta[key]:
+                    ctx.reasoning(delta[key])
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                text.append(delta["content"])
+                ctx.text(delta["content"])
+            for frag in delta.get("tool_calls") or []:
+                _add_fragment(calls, frag)
 
 
 def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:

@@ -166,6 +166,12 @@ def run_command(
                 exited_at = exited_at if exited_at is not None else now
                 if now - exited_at >= 0.2:  # a background child holds the pipe
                     break
+        # Output closed (or drained): the command may still run (it closed its stdout).
+        while not (timed_out or was_cancelled) and proc.poll() is None:
+            if cancelled.wait(_TICK):
+                was_cancelled = True
+            elif time.monotonic() >= deadline:
+                timed_out = True
     finally:
         if proc.poll() is None or timed_out or was_cancelled:
             _kill_group(proc)
@@ -234,9 +240,14 @@ def run_tool(
                 raise _Refused("content must be a string")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.replace(tmp, path)  # never a half-written file
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(content)
+                os.replace(tmp, path)  # never a half-written file
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
             return {
                 "path": os.path.relpath(path, os.path.realpath(root)),
                 "bytes": len(content.encode("utf-8")),
