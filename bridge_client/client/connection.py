@@ -257,7 +257,7 @@ class Connection:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
         may be called from any thread, the reader included."""
         if self._pid != os.getpid():
-            self._after_fork_in_child()  # never touch the parent's connection
+            self._drop_inherited()  # never touch the parent's connection
             return
         with self._lock:
             if self._closed:
@@ -274,10 +274,16 @@ class Connection:
     # ------------------------------------------------------------------ internals
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child: count as closed, fail what was pending (no thread of the child
-        waits on it), and close this process's copy of the socket without a WebSocket close
-        or a TCP shutdown, so that the parent's connection goes on undisturbed."""
+        """Called by :mod:`.forksafe` in a forked child: a new lock (a thread of the parent
+        may have held the old one), then :meth:`_drop_inherited`."""
         self._lock = threading.Lock()
+        self._drop_inherited()
+
+    def _drop_inherited(self) -> None:
+        """In a process other than the opener: count as closed, fail what was pending (no
+        thread of this process waits on it), and close this process's copy of the socket
+        without a WebSocket close or a TCP shutdown, so that the parent's connection goes on
+        undisturbed. Idempotent."""
         if self._pid == -1:
             return
         self._closed = True
@@ -297,7 +303,7 @@ class Connection:
 
     def _send_request(self, tag: str, payload: Any, stream: bool) -> _Pending:
         if self._pid != os.getpid():
-            self._after_fork_in_child()
+            self._drop_inherited()
         with self._lock:
             if self._closed:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
