@@ -344,3 +344,19 @@ def test_openai_stream_bytes_arrive_before_the_body_ends_and_a_cancel_unblocks_t
     finally:
         release.set()
         server.close()
+
+
+def test_c07_openai_a_fresh_bridge_goes_on_with_the_conversation(sandbox, model):
+    with bc.create_session(model("plain"), session_options(sandbox)) as session:
+        list(session.turn("Say hello"))
+        state = session.state
+    # Other options make another bridge id: a fresh bridge, given only the session state.
+    with bc.create_session(model("plain", temperature=0.5), session_options(sandbox, resume=state)) as again:
+        assert _finish(list(again.turn("Again"))).finish_reason == "stop"
+        assert again.bridge_id != session.bridge_id
+    first, second = model.requests()
+    assert second["body"]["messages"][1:] == [
+        {"role": "user", "content": "Say hello"},
+        {"role": "assistant", "content": "Hello, world!"},
+        {"role": "user", "content": "Again"},
+    ]
