@@ -145,13 +145,16 @@ class Turn:
     def suspend(self) -> TurnState:
         """Stop reading and return the turn state; the turn keeps running in its bridge (C11).
 
-        Parts received but not yet yielded are dropped: ``continue_turn(state, steps=turn.steps)``
-        delivers them again.
+        Parts received but not yet yielded are dropped: iterating this turn again, or
+        ``continue_turn(state, steps=turn.steps)``, delivers them again.
         """
         self._close_stream()
-        self._buffer.clear()
+        # Rewind the cursor to the first part not yielded: reading this turn again (or a
+        # continue) delivers the rest, none lost (C09, C11).
         self._offset = self._next_unyielded_offset
+        self._buffer.clear()
         self._steps_received = self.steps
+        self._done_receiving = self._exhausted = self.finish is not None
         self._session._forget_turn(self)
         log.debug("turn %s suspended after %d steps", self.id, self.steps)
         return self.state

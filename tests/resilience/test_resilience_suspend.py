@@ -141,3 +141,18 @@ def test_c12_continue_a_suspended_turn_from_another_session_in_the_same_process(
         )
         assert first.turn("first still works").state.session_id == first.id
     check_turn(rest, steps=STEPS, first_step=1)
+
+
+def test_c11_suspend_then_iterating_the_same_turn_again_loses_nothing(sandbox):
+    # No delay: the whole turn arrives in a Chunk or two, so at the suspend most of it was
+    # received but not yet yielded, turn-finish included.
+    opts = options("echo", agent_options={"steps": 3, "chunks": 4})
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        turn = session.turn(PROMPT)
+        seen = [next(turn) for _ in range(4)]
+        state = turn.suspend()
+        assert state == turn.state
+        seen.extend(turn)
+    check_turn(seen, steps=3)
+    assert [p.index for p in seen] == list(range(len(seen)))
+    assert turn.text() == PROMPT * 3
