@@ -18,12 +18,28 @@ from bridge_client.client.connection import END, Connection
 from bridge_client.client.launcher import LaunchPlan, connect
 from bridge_client.errors import Unauthorized
 from bridge_client.template import Template
-from host_support import SECRET
+from host_support import SECRET, kill_all_under
 from interop_support import ts_command
 
 pytestmark = pytest.mark.timeout(60)
 
 AGENT_ID = "echo-effect"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    """One sandbox for the module: its sessions share one Effect bridge (same options, C03),
+    launched once; every process in its workspace is killed by pid afterwards."""
+    root = tmp_path_factory.mktemp("effect-bridge")
+    (root / "home").mkdir()
+    (root / "workspace").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BRIDGE_CLIENT_HOME", str(root / "home"))
+        mp.setenv("BRIDGE_CLIENT_SECRET", SECRET)
+        try:
+            yield bc.LocalSandbox(str(root / "workspace"))
+        finally:
+            kill_all_under(str(root / "workspace"))
 
 
 def effect_options(**kw) -> bc.BridgeOptions:
@@ -115,9 +131,11 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
         assert opened == {"sessionId": "s-1", "revision": 0, "data": None}
         higher = {"sessionId": "s-1", "revision": 7, "data": {"kept": True}}
         assert conn.call("OpenSession", {"sessionId": "s-1", "state": higher}, timeout=10) == higher
-        started = conn.call("StartTurn", {"sessionId": "s-1", "turnId": "t-1", "prompt": "a b c"}, timeout=10)
-        assert started == {"turnId": "t-1", "status": "started"}
-        stream = conn.stream("ReadTurn", {"sessionId": "s-1", "turnId": "t-1", "offset": 2, "afterStep": 0})
+        started = conn.call(
+            "StartTurn", {"sessionId": "s-1", "turnId": "ct-1", "prompt": "a b c"}, timeout=10
+        )
+        assert started == {"turnId": "ct-1", "status": "started"}
+        stream = conn.stream("ReadTurn", {"sessionId": "s-1", "turnId": "ct-1", "offset": 2, "afterStep": 0})
         values = []
         while True:
             got = stream.take(timeout=10)
@@ -126,11 +144,11 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
             values.extend(got)
         assert [v["index"] for v in values] == list(range(2, 2 + len(values)))
         assert values[-1]["type"] == "turn-finish"
-        cancelled = conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "t-1"}, timeout=10)
+        cancelled = conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "ct-1"}, timeout=10)
         assert cancelled["status"] == "finished"
         # Typed failures, decoded into our error classes with their fields.
         with pytest.raises(bc.SessionNotFound) as missing:
-            conn.call("StartTurn", {"sessionId": "nope", "turnId": "t-2", "prompt": "x"}, timeout=10)
+            conn.call("StartTurn", {"sessionId": "nope", "turnId": "ct-2", "prompt": "x"}, timeout=10)
         assert missing.value.fields == {"sessionId": "nope"}
         with pytest.raises(bc.TurnNotFound):
             conn.call("CancelTurn", {"sessionId": "s-1", "turnId": "t-none"}, timeout=10)
@@ -146,8 +164,8 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
         with pytest.raises(bc.ProtocolError, match="Expected"):
             conn.call("StartTurn", {"sessionId": 5}, timeout=10)
         # An interrupted read: the Effect server answers Exit Failure[Interrupt] and goes on.
-        conn.call("StartTurn", {"sessionId": "s-1", "turnId": "t-slow", "prompt": "slow"}, timeout=10)
-        slow = conn.stream("ReadTurn", {"sessionId": "s-1", "turnId": "t-slow", "offset": 0, "afterStep": 0})
+        conn.call("StartTurn", {"sessionId": "s-1", "turnId": "ct-slow", "prompt": "slow"}, timeout=10)
+        slow = conn.stream("ReadTurn", {"sessionId": "s-1", "turnId": "ct-slow", "offset": 0, "afterStep": 0})
         assert slow.take(timeout=10)
         slow.close()
         assert conn.call("CloseSession", {"sessionId": "s-1"}, timeout=10)["sessionId"] == "s-1"
