@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 from ..errors import HarnessError, SandboxGone
 from .base import Endpoint, ExecResult
-from .docker_tunnel import FORWARDER, Tunnel, read_frames
+from .docker_tunnel import FORWARDER, ExecStream, Tunnel, read_frames
 
 __all__ = ["DockerSandbox", "DockerProcess", "LABEL", "IMAGE_LABEL"]
 
@@ -360,7 +360,7 @@ class DockerSandbox:
         cwd: Optional[str],
         env: Optional[Mapping[str, str]],
         stdin: bool = False,
-    ) -> Tuple[str, socket.socket]:
+    ) -> Tuple[str, ExecStream]:
         with self._api_errors():
             created = self._api.exec_create(
                 self._id, list(argv), stdout=True, stderr=True, stdin=stdin, tty=False,
@@ -368,9 +368,7 @@ class DockerSandbox:
             )
             exec_id = str(created["Id"])
             raw = self._api.exec_start(exec_id, socket=True)
-        # On a unix socket docker-py hands back a SocketIO; use the socket under it.
-        sock: socket.socket = getattr(raw, "_sock", raw)
-        return exec_id, sock
+        return exec_id, _hijacked(raw)
 
     def exec(
         self,
@@ -430,7 +428,7 @@ class DockerSandbox:
 
     @staticmethod
     def _read_until_end(
-        sock: socket.socket, out: bytearray, err: bytearray, deadline: Optional[float]
+        sock: ExecStream, out: bytearray, err: bytearray, deadline: Optional[float]
     ) -> None:
         def on_out(data: bytes) -> None:
             out.extend(data)
@@ -612,7 +610,7 @@ class DockerSandbox:
                 self._tunnels[port] = tunnel
         return Endpoint(f"ws://127.0.0.1:{tunnel.port}/")
 
-    def _forwarder(self, port: int) -> socket.socket:
+    def _forwarder(self, port: int) -> ExecStream:
         _, sock = self._start_exec([self.python, "-c", FORWARDER, str(port)], cwd="/", env=None, stdin=True)
         return sock
 
@@ -663,6 +661,30 @@ class DockerSandbox:
 
     def __repr__(self) -> str:
         return f"DockerSandbox({self._id[:12]!r}, workdir={self._workdir!r})"
+
+
+def _hijacked(raw: Any) -> ExecStream:
+    """The stream of an exec started with ``exec_start(socket=True)``.
+
+    docker-py hands back the object under the HTTP response (a ``SocketIO`` on a unix socket,
+    a socket over TCP or TLS); the HTTP client may already hold the first bytes of the stream
+    in its read buffer, so they are taken out first (without blocking).
+    """
+    sock: socket.socket = getattr(raw, "_sock", raw)
+    prefix = b""
+    response = getattr(raw, "_response", None)
+    http_response = getattr(getattr(response, "raw", None), "_fp", None)  # urllib3 -> http.client
+    buffered = getattr(getattr(http_response, "fp", None), "read1", None)
+    if callable(buffered):
+        sock.setblocking(False)
+        try:
+            prefix = buffered(1 << 16) or b""
+        except (BlockingIOError, OSError, ValueError):
+            prefix = b""
+        finally:
+            sock.setblocking(True)
+    sock.settimeout(None)  # not the client's request timeout: a command may be silent for long
+    return ExecStream(sock, prefix)
 
 
 def _remove_quietly(client: Any, container_id: str) -> None:

@@ -17,9 +17,9 @@ import logging
 import socket
 import struct
 import threading
-from typing import Any, Callable, List, Optional, Set
+from typing import Any, Callable, List, Optional, Set, Union
 
-__all__ = ["FORWARDER", "Tunnel", "read_frames"]
+__all__ = ["FORWARDER", "ExecStream", "Tunnel", "read_frames"]
 
 log = logging.getLogger("bridge_client")
 
@@ -56,7 +56,48 @@ FORWARDER = (
 """The forwarder run inside the container as ``python -c FORWARDER PORT``."""
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> Optional[bytes]:
+class ExecStream:
+    """An exec's hijacked connection: the socket, plus the bytes the HTTP client had already
+    read past the upgrade response into its buffer (served first by :meth:`recv`; otherwise
+    they would be lost, as in docker-py issue 3332).
+
+    Args:
+        sock: the connected socket under the hijacked response.
+        prefix: bytes of the stream that were read before the socket was handed over.
+    """
+
+    def __init__(self, sock: socket.socket, prefix: bytes = b"") -> None:
+        self.sock = sock
+        self._prefix = prefix
+
+    def recv(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the stream (``b""`` at its end). Raises ``OSError``."""
+        if self._prefix:
+            chunk, self._prefix = self._prefix[:n], self._prefix[n:]
+            return chunk
+        return self.sock.recv(n)
+
+    def sendall(self, data: bytes) -> None:
+        """Send ``data`` to the exec's stdin. Raises ``OSError``."""
+        self.sock.sendall(data)
+
+    def shutdown(self, how: int) -> None:
+        """``shutdown(SHUT_WR)`` closes the exec's stdin. Raises ``OSError``."""
+        self.sock.shutdown(how)
+
+    def settimeout(self, seconds: Optional[float]) -> None:
+        """Bound each later ``recv`` (``None``: wait for ever)."""
+        self.sock.settimeout(seconds)
+
+    def close(self) -> None:
+        """Close the connection (the engine then closes the exec's stdin and output)."""
+        self.sock.close()
+
+
+Stream = Union[socket.socket, ExecStream]
+
+
+def _recv_exactly(sock: Stream, n: int) -> Optional[bytes]:
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -67,7 +108,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> Optional[bytes]:
 
 
 def read_frames(
-    sock: socket.socket, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]
+    sock: Stream, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]
 ) -> None:
     """Read a multiplexed exec stream until it ends, handing each frame's bytes to
     ``on_stdout`` (stream 1) or ``on_stderr`` (stream 2; stream 0, stdin, counts as stdout).
@@ -97,8 +138,8 @@ class Tunnel:
     """A loopback listener whose connections are bridged into a container.
 
     Args:
-        open_stream: ``() -> socket``: starts one forwarder in the container and returns the
-            exec's hijacked connection (a connected socket).
+        open_stream: ``() -> ExecStream``: starts one forwarder in the container and returns
+            the exec's hijacked connection.
         name: for log messages (``"container abc123 port 8000"``).
 
     Attributes:
@@ -108,11 +149,11 @@ class Tunnel:
     :meth:`close` is called, when either side closes, or when the container goes away.
     """
 
-    def __init__(self, open_stream: Callable[[], socket.socket], name: str) -> None:
+    def __init__(self, open_stream: Callable[[], ExecStream], name: str) -> None:
         self._open_stream = open_stream
         self._name = name
         self._lock = threading.Lock()
-        self._socks: Set[socket.socket] = set()
+        self._socks: Set[Stream] = set()
         self._closed = False
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -124,7 +165,7 @@ class Tunnel:
         """True once :meth:`close` was called."""
         return self._closed
 
-    def _track(self, *socks: socket.socket) -> bool:
+    def _track(self, *socks: Stream) -> bool:
         with self._lock:
             if self._closed:
                 return False
@@ -173,7 +214,7 @@ class Tunnel:
             # The forwarder ended (the port closed, or refused): end the host connection too.
             self._forget(client, remote)
 
-    def _upstream(self, client: socket.socket, remote: socket.socket) -> None:
+    def _upstream(self, client: socket.socket, remote: ExecStream) -> None:
         try:
             while True:
                 data = client.recv(_CHUNK)
@@ -184,7 +225,7 @@ class Tunnel:
         except OSError:
             self._forget(client, remote)
 
-    def _forget(self, *socks: socket.socket) -> None:
+    def _forget(self, *socks: Stream) -> None:
         with self._lock:
             for sock in socks:
                 self._socks.discard(sock)

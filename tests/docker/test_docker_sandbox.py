@@ -78,6 +78,9 @@ def test_protocol_exec_files_spawn_in_a_container_without_network(plain, docker_
     done = sandbox.exec(["sh", "-c", 'pwd; echo "$GREETING"; echo oops >&2; exit 3'], env={"GREETING": "hi"})
     assert (done.exit_code, done.stdout, done.stderr) == (3, b"/workspace\nhi\n", b"oops\n")
     assert sandbox.exec(["pwd"], cwd="/tmp").stdout == b"/tmp\n"
+    # Output that arrives with the upgrade response is not lost (docker-py issue 3332).
+    echoed = [sandbox.exec(["echo", str(i)]).stdout for i in range(20)]
+    assert echoed == [f"{i}\n".encode() for i in range(20)]
     # Only the loopback interface: no network at all.
     ifaces = sandbox.exec(["cat", "/proc/net/dev"]).stdout.decode()
     assert [line.split(":")[0].strip() for line in ifaces.splitlines()[2:]] == ["lo"]
