@@ -18,6 +18,13 @@ for _folder in ("host", "bridge"):
 import bridge_client as bc  # noqa: E402
 from bridge_harness import BridgeProcess, prepare_state  # noqa: E402
 from host_support import SECRET, kill_all_under  # noqa: E402
+from interop_support import node  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _node_and_packages() -> None:
+    """Skip at once when node is absent; fail at once when the pinned packages are missing."""
+    node()
 
 
 @pytest.fixture
