@@ -379,7 +379,7 @@ class DockerSandbox:
         timeout: Optional[float] = None,
     ) -> ExecResult:
         """Run ``argv`` in the container to completion (through ``/bin/sh``, which records its
-        pid so a timeout can kill it).
+        pid so a timeout can kill it and its process group).
 
         Raises:
             SandboxGone: the container is gone or stopped, or the engine is unreachable.
@@ -471,7 +471,9 @@ class DockerSandbox:
     def _kill(self, pid: int) -> None:
         try:
             with self._api_errors():
-                created = self._api.exec_create(self._id, ["sh", "-c", f"kill -KILL {int(pid)} 2>/dev/null"])
+                # An exec'd process leads its own process group: kill the group (what it started too).
+                script = f"kill -9 -{int(pid)} 2>/dev/null || kill -9 {int(pid)} 2>/dev/null"
+                created = self._api.exec_create(self._id, ["sh", "-c", script])
                 self._api.exec_start(created["Id"], detach=True)
         except HarnessError:
             pass

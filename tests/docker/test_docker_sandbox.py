@@ -87,10 +87,10 @@ def test_protocol_exec_files_spawn_in_a_container_without_network(plain, docker_
     with pytest.raises(FileNotFoundError):
         sandbox.exec(["no-such-program"])
     with pytest.raises(TimeoutError):
-        sandbox.exec(["sleep", "30"], timeout=0.5)
+        sandbox.exec(["sh", "-c", "sleep 30 & sleep 30"], timeout=0.5)
     cmdlines = ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]
     assert wait_until(lambda: b"sleep 30" not in sandbox.exec(cmdlines).stdout, timeout=10), \
-        "the timed-out command was killed"
+        "the timed-out command was killed, and what it started"
 
     data = bytes(range(256)) * 1000
     path = posixpath.join(sandbox.state_root, "a", "b", "file.bin")
