@@ -12,9 +12,9 @@ pytestmark = pytest.mark.timeout(90)
 
 PROMPT = "one two three four five six seven eight "
 STEPS = 2
-# Each part waits 0.06 s in the bridge, so the bridge is a few parts ahead of the reader at
+# Each part waits 0.08 s in the bridge, so the bridge is a few parts ahead of the reader at
 # most; a step is 13 parts: step-start, tool-call, tool-result, 8 text deltas, step-finish.
-ECHO = {"steps": STEPS, "chunks": 8, "delay": 0.06}
+ECHO = {"steps": STEPS, "chunks": 8, "delay": 0.08}
 
 
 def _kill_at(session, sandbox, turn, index):
