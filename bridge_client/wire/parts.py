@@ -512,7 +512,8 @@ def part_from_dict(d: Any) -> Part:
     Raises:
         ProtocolError: not an object, unknown ``type``, or a field missing or mistyped.
     """
-    delta = _DELTA_TYPES.get(d.get("type")) if type(d) is dict and type(d.get("type")) is str else None
+    name = d.get("type") if type(d) is dict else None
+    delta = _DELTA_TYPES.get(name) if type(name) is str else None
     if delta is not None:
         # The hot path (most parts of a stream are deltas): the checks below, inline, and the
         # object built without the frozen dataclass __init__ (a setattr call per field); about
@@ -528,7 +529,7 @@ def part_from_dict(d: Any) -> Part:
         ):
             part = _new_object(delta)
             part.__dict__.update(index=index, step=step, attempt=attempt, text=text)
-            return part  # type: ignore[no-any-return]
+            return part
     if not isinstance(d, dict):
         raise ProtocolError("a part must be a JSON object")
     kind = d.get("type")
