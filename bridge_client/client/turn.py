@@ -370,7 +370,7 @@ class Turn:
             if kind is StepFinish:
                 self._steps_received += 1
                 self._restarted_since = None
-            elif kind is TurnStart:
+            elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
                 if self._state is not None and part.turn.turn_id != self.id:
                     raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
                 self._state = part.turn
