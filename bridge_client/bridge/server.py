@@ -47,12 +47,14 @@ from ..wire.frames import (
 )
 from ..wire.parts import PROTOCOL_VERSION
 from ..wire.rpcs import CATALOGUE
+from ..wire.upgrade import redact_library_loggers
 from .store import json_text
 from .turns import Turn, TurnManager
 
 __all__ = ["BridgeServer", "IdleWatcher", "MAX_FRAME_BYTES", "SILENCE_TIMEOUT", "HEALTHZ_PATH"]
 
 log = logging.getLogger("bridge_client.bridge.server")
+redact_library_loggers()  # websockets logs the upgrade's Authorization header at DEBUG (C17)
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Largest frame accepted, in bytes; a larger one closes its connection with 1009."""

@@ -29,11 +29,13 @@ from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
+from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
 log = logging.getLogger("bridge_client")
+redact_library_loggers()  # websocket-client's trace logs the upgrade's Authorization header (C17)
 
 END = object()
 """Returned by :meth:`Stream.next` when the stream ended with ``Exit Success``."""
