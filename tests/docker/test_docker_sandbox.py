@@ -216,6 +216,7 @@ def test_template_installed_the_package_offline(prepared):
 def test_shell_turn_in_a_container_with_no_network(prepared, home):
     opts = _options("shell", agent_options={"timeout": 30})
     with bc.create_session(opts, _session_options(prepared)) as session:
+        assert _forwarders(prepared) == 0
         turn = session.turn("echo hello from $(hostname)\necho data > made-here.txt")
         parts = list(turn)
         assert parts[-1].type == "turn-finish" and parts[-1].finish_reason == "stop"
@@ -228,6 +229,14 @@ def test_shell_turn_in_a_container_with_no_network(prepared, home):
             prepared.read_file(posixpath.join(state_dir, identity.LISTENING_FILE))
         )
         assert session._hello.pid == listening.pid
+        assert _forwarders(prepared) == 1, "one forwarder for the session's one connection"
+    # The session's connection is closed: its forwarder in the container ends with it.
+    assert wait_until(lambda: _forwarders(prepared) == 0, timeout=15)
+
+
+def _forwarders(sandbox) -> int:
+    cmdlines = sandbox.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo"]).stdout
+    return cmdlines.count(b"socket.create_connection")
 
 
 def test_two_hosts_share_the_containers_bridge(prepared, home):
