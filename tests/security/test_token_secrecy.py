@@ -100,3 +100,54 @@ def test_c17_token_file_and_launch_file_are_separate_and_only_the_token_file_hol
         "the token is stored in the token file only (not the store, not the log)"
     )
     assert token not in session.bridge_id, "the bridge id reveals nothing of the token (C03)"
+
+
+def test_c17_the_bridge_server_at_debug_level_logs_no_token(caplog):
+    # Found by this test: websockets logs every upgrade header at DEBUG, Authorization too.
+    import threading
+
+    import websocket
+
+    from bridge_client.bridge.server import BridgeServer
+
+    caplog.set_level(logging.DEBUG)
+    token = "bridge-debug-secret-" + "7" * 16
+    manager = type(
+        "NoTurns", (), {n: None for n in ("open_session", "start_turn", "cancel_turn", "close_session")}
+    )
+    server = BridgeServer(manager(), token=bc.Redacted(token), hello={"agentId": "x"})
+    port = server.start()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ws = websocket.create_connection(f"ws://127.0.0.1:{port}/", header=[f"Authorization: Bearer {token}"])
+        ws.send('{"_tag":"Request","id":1,"tag":"Hello","payload":null,"headers":[]}')
+        assert '"agentId":"x"' in ws.recv()
+        ws.close()
+        with pytest.raises(websocket.WebSocketBadStatusException):
+            websocket.create_connection(
+                f"ws://127.0.0.1:{port}/", header=[f"authorization: Bearer {token}-wrong"]
+            )
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert "Authorization" in caplog.text or "authorization" in caplog.text, (
+        "the headers were logged, redacted"
+    )
+    assert token not in caplog.text
+
+
+def test_c17_the_host_with_websocket_client_trace_on_logs_no_token(sandbox, caplog):
+    import websocket
+
+    caplog.set_level(logging.DEBUG)
+    websocket.enableTrace(True, handler=logging.NullHandler())
+    try:
+        opts = options("echo")
+        with bc.create_session(opts, session_options(sandbox)) as session:
+            list(session.turn("traced"))
+    finally:
+        websocket.enableTrace(False)
+        logging.getLogger("websocket").setLevel(logging.NOTSET)
+    assert "request header" in caplog.text, "websocket-client's trace was on"
+    assert opts.token(sandbox.id).reveal() not in caplog.text
