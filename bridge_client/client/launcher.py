@@ -35,7 +35,7 @@ log = logging.getLogger("bridge_client")
 
 _LOG_TAIL_BYTES = 4000
 _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
-_POLL_MAX = 0.25  # ...growing to this
+_POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer pause is late news)
 _RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again
 
 
