@@ -51,7 +51,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="about a tenth of the full sizes")
     size.add_argument("--tiny", action="store_true", help="each benchmark once at a tiny size (smoke test)")
-    p.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=f"run only these: {', '.join(NAMES)}")
+    p.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
+                   help=f"run only these: {', '.join(NAMES)}")
     p.add_argument("--repeats", type=_positive, help="runs of the throughput and replay measurements")
     p.add_argument("--parts", type=_positive, help="text deltas of the throughput turn")
     p.add_argument("--replay-parts", type=_positive, help="parts of the replayed turn")
@@ -59,10 +60,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--cold-runs", type=_positive, help="cold starts")
     p.add_argument("--resumes", type=_positive, help="connection drops of the resume benchmark")
     p.add_argument("--recoveries", type=_positive, help="bridge kills of the recovery benchmark")
-    p.add_argument("--sessions", type=_int_list, help="session counts of the scale benchmark, e.g. 50,100,200")
+    p.add_argument("--sessions", type=_int_list,
+                   help="session counts of the scale benchmark, e.g. 50,100,200")
     p.add_argument("--scale-parts", type=_positive, help="text deltas per session in the scale benchmark")
     p.add_argument("--commands", type=_positive, help="commands per side in the SWE-ReX comparison")
-    p.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
+    p.add_argument("--json", default=DEFAULT_JSON,
+                   help=f"where to write the results (default {DEFAULT_JSON})")
     return p.parse_args(argv)
 
 
@@ -94,12 +97,14 @@ def _cell(f: Optional[Figure]) -> str:
     if f is None:
         return "-"
     label = "p1-p99" if f.spread == "p1-p99" else ""
-    return f"{_num(f.median)} {f.unit} ({_num(f.low)}-{_num(f.high)}{' ' + label if label else ''}, n={len(f.samples)})"
+    spread = f"{_num(f.low)}-{_num(f.high)}{' ' + label if label else ''}"
+    return f"{_num(f.median)} {f.unit} ({spread}, n={len(f.samples)})"
 
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table: median (spread, samples), baseline, ratio, target, met."""
-    head = ["benchmark", "product: median (spread, n)", "baseline: median (spread, n)", "ratio", "target", "met"]
+    head = ["benchmark", "product: median (spread, n)", "baseline: median (spread, n)", "ratio", "target",
+            "met"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r.skipped and r.baseline is None:

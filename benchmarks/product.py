@@ -16,7 +16,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -140,7 +139,8 @@ def transport_limit(parts: int, repeats: int) -> Figure:
             if count != parts:
                 raise RuntimeError(f"transport baseline got {count} parts, not {parts}")
             samples.append(count / elapsed)
-    return figure(f"websockets server -> websocket-client reader, {BATCH} parts/Chunk, JSON parsed, Ack per Chunk",
+    return figure(f"websockets server -> websocket-client reader, {BATCH} parts/Chunk, JSON parsed, "
+                  "Ack per Chunk",
                   "parts/s", samples)
 
 
@@ -267,7 +267,8 @@ def latency(env: BenchEnv, sizes: Sizes) -> Row:
             assert first is not None
             samples.append(first * 1000)
     env.stop_bridges(ws)
-    product = figure("turn() to the first text part, warm bridge (echo, 1 text part)", "ms", samples, "p1-p99")
+    product = figure("turn() to the first text part, warm bridge (echo, 1 text part)", "ms", samples,
+                     "p1-p99")
     baseline = figure("request/response round trip, one raw WebSocket", "ms",
                       [s * 1000 for s in raw_round_trips(sizes.turns)], "p1-p99")
     from ._common import percentile
@@ -280,7 +281,10 @@ def latency(env: BenchEnv, sizes: Sizes) -> Row:
         "round trip / first part (p50)",
         "p50 < 5 ms",
         product.median < 5.0,
-        extra={"product_p99_ms": percentile(product.samples, 99), "baseline_p99_ms": percentile(baseline.samples, 99)},
+        extra={
+            "product_p99_ms": percentile(product.samples, 99),
+            "baseline_p99_ms": percentile(baseline.samples, 99),
+        },
     )
 
 
@@ -394,14 +398,17 @@ def resume(env: BenchEnv, sizes: Sizes) -> Row:
                 if part.index >= 300 and not turn._buffer:
                     break
             conn, pending = _stream_pending(turn)
-            assert conn is not None
+            sock = conn._ws.sock if conn is not None else None
+            assert sock is not None, "the turn reads over a connection"
             t0 = time.perf_counter()
-            conn._ws.sock.shutdown(socket.SHUT_RDWR)  # the network drops the connection
+            sock.shutdown(socket.SHUT_RDWR)  # the network drops the connection
             samples.append(_time_to_new_part(turn, t0, conn, pending) * 1000)
             turn.suspend()
     env.stop_bridges(ws)
-    product = figure("connection drop -> next new part (reconnect, Hello, OpenSession, ReadTurn)", "ms", samples)
-    baseline = figure("new raw WebSocket + one round trip", "ms", [s * 1000 for s in reconnect_round_trips(sizes.resumes)])
+    product = figure("connection drop -> next new part (reconnect, Hello, OpenSession, ReadTurn)", "ms",
+                     samples)
+    baseline = figure("new raw WebSocket + one round trip", "ms",
+                      [s * 1000 for s in reconnect_round_trips(sizes.resumes)])
     return Row(
         "resume",
         product,
@@ -423,7 +430,7 @@ def recovery(env: BenchEnv, sizes: Sizes, cold: Optional[Figure] = None) -> Row:
     sandbox = bc.LocalSandbox(ws)
     samples = []
     opts = echo_options({"steps": 10_000, "delay": 0.002})
-    for i in range(sizes.recoveries):
+    for _ in range(sizes.recoveries):
         with bc.create_session(opts, session_options(sandbox)) as session:
             turn = session.turn("one two three")
             for part in turn:
