@@ -41,6 +41,21 @@ const bind: string = launch.bind ?? "127.0.0.1"
 const instance = randomUUID().replace(/-/g, "")
 const startedAt = new Date().toISOString()
 
+// B06, roughly: exit after launch.json's idleTimeout seconds without a request and with no
+// turn running, so a bridge left behind by an interrupted test run ends by itself.
+const idleMillis = Number(launch.idleTimeout ?? 600) * 1000
+let lastActivity = Date.now()
+const touch = () => {
+  lastActivity = Date.now()
+}
+setInterval(() => {
+  const running = Array.from(turns.values()).some((t) => !t.finished)
+  if (!running && Date.now() - lastActivity > idleMillis) {
+    fs.rmSync(path.join(stateDir, "listening.json"), { force: true })
+    process.exit(0)
+  }
+}, 1000).unref()
+
 // ----------------------------------------------------------------------------- the agent
 
 interface Turn {
@@ -134,8 +149,9 @@ const findTurn = (sessionId: string, turnId: string) => {
 }
 
 const Handlers = BridgeRpcs.toLayer({
-  Hello: () => Effect.succeed({ agentId, bridgeId, instance, protocol: PROTOCOL, pid: process.pid, startedAt }),
+  Hello: () => Effect.sync(touch).pipe(Effect.as({ agentId, bridgeId, instance, protocol: PROTOCOL, pid: process.pid, startedAt })),
   OpenSession: ({ sessionId, state }) => {
+    touch()
     if (state !== null && state.sessionId !== sessionId) {
       return Effect.fail(new BadRequest({ message: "state.sessionId differs from sessionId" }))
     }
@@ -147,6 +163,7 @@ const Handlers = BridgeRpcs.toLayer({
   },
   StartTurn: ({ prompt, sessionId, turnId }) =>
     Effect.gen(function*() {
+      touch()
       yield* findSession(sessionId)
       const existing = turns.get(turnId)
       if (existing) {
@@ -167,17 +184,20 @@ const Handlers = BridgeRpcs.toLayer({
       return { turnId, status: "started" as const }
     }),
   ReadTurn: ({ afterStep, offset, sessionId, turnId }) =>
-    Stream.unwrap(Effect.map(
+    Stream.unwrap(Effect.sync(touch).pipe(Effect.andThen(Effect.map(
       findSession(sessionId).pipe(Effect.andThen(findTurn(sessionId, turnId))),
-      (turn) => Stream.fromAsyncIterable(partsFrom(turn, offset, afterStep), (e) => new BadRequest({ message: String(e) })).pipe(Stream.flattenArray)
-    )),
+      (turn) =>
+        Stream.fromAsyncIterable(partsFrom(turn, offset, afterStep), (e) => new BadRequest({ message: String(e) }))
+          .pipe(Stream.flattenArray)
+    )))),
   CancelTurn: ({ sessionId, turnId }) =>
-    Effect.map(findTurn(sessionId, turnId), (turn) => {
+    Effect.sync(touch).pipe(Effect.andThen(Effect.map(findTurn(sessionId, turnId), (turn) => {
       if (!turn.finished) turn.cancelled = true
       return { turnId, status: turn.finished ? "finished" as const : "running" as const }
-    }),
+    }))),
   CloseSession: ({ sessionId }) =>
     Effect.map(findSession(sessionId), (session) => {
+      touch()
       session.open = false
       return session.state
     })
