@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import traceback
@@ -369,3 +370,62 @@ def test_b08_a_bridge_that_ignores_back_pressure_is_a_protocol_error(fake):
         assert "back-pressure" in str(error)
     finally:
         conn.close()
+
+
+def _chain(exc: BaseException) -> list:
+    found, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        found.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return found
+
+
+@pytest.mark.parametrize(
+    "mode, kind",
+    [
+        ("garbage", ProtocolError),
+        ("bad-result", ProtocolError),
+        ("die", ProtocolError),
+        ("silent", bc.BridgeUnavailable),
+    ],
+)
+def test_b08_a_session_whose_bridge_misbehaves_after_hello_gets_a_typed_error_in_bounded_time(
+    fake, sandbox, mode, kind
+):
+    from host_support import options, session_options
+
+    session = bc.create_session(
+        options("echo"), session_options(sandbox, resend_window=3.0, ping_interval=0.5, ping_timeout=1.0)
+    )
+
+    def behaviour(ws: ServerConnection, message: Any) -> None:
+        if message["tag"] == "Hello":
+            ws.send(_exit(message["id"], {**HELLO, "bridgeId": session.bridge_id}))
+        elif message["tag"] == "OpenSession":
+            ws.send(_exit(message["id"], {"sessionId": session.id, "revision": 0, "data": None}))
+        elif mode == "garbage":
+            ws.send("{garbage")
+        elif mode == "bad-result":
+            ws.send(_exit(message["id"], {"turnId": 5}))
+        elif mode == "die":
+            ws.send(
+                json.dumps(
+                    {
+                        "_tag": "Exit",
+                        "requestId": message["id"],
+                        "exit": {"_tag": "Failure", "cause": [{"_tag": "Die", "defect": "boom"}]},
+                    }
+                )
+            )
+
+    server = fake(behaviour)
+    info = identity.ListeningInfo(1, "echo", session.bridge_id, "127.0.0.1", server.port, 4242, "i-1", "x")
+    state_dir = identity.state_dir(sandbox.state_root, session.bridge_id)
+    identity.secure_write(os.path.join(state_dir, identity.LISTENING_FILE), info.to_json().encode())
+    try:
+        with pytest.raises(kind) as error:
+            session.turn("hello")
+        assert all(isinstance(e, HarnessError) for e in _chain(error.value)), _chain(error.value)
+    finally:
+        session.release()
