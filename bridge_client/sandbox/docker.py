@@ -159,8 +159,13 @@ class DockerSandbox:
         self._closed = False
         self._owner: Optional[Tuple[int, int]] = None
         self._id = container_id
-        with self._api_errors():
-            info = self._api.inspect_container(container_id)
+        try:
+            with self._api_errors():
+                info = self._api.inspect_container(container_id)
+        except BaseException:
+            if self._owns_client:
+                self._client.close()
+            raise
         self._id = str(info["Id"])
         config = info.get("Config") or {}
         user = str(config.get("User") or "")
