@@ -124,6 +124,9 @@ def details(rows: Sequence[Row]) -> str:
         if r.name == "latency" and r.extra:
             out.append(f"latency p99: product {_num(r.extra['product_p99_ms'])} ms, "
                        f"raw round trip {_num(r.extra['baseline_p99_ms'])} ms")
+        if r.name == "throughput" and r.extra.get("paired_ratios"):
+            pairs = ", ".join(f"{x:.3f}" for x in r.extra["paired_ratios"])
+            out.append(f"throughput / transport limit, run by run (alternating): {pairs}")
         if r.name == "throughput" and "host_cpu_us_per_part" in r.extra:
             out.append(f"throughput CPU per part: host {r.extra['host_cpu_us_per_part']:.2f} us, "
                        f"bridge {r.extra['bridge_cpu_us_per_part']:.2f} us")

@@ -32,6 +32,7 @@ from ._common import (
     Row,
     Sizes,
     figure,
+    percentile,
     process_cpu_seconds,
     python_subprocess,
     rate_ratio,
@@ -115,33 +116,32 @@ def _turn_parts(session: Session, prompt: str) -> int:
 # ----------------------------------------------------------------------------- 1. throughput
 
 
-def transport_limit(parts: int, repeats: int) -> Figure:
-    """Parts/s of a plain websockets server sending pre-encoded Chunks of :data:`BATCH` parts
-    to a plain websocket-client reader that parses the JSON and acks every Chunk."""
-    samples = []
-    with BaselineServer("chunks", str(parts), str(BATCH)) as server:
-        for _ in range(repeats):
-            ws = raw_client(server.url)
-            try:
-                count = 0
-                t0 = time.perf_counter()
-                ws.send('{"_tag":"Request","id":"2","tag":"ReadTurn","payload":null,"headers":[]}')
-                while True:
-                    _, data = ws.recv_data()
-                    message = json.loads(data)
-                    if message["_tag"] == "Exit":
-                        break
-                    count += len(message["values"])
-                    ws.send('{"_tag":"Ack","requestId":"2"}')
-                elapsed = time.perf_counter() - t0
-            finally:
-                ws.close()
-            if count != parts:
-                raise RuntimeError(f"transport baseline got {count} parts, not {parts}")
-            samples.append(count / elapsed)
-    return figure(f"websockets server -> websocket-client reader, {BATCH} parts/Chunk, JSON parsed, "
-                  "Ack per Chunk",
-                  "parts/s", samples)
+TRANSPORT_WHAT = (f"websockets server -> websocket-client reader, {BATCH} parts/Chunk, JSON parsed, "
+                  "Ack per Chunk")
+
+
+def transport_once(url: str, parts: int) -> float:
+    """Parts/s of one read from the ``chunks`` baseline server at ``url``: a plain websockets
+    server sending pre-encoded Chunks of :data:`BATCH` parts to a plain websocket-client
+    reader that parses the JSON and acks every Chunk (the transport limit of this stack)."""
+    ws = raw_client(url)
+    try:
+        count = 0
+        t0 = time.perf_counter()
+        ws.send('{"_tag":"Request","id":"2","tag":"ReadTurn","payload":null,"headers":[]}')
+        while True:
+            _, data = ws.recv_data()
+            message = json.loads(data)
+            if message["_tag"] == "Exit":
+                break
+            count += len(message["values"])
+            ws.send('{"_tag":"Ack","requestId":"2"}')
+        elapsed = time.perf_counter() - t0
+    finally:
+        ws.close()
+    if count != parts:
+        raise RuntimeError(f"transport baseline got {count} parts, not {parts}")
+    return count / elapsed
 
 
 def throughput(env: BenchEnv, sizes: Sizes) -> Row:
@@ -150,8 +150,10 @@ def throughput(env: BenchEnv, sizes: Sizes) -> Row:
     ws = env.workspace("throughput")
     sandbox = bc.LocalSandbox(ws)
     prompt = "y" * sizes.parts
-    samples, host_cpu, bridge_cpu = [], [], []
-    with bc.create_session(echo_options({"chunks": sizes.parts}), session_options(sandbox)) as session:
+    samples, host_cpu, bridge_cpu, limits = [], [], [], []
+    # Product and baseline alternate, so that both see the same load on a shared machine.
+    with bc.create_session(echo_options({"chunks": sizes.parts}), session_options(sandbox)) as session, \
+            BaselineServer("chunks", str(sizes.parts), str(BATCH)) as server:
         warm(session)
         assert session._hello is not None
         pid = session._hello.pid
@@ -162,9 +164,10 @@ def throughput(env: BenchEnv, sizes: Sizes) -> Row:
             samples.append(n / (time.perf_counter() - t0))
             host_cpu.append((time.process_time() - h0) / n * 1e6)
             bridge_cpu.append((process_cpu_seconds(pid) - b0) / n * 1e6)
+            limits.append(transport_once(server.url, sizes.parts))
     env.stop_bridges(ws)
     product = figure(f"echo turn of {sizes.parts} text deltas through Session iterator", "parts/s", samples)
-    baseline = transport_limit(sizes.parts, sizes.repeats)
+    baseline = figure(TRANSPORT_WHAT, "parts/s", limits)
     ratio = rate_ratio(product, baseline)
     return Row(
         "throughput",
@@ -175,6 +178,7 @@ def throughput(env: BenchEnv, sizes: Sizes) -> Row:
         ">= 50,000 parts/s and >= 1/4 of the transport limit",
         product.median >= 50_000 and ratio >= 0.25,
         extra={
+            "paired_ratios": [a / b for a, b in zip(samples, limits)],
             # CPU time per part is steadier than wall time on a shared machine: it says which
             # process limits the rate (each has at most one core's worth of Python, the GIL).
             "host_cpu_us_per_part": statistics.median(host_cpu),
@@ -228,50 +232,41 @@ def replay(env: BenchEnv, sizes: Sizes, live_throughput: Optional[Figure] = None
 # ----------------------------------------------------------------------------- 3. latency
 
 
-def raw_round_trips(count: int) -> List[float]:
-    """Seconds of ``count`` request/response round trips on one warm raw WebSocket."""
-    samples = []
-    frame = '{"_tag":"Request","id":"1","tag":"Hello","payload":null,"headers":[]}'
-    with BaselineServer("echo") as server:
-        ws = raw_client(server.url)
-        try:
-            for _ in range(5):
-                ws.send(frame)
-                json.loads(ws.recv())
-            for _ in range(count):
-                t0 = time.perf_counter()
-                ws.send(frame)
-                json.loads(ws.recv())
-                samples.append(time.perf_counter() - t0)
-        finally:
-            ws.close()
-    return samples
-
-
 def latency(env: BenchEnv, sizes: Sizes) -> Row:
     """3. ``turn()`` to the first text part with a warm bridge (echo, one part): p50 and p99,
     against a bare request/response round trip on one raw WebSocket."""
     ws = env.workspace("latency")
     sandbox = bc.LocalSandbox(ws)
-    samples = []
-    with bc.create_session(echo_options(), session_options(sandbox)) as session:
-        warm(session)
-        for _ in range(5):
-            _turn_parts(session, "a")
-        for _ in range(sizes.turns):
-            t0 = time.perf_counter()
-            first = None
-            for part in session.turn("a"):
-                if first is None and isinstance(part, bc.TextDelta):
-                    first = time.perf_counter() - t0
-            assert first is not None
-            samples.append(first * 1000)
+    samples, trips = [], []
+    frame = '{"_tag":"Request","id":"1","tag":"Hello","payload":null,"headers":[]}'
+    # A product turn and a raw round trip alternate, so that both see the same load.
+    with bc.create_session(echo_options(), session_options(sandbox)) as session, \
+            BaselineServer("echo") as server:
+        raw = raw_client(server.url)
+        try:
+            warm(session)
+            for _ in range(5):
+                _turn_parts(session, "a")
+                raw.send(frame)
+                json.loads(raw.recv())
+            for _ in range(sizes.turns):
+                t0 = time.perf_counter()
+                first = None
+                for part in session.turn("a"):
+                    if first is None and isinstance(part, bc.TextDelta):
+                        first = time.perf_counter() - t0
+                assert first is not None
+                samples.append(first * 1000)
+                t0 = time.perf_counter()
+                raw.send(frame)
+                json.loads(raw.recv())
+                trips.append((time.perf_counter() - t0) * 1000)
+        finally:
+            raw.close()
     env.stop_bridges(ws)
     product = figure("turn() to the first text part, warm bridge (echo, 1 text part)", "ms", samples,
                      "p1-p99")
-    baseline = figure("request/response round trip, one raw WebSocket", "ms",
-                      [s * 1000 for s in raw_round_trips(sizes.turns)], "p1-p99")
-    from ._common import percentile
+    baseline = figure("request/response round trip, one raw WebSocket", "ms", trips, "p1-p99")
 
     return Row(
         "latency",
@@ -304,8 +299,9 @@ def interpreter_and_import(runs: int) -> List[float]:
 def cold_start(env: BenchEnv, sizes: Sizes) -> Row:
     """4. ``create_session`` plus the first part with no bridge running (launch included),
     against starting the interpreter and importing the bridge module."""
-    samples = []
+    samples, imports = [], []
     for i in range(sizes.cold_runs):
+        imports.extend(interpreter_and_import(1))  # alternating with the cold starts
         ws = env.workspace(f"cold{i}")
         sandbox = bc.LocalSandbox(ws)
         t0 = time.perf_counter()
@@ -321,7 +317,7 @@ def cold_start(env: BenchEnv, sizes: Sizes) -> Row:
             env.stop_bridges(ws)
     product = figure("create_session + first part, no bridge running", "ms", samples)
     baseline = figure("python -c 'import bridge_client.bridge.__main__'", "ms",
-                      [s * 1000 for s in interpreter_and_import(sizes.cold_runs)])
+                      [s * 1000 for s in imports])
     return Row(
         "cold start",
         product,
