@@ -46,7 +46,25 @@ def _client_or_none() -> Any:
         return None
 
 
+def _drop_stale_pid_file(path: str = "/var/run/docker.pid") -> None:
+    """A dockerd killed earlier leaves its pid file, and a new one refuses to start while it
+    names a live process (the pid may have been reused): drop it unless it names a dockerd."""
+    try:
+        with open(path) as f:
+            pid = f.read().strip()
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() == "dockerd":
+                return
+    except OSError:
+        pass
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
 def _start_dockerd(tmp: str) -> "subprocess.Popen[bytes]":
+    _drop_stale_pid_file()
     log = open(os.path.join(tmp, "dockerd.log"), "wb")
     try:
         return subprocess.Popen(
