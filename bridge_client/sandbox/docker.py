@@ -133,6 +133,7 @@ class DockerSandbox:
 
     Attributes:
         id: the container's full id (the sandbox id, C01).
+        python: the interpreter the tunnel's forwarders run with.
 
     Raises:
         SandboxGone: no such container, or the engine cannot be reached.
