@@ -103,6 +103,7 @@ def docker_client() -> Iterator[Any]:
             with open(os.path.join(tmp, "dockerd.log"), "rb") as f:
                 tail = f.read()[-1500:].decode("utf-8", "replace")
             pytest.skip(f"no Docker engine answers and the dockerd started here did not come up: {tail}")
+    _remove_leftovers(client)
     yield client
     client.close()
     if started is not None:
@@ -112,6 +113,14 @@ def docker_client() -> Iterator[Any]:
         except subprocess.TimeoutExpired:
             started.kill()
             started.wait()
+
+
+def _remove_leftovers(client: Any) -> None:
+    """Remove stopped containers of earlier test runs that were killed before their fixtures
+    ran (an engine restart stops them). Running ones may belong to a run going on now."""
+    for status in ("exited", "created", "dead"):
+        for found in client.api.containers(all=True, filters={"label": TEST_LABEL, "status": status}):
+            remove_container(client, found["Id"])
 
 
 @pytest.fixture(scope="session")
