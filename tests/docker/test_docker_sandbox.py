@@ -299,3 +299,18 @@ def test_c04_second_session_after_the_host_restarted_finds_the_bridge_by_its_lis
         assert list(session.turn("echo again"))[-1].type == "turn-finish"
         assert (session._hello.pid, session._hello.instance) == (first["pid"], first["instance"]), \
             "the same bridge answered: found through its listening file, not launched again"
+
+
+def test_a_container_running_as_another_user_gets_its_files_and_its_install(make_container, home):
+    sandbox = make_container(user="1000:1000", environment={"HOME": "/tmp"}, workdir="/tmp/ws")
+    assert sandbox.state_root == "/tmp/bridge-client-1000"
+    with bc.create_session(_options("shell"), _session_options(sandbox)) as session:
+        turn = session.turn("id -u")
+        assert list(turn)[-1].type == "turn-finish"
+        assert turn.text() == "1000\n"
+        state_dir = identity.state_dir(sandbox.state_root, session.bridge_id)
+        token_file = posixpath.join(state_dir, identity.TOKEN_FILE)
+        owners = sandbox.exec(["stat", "-c", "%u %a", token_file, state_dir])
+        assert owners.stdout.decode().split("\n")[:2] == ["1000 600", "1000 700"]
+    installed = sandbox.exec(["python3", "-c", "import bridge_client; print(bridge_client.__file__)"])
+    assert installed.stdout.startswith(b"/tmp/.local/"), "installed in the user's site"
