@@ -148,9 +148,8 @@ def details(rows: Sequence[Row]) -> str:
 
 
 def run(names: Sequence[str], sizes: Sizes, log: Callable[[str], None] = print) -> List[Row]:
-    """Run the named benchmarks in the issue's order and return their rows."""
-    from . import peer, product
-
+    """Run the named benchmarks in the issue's order and return their rows (a benchmark that
+    fails gives a row whose ``skipped`` says ``failed: ...``)."""
     rows: List[Row] = []
     done: Dict[str, Row] = {}
     with BenchEnv() as env:
@@ -159,29 +158,40 @@ def run(names: Sequence[str], sizes: Sizes, log: Callable[[str], None] = print) 
                 continue
             log(f"running {name} ...")
             t0 = time.monotonic()
-            if name == "throughput":
-                row = product.throughput(env, sizes)
-            elif name == "replay":
-                tp = done.get("throughput")
-                row = product.replay(env, sizes, tp.product if tp else None)
-            elif name == "latency":
-                row = product.latency(env, sizes)
-            elif name == "cold-start":
-                row = product.cold_start(env, sizes)
-            elif name == "resume":
-                row = product.resume(env, sizes)
-            elif name == "recovery":
-                cold = done.get("cold-start")
-                row = product.recovery(env, sizes, cold.product if cold else None)
-            elif name == "scale":
-                tp = done.get("throughput")
-                row = product.scale(env, sizes, tp.product if tp else None)
-            else:
-                row = peer.swe_rex(env, sizes)
+            try:
+                row = _one(name, env, sizes, done)
+            except Exception as exc:  # one broken benchmark must not lose the others' figures
+                log(f"  {name} failed: {type(exc).__name__}: {exc}")
+                row = Row(name, None, skipped=f"failed: {type(exc).__name__}: {exc}"[:300])
             log(f"  {name}: {time.monotonic() - t0:.1f} s")
             done[name] = row
             rows.append(row)
     return rows
+
+
+def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Row:
+    """Run the benchmark ``name``; ``done`` holds the rows of those already run."""
+    from . import peer, product
+
+    def product_of(other: str) -> Optional[Figure]:
+        row = done.get(other)
+        return row.product if row is not None else None
+
+    if name == "throughput":
+        return product.throughput(env, sizes)
+    if name == "replay":
+        return product.replay(env, sizes, product_of("throughput"))
+    if name == "latency":
+        return product.latency(env, sizes)
+    if name == "cold-start":
+        return product.cold_start(env, sizes)
+    if name == "resume":
+        return product.resume(env, sizes)
+    if name == "recovery":
+        return product.recovery(env, sizes, product_of("cold-start"))
+    if name == "scale":
+        return product.scale(env, sizes, product_of("throughput"))
+    return peer.swe_rex(env, sizes)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -212,7 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f.write("\n")
     os.replace(tmp, args.json)  # never a half-written file
     print(f"results written to {args.json}")
-    return 0
+    return 1 if any(r.skipped and r.skipped.startswith("failed:") for r in rows) else 0
 
 
 if __name__ == "__main__":

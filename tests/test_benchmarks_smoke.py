@@ -30,6 +30,7 @@ def _no_host_secret(monkeypatch):
 @pytest.mark.parametrize("name", NAMES)
 def test_each_benchmark_runs_once_at_a_tiny_size(name):
     (row,) = run([name], Sizes.tiny(), log=lambda _: None)
+    assert not (row.skipped or "").startswith("failed:"), row.skipped
     assert row.product is not None and row.product.samples
     assert all(math.isfinite(s) and s > 0 for s in row.product.samples)
     if name == "peer" and row.skipped:
@@ -53,6 +54,19 @@ def test_main_writes_the_json_and_prints_the_table(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| latency |" in printed and "round trip" in printed
     assert not list(out.parent.glob("*.tmp")), "no half-written file left behind"
+
+
+def test_a_failing_benchmark_is_a_row_and_the_others_still_run(monkeypatch):
+    from benchmarks import product
+
+    def broken(env, sizes):
+        raise RuntimeError("no bridge today")
+
+    monkeypatch.setattr(product, "latency", broken)
+    rows = run(["latency", "resume"], Sizes.tiny(), log=lambda _: None)
+    assert rows[0].product is None and rows[0].skipped == "failed: RuntimeError: no bridge today"
+    assert rows[1].product is not None and rows[1].product.median > 0
+    assert "failed: RuntimeError: no bridge today" in table(rows)
 
 
 def test_sizes_and_bad_arguments():
