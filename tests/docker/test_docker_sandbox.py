@@ -11,6 +11,7 @@ import posixpath
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -250,6 +251,34 @@ def test_two_hosts_share_the_containers_bridge(prepared, home):
         assert (other["pid"], other["instance"], other["bridge_id"]) == (pid, instance, session.bridge_id)
         assert list(session.turn("echo first again"))[-1].type == "turn-finish"
         assert session._hello.instance == instance
+
+
+def test_c05_two_hosts_launching_at_once_end_up_on_one_bridge(prepared, home):
+    agent_options = {"timeout": 33}
+    results = {}
+
+    def host(name: str, sandbox) -> None:
+        opts = _options("shell", agent_options=agent_options)
+        with bc.create_session(opts, _session_options(sandbox)) as session:
+            turn = session.turn(f"echo {name}")
+            finish = list(turn)[-1].type
+            results[name] = (finish, turn.text(), session._hello.instance)
+
+    # Two hosts: each its own DockerSandbox (own engine client, own tunnels) on the container.
+    sandboxes = [DockerSandbox.attach(prepared.id) for _ in range(2)]
+    try:
+        threads = [threading.Thread(target=host, args=(f"host{i}", sb)) for i, sb in enumerate(sandboxes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=90)
+    finally:
+        for sb in sandboxes:
+            sb.close()
+    assert sorted(results) == ["host0", "host1"]
+    assert results["host0"][:2] == ("turn-finish", "host0\n")
+    assert results["host1"][:2] == ("turn-finish", "host1\n")
+    assert results["host0"][2] == results["host1"][2], "one bridge won the lock; both hosts use it"
 
 
 def test_c13_bridge_sigkilled_in_the_container_mid_turn_the_turn_continues(prepared, home):
