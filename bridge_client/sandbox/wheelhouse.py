@@ -52,6 +52,18 @@ _PROBE = (
 )
 
 
+# Runs pip (argv[3:]) under an exclusive lock on argv[1], unless the check (argv[2]) passes
+# once the lock is held: hosts that launch at once in one sandbox install one at a time, once.
+_LOCKED_INSTALL = (
+    "import fcntl, subprocess, sys\n"
+    "with open(sys.argv[1], 'a') as lock:\n"
+    "    fcntl.flock(lock, fcntl.LOCK_EX)\n"
+    "    if subprocess.call([sys.executable, '-c', sys.argv[2]]) == 0:\n"
+    "        sys.exit(0)\n"
+    "    sys.exit(subprocess.call([sys.executable] + sys.argv[3:]))\n"
+)
+
+
 def _tail(result: ExecResult) -> str:
     return (result.stdout + result.stderr)[-2000:].decode("utf-8", "replace").strip()
 
@@ -374,6 +386,10 @@ class WheelStep(TemplateStep):
         extra = f"[{','.join(self.extras)}]" if self.extras else ""
         argv = [
             self.python,
+            "-c",
+            _LOCKED_INSTALL,
+            posixpath.join(sandbox.state_root, "wheelhouse", ".install.lock"),
+            self.check[-1],
             posixpath.join(folder, pip, "pip"),
             "install",
             "--quiet",

@@ -253,7 +253,10 @@ def test_two_hosts_share_the_containers_bridge(prepared, home):
         assert session._hello.instance == instance
 
 
-def test_c05_two_hosts_launching_at_once_end_up_on_one_bridge(prepared, home):
+def test_c05_two_hosts_launching_at_once_in_a_new_container_both_install_and_share_one_bridge(
+    make_container, home
+):
+    container = make_container()
     agent_options = {"timeout": 33}
     results = {}
 
@@ -264,8 +267,9 @@ def test_c05_two_hosts_launching_at_once_end_up_on_one_bridge(prepared, home):
             finish = list(turn)[-1].type
             results[name] = (finish, turn.text(), session._hello.instance)
 
-    # Two hosts: each its own DockerSandbox (own engine client, own tunnels) on the container.
-    sandboxes = [DockerSandbox.attach(prepared.id) for _ in range(2)]
+    # Two hosts: each its own DockerSandbox (own engine client, own tunnels) on the container,
+    # both running the template at once (the installs take turns under a lock in there).
+    sandboxes = [DockerSandbox.attach(container.id) for _ in range(2)]
     try:
         threads = [threading.Thread(target=host, args=(f"host{i}", sb)) for i, sb in enumerate(sandboxes)]
         for t in threads:
