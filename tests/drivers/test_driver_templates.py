@@ -51,5 +51,7 @@ def test_c01_the_agent_cli_is_installed_through_npm_only_when_missing(sandbox, n
 
 def test_other_agents_need_no_cli(sandbox, npm):
     for agent in ("echo", "shell", "openai"):
-        assert not any("CLI" in step.name for step in options(agent).template.steps)
+        agent_options = {"model": "m"} if agent == "openai" else None  # bridge_options checks them
+        steps = options(agent, agent_options=agent_options).template.steps
+        assert not any("CLI" in step.name for step in steps)
     assert bc.template.agent_cli_steps("my.module:make") == ()
