@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from .client.session import Session
+from .driver_options import BUILTIN_DRIVER_NAMES, check_agent_options
 from .errors import HarnessError
 from .options import BridgeOptions, CreateSessionOptions
 from .paths import default_secret
@@ -34,13 +35,21 @@ def create_session(options: BridgeOptions, session_options: CreateSessionOptions
 
     Raises:
         HarnessError: the workspace has no sandbox (C02).
-        TypeError: ``agent_options`` is not plain JSON.
+        TypeError: ``options`` is not a :class:`BridgeOptions` or ``session_options`` not a
+            :class:`CreateSessionOptions`; ``agent_options`` is not plain JSON.
         BadRequest: ``session_id`` is not a valid id.
     """
     if not isinstance(options, BridgeOptions):
-        raise TypeError("options must be a BridgeOptions")
+        raise TypeError(
+            "create_session needs a BridgeOptions such as bridge_options('shell') as its first argument, "
+            f"got {type(options).__name__}"
+        )
     if not isinstance(session_options, CreateSessionOptions):
-        raise TypeError("session_options must be a CreateSessionOptions")
+        raise TypeError(
+            "create_session needs a CreateSessionOptions such as "
+            "CreateSessionOptions(workspace=Workspace(LocalSandbox('.'))) as its second argument, "
+            f"got {type(session_options).__name__}"
+        )
     sandbox = session_options.workspace.sandbox
     if sandbox is None:
         raise HarnessError(
@@ -103,7 +112,29 @@ def bridge_options(
 
     Returns:
         A :class:`BridgeOptions`.
+
+    Raises:
+        ValueError: ``driver`` is neither a built-in name nor ``module:callable``, or
+            ``agent_options`` do not suit the built-in driver (not an object, an unknown
+            option, a missing or ill-typed one); checked here, with the bridge's own checks
+            (:func:`bridge_client.driver_options.check_agent_options`), so the error comes at
+            once and not as a bridge that exits at the first turn. A ``module:callable``
+            driver's options are checked by its factory, in the sandbox, at launch.
+        TypeError: ``driver`` is not a ``str``.
     """
+    if not isinstance(driver, str):
+        raise TypeError(
+            f"driver must be a str such as 'shell' or 'module:callable', got {type(driver).__name__}"
+        )
+    if driver in BUILTIN_DRIVER_NAMES:
+        check_agent_options(driver, agent_options)
+    else:
+        module_name, sep, attr = driver.partition(":")
+        if not (sep and module_name and attr):
+            raise ValueError(
+                f"unknown driver {driver!r}: use one of {', '.join(BUILTIN_DRIVER_NAMES)}, "
+                "or module:callable (a driver factory importable in the sandbox)"
+            )
     python = python or sys.executable
     if token is None:
         token = hmac_token(secret if secret is not None else default_secret())

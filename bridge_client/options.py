@@ -60,10 +60,22 @@ class Workspace:
     """Where a session works.
 
     Attributes:
-        sandbox: the sandbox the agent works in (required by bridge agents, C02).
+        sandbox: the sandbox the agent works in (required by bridge agents, C02): a
+            :class:`~bridge_client.sandbox.base.Sandbox` such as ``LocalSandbox(".")``.
+
+    Raises:
+        TypeError: ``sandbox`` is neither ``None`` nor a Sandbox (e.g. a folder name given as
+            a ``str``).
     """
 
     sandbox: Optional[Sandbox] = None
+
+    def __post_init__(self) -> None:
+        if self.sandbox is not None and not isinstance(self.sandbox, Sandbox):
+            raise TypeError(
+                "Workspace needs a Sandbox such as LocalSandbox('.') or DockerSandbox.for_image(...), "
+                f"got {type(self.sandbox).__name__}"
+            )
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,11 @@ class CreateSessionOptions:
             verified against instead of the system's trust store (``str`` or path-like);
             verification itself is always on. Proxies come from ``https_proxy``,
             ``http_proxy`` and ``no_proxy`` (see :mod:`bridge_client.client.transport`).
+
+    Raises:
+        TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
+            ``resume`` is not a SessionState, or ``ca_bundle`` is not a path.
+        ValueError: a duration is not a number > 0, or ``ca_bundle`` does not exist.
     """
 
     workspace: Workspace = field(default_factory=Workspace)
@@ -102,6 +119,15 @@ class CreateSessionOptions:
     ca_bundle: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.workspace, Workspace):
+            raise TypeError(
+                "CreateSessionOptions.workspace needs a Workspace such as Workspace(LocalSandbox('.')), "
+                f"got {type(self.workspace).__name__}"
+            )
+        if self.session_id is not None and not isinstance(self.session_id, str):
+            raise TypeError(
+                f"CreateSessionOptions.session_id must be a str or None, got {type(self.session_id).__name__}"
+            )
         for name in (
             "idle_timeout",
             "resend_window",

@@ -15,6 +15,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
+# options_object lives with the built-in drivers' option checks, which the host imports too
+# (bridge_options checks options at once); re-exported here for drivers (docs/writing-a-driver.md).
+from ..driver_options import options_object
 from ..wire.parts import Part, SessionState
 
 __all__ = ["Driver", "DriverFactory", "TurnResult", "TurnContext", "TurnSink", "options_object"]
@@ -62,31 +65,6 @@ class Driver(Protocol):
 DriverFactory = Callable[[Any], Driver]
 """Makes a driver from the ``agentOptions`` of ``launch.json`` (plain JSON, maybe ``None``).
 Raises ``ValueError`` (or anything else) for options it cannot take: the bridge then exits 2."""
-
-
-def options_object(options: Any, driver: str, allowed: Sequence[str]) -> Dict[str, Any]:
-    """Check a driver's ``agent_options``: ``None`` or a JSON object with only known keys.
-
-    Args:
-        options: what the factory was given.
-        driver: the driver's name, for messages.
-        allowed: the option names it takes.
-
-    Returns:
-        The options as a dict (empty for ``None``).
-
-    Raises:
-        ValueError: not an object, or an unknown key (the bridge then exits 2, and
-            ``bridge-client run`` reports it as bad input).
-    """
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ValueError(f"{driver} options must be a JSON object, got {type(options).__name__}")
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown {driver} option(s): {', '.join(unknown)}")
-    return options
 
 
 class TurnSink(Protocol):

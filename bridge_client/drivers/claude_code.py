@@ -66,9 +66,9 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult, options_object
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
 from .cli_process import CLIStartError, Event, JsonLinesProcess, join_text, summarize
-from .option_checks import number_option, str_list_option, str_option
 
 __all__ = ["ClaudeCodeDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
 
@@ -77,19 +77,6 @@ DEFAULT_CONTINUE_PROMPT = (
     "Continue the task where you left off."
 )
 """What a turn continued after a restart sends to the resumed session (B05)."""
-
-_OPTIONS = (
-    "executable",
-    "model",
-    "permission_mode",
-    "max_turns",
-    "append_system_prompt",
-    "allowed_tools",
-    "extra_args",
-    "continue_prompt",
-    "interrupt_grace",
-)
-
 
 class _Mapper:
     """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
@@ -322,13 +309,5 @@ def make_driver(options: Any) -> ClaudeCodeDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    opts = options_object(options, "claude-code", _OPTIONS)
-    for key in ("executable", "continue_prompt"):
-        str_option(opts, "claude-code", key)
-    for key in ("model", "permission_mode", "append_system_prompt"):
-        str_option(opts, "claude-code", key, allow_none=True)
-    str_list_option(opts, "claude-code", "allowed_tools")
-    str_list_option(opts, "claude-code", "extra_args")
-    number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
-    number_option(opts, "claude-code", "interrupt_grace", minimum=0)
+    opts = check_agent_options("claude-code", options)  # the same check bridge_options() makes
     return ClaudeCodeDriver(opts)

@@ -59,22 +59,12 @@ import signal
 import threading
 from typing import Any, Dict, List, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult, options_object
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
 from .cli_process import CLIStartError, Event, JsonLinesProcess, summarize
-from .option_checks import bool_option, number_option, str_list_option, str_option
 
 __all__ = ["CodexDriver", "make_driver"]
-
-_OPTIONS = (
-    "executable",
-    "model",
-    "sandbox",
-    "skip_git_repo_check",
-    "extra_args",
-    "continue_prompt",
-    "interrupt_grace",
-)
 
 _TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call")
 
@@ -295,12 +285,5 @@ def make_driver(options: Any) -> CodexDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    opts = options_object(options, "codex", _OPTIONS)
-    for key in ("executable", "continue_prompt"):
-        str_option(opts, "codex", key)
-    for key in ("model", "sandbox"):
-        str_option(opts, "codex", key, allow_none=True)
-    bool_option(opts, "codex", "skip_git_repo_check")
-    str_list_option(opts, "codex", "extra_args")
-    number_option(opts, "codex", "interrupt_grace", minimum=0)
+    opts = check_agent_options("codex", options)  # the same check bridge_options() makes
     return CodexDriver(opts)

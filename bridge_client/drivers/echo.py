@@ -13,11 +13,11 @@ Options (``agent_options``, a JSON object or null):
 """
 from __future__ import annotations
 
-import math
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
-from ..bridge.driver import TurnContext, options_object
+from ..bridge.driver import TurnContext
+from ..driver_options import check_agent_options
 
 __all__ = ["EchoDriver", "make_driver", "split_prompt"]
 
@@ -39,15 +39,6 @@ def split_prompt(prompt: str, chunks: Optional[int] = None) -> List[str]:
         return _WORDS.findall(prompt)
     n = len(prompt)
     return [prompt[i * n // chunks : (i + 1) * n // chunks] for i in range(chunks)]
-
-
-def _int_option(options: Dict[str, Any], key: str, default: Optional[int], minimum: int) -> Optional[int]:
-    value = options.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"echo option {key!r} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class EchoDriver:
@@ -117,15 +108,10 @@ def make_driver(options: Any) -> EchoDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    options = options_object(options, "echo", ("steps", "delay", "chunks", "fail_at"))
-    delay = options.get("delay", 0)
-    if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay < math.inf:
-        raise ValueError(f"echo option 'delay' must be a number of seconds >= 0, got {delay!r}")
-    steps = _int_option(options, "steps", 1, 1)
-    assert steps is not None
+    options = check_agent_options("echo", options)  # the same check bridge_options() makes
     return EchoDriver(
-        steps=steps,
-        delay=float(delay),
-        chunks=_int_option(options, "chunks", None, 1),
-        fail_at=_int_option(options, "fail_at", None, 0),
+        steps=options.get("steps", 1),
+        delay=float(options.get("delay", 0)),
+        chunks=options.get("chunks"),
+        fail_at=options.get("fail_at"),
     )

@@ -76,9 +76,9 @@ from tenacity import (
     wait_exponential,
 )
 
-from ..bridge.driver import TurnContext, TurnResult, options_object
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
 from .cli_process import summarize
-from .option_checks import bool_option, number_option, str_option
 from .tools import TOOL_SPECS, run_tool
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
@@ -87,22 +87,6 @@ DEFAULT_SYSTEM = (
     "You are a coding agent working in a workspace folder. Use the tools to inspect and change "
     "files and to run commands; paths are relative to the workspace. When the task is done, "
     "answer with a short summary and no tool call."
-)
-
-_OPTIONS = (
-    "model",
-    "base_url",
-    "api_key_env",
-    "max_steps",
-    "temperature",
-    "system",
-    "max_retries",
-    "backoff_initial",
-    "backoff_max",
-    "request_timeout",
-    "command_timeout",
-    "max_output",
-    "include_usage",
 )
 
 _CONNECT_TIMEOUT = 10.0
@@ -606,27 +590,5 @@ def make_driver(options: Any) -> OpenAIChatDriver:
         ValueError: an option is unknown, missing (``model``) or of the wrong type, or an API
             key was put in the options.
     """
-    if isinstance(options, dict) and ("api_key" in options or "key" in options):
-        raise ValueError(
-            "openai: never put the API key in agent_options (they are stored in the sandbox and hashed "
-            "into the bridge id); name the environment variable that holds it with api_key_env"
-        )
-    opts = options_object(options, "openai", _OPTIONS)
-    if "model" not in opts:
-        raise ValueError("openai option 'model' is required (e.g. model=gpt-4o-mini)")
-    for key in ("model", "base_url", "api_key_env"):
-        str_option(opts, "openai", key)
-    str_option(opts, "openai", "system", allow_none=True)
-    number_option(opts, "openai", "max_steps", minimum=1, integer=True, allow_none=False)
-    number_option(opts, "openai", "max_retries", minimum=0, integer=True, allow_none=False)
-    number_option(opts, "openai", "max_output", minimum=1, integer=True, allow_none=False)
-    number_option(opts, "openai", "temperature", minimum=0)
-    for key in ("backoff_initial", "backoff_max"):
-        number_option(opts, "openai", key, minimum=0, allow_none=False)
-    for key in ("request_timeout", "command_timeout"):
-        number_option(opts, "openai", key, minimum=0, exclusive=True, allow_none=False)
-    bool_option(opts, "openai", "include_usage")
-    base = opts.get("base_url", "https://api.openai.com/v1")
-    if not base.startswith(("http://", "https://")):
-        raise ValueError(f"openai option 'base_url' must be an http:// or https:// URL, got {base!r}")
+    opts = check_agent_options("openai", options)  # the same check bridge_options() makes
     return OpenAIChatDriver(opts)

@@ -19,7 +19,6 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import codecs
-import math
 import os
 import select
 import signal
@@ -28,7 +27,8 @@ import threading
 import time
 from typing import Any, List, NamedTuple, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult, options_object
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
 
@@ -204,14 +204,9 @@ def make_driver(options: Any) -> ShellDriver:
     Raises:
         ValueError: an option is unknown or of the wrong type.
     """
-    options = options_object(options, "shell", ("timeout", "shell", "keep_going"))
-    timeout = options.get("timeout", 600)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
-        raise ValueError(f"shell option 'timeout' must be a number of seconds > 0, got {timeout!r}")
-    shell = options.get("shell", "/bin/sh")
-    if not isinstance(shell, str) or not shell:
-        raise ValueError(f"shell option 'shell' must be a non-empty string, got {shell!r}")
-    keep_going = options.get("keep_going", False)
-    if not isinstance(keep_going, bool):
-        raise ValueError(f"shell option 'keep_going' must be true or false, got {keep_going!r}")
-    return ShellDriver(timeout=float(timeout), shell=shell, keep_going=keep_going)
+    options = check_agent_options("shell", options)  # the same check bridge_options() makes
+    return ShellDriver(
+        timeout=float(options.get("timeout", 600)),
+        shell=options.get("shell", "/bin/sh"),
+        keep_going=options.get("keep_going", False),
+    )

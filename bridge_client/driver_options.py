@@ -1,0 +1,278 @@
+"""The checks of the built-in drivers' options (``agent_options``), in one place that both
+sides import: each driver's ``make_driver`` in the bridge, and
+:func:`bridge_client.agent.bridge_options` on the host, which so reports a bad driver name or
+bad options at once instead of as a bridge that exits 2 at the first turn.
+
+Pure Python, no I/O, no import of the bridge or of the drivers (ARCHITECTURE.md layering: the
+host never imports them; see docs/design-notes.md, "Driver options checked on the host").
+Every check raises ``ValueError`` naming the driver and the option.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, Sequence
+
+__all__ = [
+    "BUILTIN_DRIVER_NAMES",
+    "check_agent_options",
+    "options_object",
+    "str_option",
+    "str_list_option",
+    "number_option",
+    "bool_option",
+]
+
+
+def options_object(options: Any, driver: str, allowed: Sequence[str]) -> Dict[str, Any]:
+    """Check a driver's ``agent_options``: ``None`` or a JSON object with only known keys.
+
+    Args:
+        options: what the factory was given.
+        driver: the driver's name, for messages.
+        allowed: the option names it takes.
+
+    Returns:
+        The options as a dict (empty for ``None``).
+
+    Raises:
+        ValueError: not an object, or an unknown key (the bridge then exits 2, and
+            ``bridge-client run`` reports it as bad input).
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"{driver} options must be a JSON object, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown {driver} option(s): {', '.join(unknown)}")
+    return options
+
+
+def str_option(options: Dict[str, Any], driver: str, key: str, allow_none: bool = False) -> None:
+    """Check that ``options[key]``, when present, is a non-empty str (or null if allowed).
+
+    Raises:
+        ValueError: it is something else.
+    """
+    if key not in options:
+        return
+    value = options[key]
+    if value is None and allow_none:
+        return
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{driver} option {key!r} must be a non-empty string, got {value!r}")
+
+
+def str_list_option(options: Dict[str, Any], driver: str, key: str) -> None:
+    """Check that ``options[key]``, when present, is null or a list of str.
+
+    Raises:
+        ValueError: it is something else.
+    """
+    value = options.get(key)
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{driver} option {key!r} must be a list of strings, got {value!r}")
+
+
+def number_option(
+    options: Dict[str, Any],
+    driver: str,
+    key: str,
+    minimum: float = 0,
+    integer: bool = False,
+    allow_none: bool = True,
+    exclusive: bool = False,
+) -> None:
+    """Check that ``options[key]``, when present, is a finite number >= ``minimum`` (>
+    ``minimum`` when ``exclusive``), an integer when ``integer``, or null when allowed.
+
+    Raises:
+        ValueError: it is something else.
+    """
+    if key not in options:
+        return
+    value = options[key]
+    if value is None and allow_none:
+        return
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > minimum if exclusive else value >= minimum)
+    if not ok:
+        what = "an integer" if integer else "a number"
+        raise ValueError(
+            f"{driver} option {key!r} must be {what} {'>' if exclusive else '>='} {minimum:g}, got {value!r}"
+        )
+
+
+def bool_option(options: Dict[str, Any], driver: str, key: str) -> None:
+    """Check that ``options[key]``, when present, is true or false.
+
+    Raises:
+        ValueError: it is something else.
+    """
+    if key in options and not isinstance(options[key], bool):
+        raise ValueError(f"{driver} option {key!r} must be true or false, got {options[key]!r}")
+
+
+# ----------------------------------------------------------------------------- per driver
+
+
+def _echo_int(options: Dict[str, Any], key: str, minimum: int, allow_none: bool) -> None:
+    if key not in options or (options[key] is None and allow_none):
+        return
+    value = options[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"echo option {key!r} must be an integer >= {minimum}, got {value!r}")
+
+
+def _echo(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "echo", ("steps", "delay", "chunks", "fail_at"))
+    delay = opts.get("delay", 0)
+    if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay < math.inf:
+        raise ValueError(f"echo option 'delay' must be a number of seconds >= 0, got {delay!r}")
+    _echo_int(opts, "steps", 1, allow_none=False)
+    _echo_int(opts, "chunks", 1, allow_none=True)
+    _echo_int(opts, "fail_at", 0, allow_none=True)
+    return opts
+
+
+def _shell(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "shell", ("timeout", "shell", "keep_going"))
+    timeout = opts.get("timeout", 600)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
+        raise ValueError(f"shell option 'timeout' must be a number of seconds > 0, got {timeout!r}")
+    shell = opts.get("shell", "/bin/sh")
+    if not isinstance(shell, str) or not shell:
+        raise ValueError(f"shell option 'shell' must be a non-empty string, got {shell!r}")
+    if not isinstance(opts.get("keep_going", False), bool):
+        raise ValueError(f"shell option 'keep_going' must be true or false, got {opts['keep_going']!r}")
+    return opts
+
+
+_OPENAI_OPTIONS = (
+    "model",
+    "base_url",
+    "api_key_env",
+    "max_steps",
+    "temperature",
+    "system",
+    "max_retries",
+    "backoff_initial",
+    "backoff_max",
+    "request_timeout",
+    "command_timeout",
+    "max_output",
+    "include_usage",
+)
+
+
+def _openai(options: Any) -> Dict[str, Any]:
+    if isinstance(options, dict) and ("api_key" in options or "key" in options):
+        raise ValueError(
+            "openai: never put the API key in agent_options (they are stored in the sandbox and hashed "
+            "into the bridge id); name the environment variable that holds it with api_key_env"
+        )
+    opts = options_object(options, "openai", _OPENAI_OPTIONS)
+    if "model" not in opts:
+        raise ValueError("openai option 'model' is required (e.g. model=gpt-4o-mini)")
+    for key in ("model", "base_url", "api_key_env"):
+        str_option(opts, "openai", key)
+    str_option(opts, "openai", "system", allow_none=True)
+    number_option(opts, "openai", "max_steps", minimum=1, integer=True, allow_none=False)
+    number_option(opts, "openai", "max_retries", minimum=0, integer=True, allow_none=False)
+    number_option(opts, "openai", "max_output", minimum=1, integer=True, allow_none=False)
+    number_option(opts, "openai", "temperature", minimum=0)
+    for key in ("backoff_initial", "backoff_max"):
+        number_option(opts, "openai", key, minimum=0, allow_none=False)
+    for key in ("request_timeout", "command_timeout"):
+        number_option(opts, "openai", key, minimum=0, exclusive=True, allow_none=False)
+    bool_option(opts, "openai", "include_usage")
+    base = opts.get("base_url", "https://api.openai.com/v1")
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"openai option 'base_url' must be an http:// or https:// URL, got {base!r}")
+    return opts
+
+
+_CLAUDE_CODE_OPTIONS = (
+    "executable",
+    "model",
+    "permission_mode",
+    "max_turns",
+    "append_system_prompt",
+    "allowed_tools",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _claude_code(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "claude-code", _CLAUDE_CODE_OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "claude-code", key)
+    for key in ("model", "permission_mode", "append_system_prompt"):
+        str_option(opts, "claude-code", key, allow_none=True)
+    str_list_option(opts, "claude-code", "allowed_tools")
+    str_list_option(opts, "claude-code", "extra_args")
+    number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
+    number_option(opts, "claude-code", "interrupt_grace", minimum=0)
+    return opts
+
+
+_CODEX_OPTIONS = (
+    "executable",
+    "model",
+    "sandbox",
+    "skip_git_repo_check",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _codex(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "codex", _CODEX_OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "codex", key)
+    for key in ("model", "sandbox"):
+        str_option(opts, "codex", key, allow_none=True)
+    bool_option(opts, "codex", "skip_git_repo_check")
+    str_list_option(opts, "codex", "extra_args")
+    number_option(opts, "codex", "interrupt_grace", minimum=0)
+    return opts
+
+
+_CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
+    "echo": _echo,
+    "shell": _shell,
+    "openai": _openai,
+    "claude-code": _claude_code,
+    "codex": _codex,
+}
+
+BUILTIN_DRIVER_NAMES = tuple(_CHECKS)
+"""The built-in drivers' names (the keys of ``bridge_client.drivers.BUILTIN_DRIVERS``)."""
+
+
+def check_agent_options(driver: str, options: Any) -> Dict[str, Any]:
+    """Check ``options`` (the ``agent_options``) for the built-in driver named ``driver``.
+
+    Args:
+        driver: a name from :data:`BUILTIN_DRIVER_NAMES`.
+        options: ``None`` or a JSON object (``dict``).
+
+    Returns:
+        The options as a dict (empty for ``None``); the same object when one was given.
+
+    Raises:
+        ValueError: ``driver`` is not a built-in driver, or the options are not an object,
+            name an unknown option, lack a required one, or hold a value of the wrong type or
+            range. The message names the driver and the option.
+    """
+    check = _CHECKS.get(driver)
+    if check is None:
+        raise ValueError(f"unknown built-in driver {driver!r}: use {', '.join(_CHECKS)}")
+    return check(options)
