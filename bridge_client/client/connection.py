@@ -445,7 +445,10 @@ class Connection:
                 self._ws.shutdown()
             except Exception:
                 pass
-            log.debug("connection %s closed: %s", self.name, error)
+            said = str(error)  # most errors already say "connection N closed/dropped/failed"
+            if not said.startswith(f"connection {self.name} "):
+                said = f"connection {self.name} closed: {said}"
+            log.debug("%s", said)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
