@@ -42,20 +42,30 @@ log = logging.getLogger("bridge_client")
 
 
 class Turn:
-    """The parts of one turn, as an iterator (API.md). Get one from ``Session.turn()``.
+    """The parts of one turn, as an iterator (C09-C13). Get one from ``Session.turn()`` or
+    ``Session.continue_turn()``.
 
     Iterating yields :class:`~bridge_client.wire.parts.Part` values in log order,
     ``turn-start`` first and ``turn-finish`` last, each exactly once. Leaving a ``for`` loop
     early (``break``, an exception, ``KeyboardInterrupt``) does not cancel the turn: it keeps
-    running in the bridge, and iterating again (or ``Session.continue_turn``) reads on.
+    running in the bridge, and iterating again (or ``Session.continue_turn``) reads on (C11).
 
     Attributes:
-        id: the turn id. prompt: its prompt.
+        id: the turn id (``str``).
+        prompt: the turn's prompt (``str``).
+        state: the turn's :class:`~bridge_client.wire.parts.TurnState` (C10), ready as soon
+            as ``turn()`` returns; store it (``state.to_json()``) to continue the turn
+            elsewhere.
+        status: what the bridge answered to ``StartTurn`` (``"started"``, ``"running"``,
+            ``"continued"`` or ``"finished"``; docs/protocol.md, "Catalogue").
         steps: complete steps yielded so far (``int``; includes steps skipped by
             ``continue_turn(steps=k)``).
         finish: the ``turn-finish`` part once yielded, else ``None``.
+        done: ``True`` once ``turn-finish`` was yielded.
 
-    Only one thread at a time may iterate a session's turns.
+    One turn of a session is read at a time: in the thread that reads it, starting another
+    turn suspends this one (reading this one again resumes it); from another thread,
+    ``turn()`` raises :class:`~bridge_client.errors.TurnInProgress` (see ``Session.turn``).
     """
 
     def __init__(
