@@ -137,6 +137,18 @@ class Session:
         Sends ``StartTurn`` (safe to send twice) and reads the ``turn-start`` part, so
         ``turn.state`` is ready at once; the iterator yields ``turn-start`` first.
 
+        One turn of a session is read at a time:
+
+        - In the same thread, a turn left unfinished (a ``break`` out of its loop, an
+          exception) is suspended by this call: it keeps running in its bridge, and iterating
+          it again later resumes it from where it stopped (suspending the other). A ``break``
+          cannot run code, so leaving a loop cannot suspend the turn by itself; the next read
+          of another turn does (C11).
+        - From another thread, while a turn is being read or an unfinished turn belongs to
+          another thread, this raises :class:`~bridge_client.errors.TurnInProgress`: let that
+          turn finish, or call :meth:`suspend_turn` first. For turns in parallel, use one
+          session per thread.
+
         Args:
             prompt: the prompt (``str``).
             turn_id: the turn's id (default: a random one); 1 to 128 characters of letters,
@@ -145,7 +157,8 @@ class Session:
         Raises:
             SessionReleased: the session was released.
             TurnInProgress: another thread is reading a turn of this session, or holds an
-                unfinished one (a turn left unfinished by this thread is suspended instead).
+                unfinished one (a turn left unfinished by this thread is suspended instead,
+                never an error).
             Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
             BridgeUnavailable: no bridge answered within the resend window (C15).
             TurnConflict: ``turn_id`` was used with another prompt.
