@@ -170,8 +170,14 @@ class SessionReleased(HarnessError):
 
 
 class TurnInProgress(HarnessError, RuntimeError):
-    """``turn()`` or ``continue_turn()`` was called while another turn of the same session is
-    still being read. Finish, suspend or cancel that turn first."""
+    """``turn()`` or ``continue_turn()`` was called from one thread while another thread is
+    reading a turn of the same session, or holds an unfinished one. Let that turn finish, or
+    call ``session.suspend_turn()`` (or ``cancel_turn()``) first; for parallel turns, use one
+    session per thread.
+
+    Never raised within one thread: there a new ``turn()`` suspends the unfinished turn (it
+    keeps running in its bridge; iterating it again resumes it), because leaving a ``for``
+    loop with ``break`` cannot run code to do so (C11)."""
 
 
 class SandboxGone(HarnessError):
