@@ -119,3 +119,26 @@ def test_checking_options_on_the_host_imports_no_driver_and_no_server():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ----------------------------------------------------------------------------- finding 7
+
+
+def test_c11_in_one_thread_a_new_turn_suspends_the_unfinished_one_and_reading_it_again_resumes_it(sandbox):
+    from host_support import options
+
+    with bc.create_session(
+        options("echo", agent_options={"steps": 3, "delay": 0.01}), session_options(sandbox)
+    ) as session:
+        first = session.turn("a b c")
+        for part in first:
+            if isinstance(part, bc.StepFinish):
+                break  # a break cannot run code: the turn stays the session's current one
+        second = session.turn("x y")  # no TurnInProgress in the same thread: `first` is suspended
+        assert next(second).type == "turn-start"
+        rest = list(first)  # reading the suspended turn again resumes it (and suspends `second`)
+        assert {p.step for p in rest if p.step is not None} == {1, 2}
+        assert rest[-1].type == "turn-finish" and first.done and first.steps == 3
+        after = list(second)
+        assert after[0].type == "step-start" and after[-1].type == "turn-finish"
+        assert second.text() == "x y" * 3  # each of its 3 steps echoes the prompt once: none lost, none twice
