@@ -1,4 +1,4 @@
-"""The options users give: how to reach a bridge, and how a session behaves (C01, API.md)."""
+"""The options users give: how to reach a bridge, and how a session behaves (C01, C02, C06)."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,13 @@ __all__ = ["BridgeOptions", "Workspace", "CreateSessionOptions"]
 @dataclass(frozen=True)
 class BridgeOptions:
     """How to install, launch and reach a bridge, and what its driver is made with (C01).
+
+    A bridge is shared: every host whose options give the same bridge id (``id``,
+    ``command``, ``args``, ``agent_options`` and the sandbox's token; C03) uses the one already
+    running, which keeps the environment it was launched with (for a ``LocalSandbox``, the
+    launching program's). A variable set later reaches the agent only in a new bridge: stop
+    the running one (``bridge-client stop BRIDGE_ID --sandbox DIR``), or use options that give
+    another bridge id (docs/concepts.md, "Bridge").
 
     Attributes:
         id: the agent id; the bridge must answer ``Hello`` with it (B07).
@@ -91,7 +98,7 @@ class CreateSessionOptions:
         resend_window: how long a dropped request is sent again, in total (C08).
         launch_timeout: how long to wait for a launched bridge to answer (C04).
         open_timeout: how long one connection attempt (TCP, TLS, upgrade) may take.
-        ping_interval: seconds between keepalive pings (PROTOCOL.md, "Streams").
+        ping_interval: seconds between keepalive pings (docs/protocol.md, "Keepalive").
         ping_timeout: extra silence after ``ping_interval`` before the connection is lost.
         request_timeout: how long to wait for the answer to a request that does not stream;
             a bridge that does not answer in time counts as lost.
