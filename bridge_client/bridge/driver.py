@@ -119,7 +119,7 @@ _HINTS = {
 
 class TurnContext:
     """What a turn runs with: its prompt, the session state, the steps already complete, a
-    cancel event, and the methods that emit parts (PROTOCOL.md, "Values").
+    cancel event, and the methods that emit parts (docs/protocol.md, "Values").
 
     Built by the bridge, one per run of a turn; a driver never constructs one. Methods may be
     called from any thread of the driver (a lock orders them). Emitting in the wrong place
@@ -316,7 +316,7 @@ class TurnContext:
             self._step = None
 
     def reset_step(self, reason: str) -> None:
-        """Abandon the open attempt of the step: emit ``step-reset`` (PROTOCOL.md, parts), so
+        """Abandon the open attempt of the step: emit ``step-reset`` (docs/protocol.md, "Values"), so
         readers drop its parts; the next :meth:`start_step` opens the same step again with its
         attempt raised. For a driver that must run a step again itself (a model stream cut
         mid-answer), as the bridge does after a restart (B05).
