@@ -1,5 +1,5 @@
 """Who a bridge is and where it lives: the bridge id (C03), the state directory, and the
-files in it (PROTOCOL.md, "Files in the state directory"; B01).
+files in it (docs/protocol.md, "Writing a bridge: the state directory"; B01).
 
 The host imports this module (and only this one) from ``bridge_client.bridge``: computing the
 id and parsing the listening and launch files are pure functions. Writing files is done by
