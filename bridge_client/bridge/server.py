@@ -1,5 +1,5 @@
 """The bridge's WebSocket server: the token check before the upgrade (C17), the RPC dispatch
-over Effect RPC's envelope (PROTOCOL.md), ReadTurn streams with acks, and the idle watcher
+over Effect RPC's envelope (docs/protocol.md), ReadTurn streams with acks, and the idle watcher
 (B06).
 
 Built on websockets' sync server: one thread per connection reads frames and answers the
@@ -263,7 +263,7 @@ class BridgeServer:
     def _authorized(self, values: Any) -> bool:
         """C17: exactly one ``Authorization: Bearer <token>``, compared in constant time.
 
-        The scheme must be spelled ``Bearer`` exactly, as PROTOCOL.md writes it (RFC 7235
+        The scheme must be spelled ``Bearer`` exactly, as docs/protocol.md writes it (RFC 7235
         would allow any case; our hosts never send another)."""
         if len(values) != 1:
             return False
