@@ -6,7 +6,7 @@ whether to send a request again over a new one.
 
 Threads: the caller's threads send requests and read their answers; one daemon reader thread
 (``bridge-client-reader-<id>``) alone reads the socket, routes Chunks and Exits by request id,
-acks Chunks while the request's buffer has room (PROTOCOL.md, "Streams"), sends ``Ping``
+acks Chunks while the request's buffer has room (docs/protocol.md, "Streams and acks"), sends ``Ping``
 every ``ping_interval`` seconds, and declares the connection lost after
 ``ping_interval + ping_timeout`` seconds of silence, even on a half-open socket.
 """
@@ -132,7 +132,7 @@ class Stream:
 
 
 class Connection:
-    """One WebSocket connection to a bridge (C06, C08, C17; PROTOCOL.md).
+    """One WebSocket connection to a bridge (C06, C08, C17; docs/protocol.md).
 
     Opening it performs the upgrade with ``Authorization: Bearer <token>`` and the endpoint's
     own headers, then starts the reader thread.
