@@ -3,8 +3,8 @@ sides import: each driver's ``make_driver`` in the bridge, and
 :func:`bridge_client.agent.bridge_options` on the host, which so reports a bad driver name or
 bad options at once instead of as a bridge that exits 2 at the first turn.
 
-Pure Python, no I/O, no import of the bridge or of the drivers (ARCHITECTURE.md layering: the
-host never imports them; see docs/design-notes.md, "Driver options checked on the host").
+Pure Python, no I/O, no import of the bridge or of the drivers (the host never imports
+them; see docs/design-notes.md, "Driver options checked on the host").
 Every check raises ``ValueError`` naming the driver and the option.
 """
 
