@@ -8,11 +8,11 @@
     ├── Unauthorized               the bridge refused the token (HTTP 401; never retried; C17)
     ├── UntrustedEndpoint          a wss:// endpoint's certificate did not verify (never retried)
     ├── BridgeMismatch             something answered with another agent id or bridge id (B07)
-    ├── ProtocolError (ValueError) a frame or value broke PROTOCOL.md
+    ├── ProtocolError (ValueError) a frame or value broke docs/protocol.md
     ├── ConnectionLost (ConnectionError)
     │                              the connection dropped; safe requests are resent (C08)
     ├── MayHaveBeenReceived        an unsafe request was cut off; it may or may not have arrived (C08)
-    ├── RpcError                   a typed failure the bridge answered with (PROTOCOL.md, catalogue)
+    ├── RpcError                   a typed failure the bridge answered with (docs/protocol.md, "Catalogue")
     │   ├── BadRequest
     │   ├── SessionNotFound
     │   ├── TurnNotFound
@@ -105,7 +105,8 @@ class BridgeMismatch(HarnessError):
 
 
 class ProtocolError(HarnessError, ValueError):
-    """A frame or value does not follow PROTOCOL.md. The message says which field and why."""
+    """A frame or value does not follow the protocol (docs/protocol.md). The message says which
+    field and why."""
 
 
 class ConnectionLost(HarnessError, ConnectionError):
@@ -137,7 +138,8 @@ class RpcError(HarnessError):
         super().__init__(message)
 
     def to_wire(self) -> Dict[str, Any]:
-        """Return the error as the JSON object PROTOCOL.md carries in ``Fail.error``."""
+        """Return the error as the JSON object a ``Fail`` cause carries as ``error``
+        (docs/protocol.md, "Envelope")."""
         return {"_tag": self.tag, "message": str(self), **self.fields}
 
 
