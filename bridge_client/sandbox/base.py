@@ -91,7 +91,7 @@ class SpawnedProcess(Protocol):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """An isolated place where the agent works (CONTRACT.md, "Words").
+    """An isolated place where the agent works (docs/concepts.md, "Host and sandbox").
 
     Attributes:
         id: the sandbox id: stable for the same sandbox, used to derive the token (C01).
