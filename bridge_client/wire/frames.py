@@ -1,4 +1,4 @@
-"""The RPC envelope: Effect RPC's JSON messages, as values (PROTOCOL.md, "Envelope").
+"""The RPC envelope: Effect RPC's JSON messages, as values (docs/protocol.md, "Envelope").
 
 Sans-I/O: text or bytes go in, message values come out, and back. Nothing here touches a
 socket, a thread or a clock.
@@ -194,7 +194,7 @@ def _exit_to_json(value: ExitValue) -> Any:
 
 
 def to_json(message: Union[HostMessage, BridgeMessage]) -> Any:
-    """Return ``message`` as the JSON object (``dict``) PROTOCOL.md gives for it."""
+    """Return ``message`` as the JSON object (``dict``) docs/protocol.md gives for it."""
     if isinstance(message, Request):
         return {
             "_tag": "Request",
