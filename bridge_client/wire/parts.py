@@ -1,6 +1,6 @@
 """The values that ride inside the envelope: parts, turn and session states, payloads.
 
-PROTOCOL.md, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
+docs/protocol.md, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
 (dataclasses-json's ``DataClassJsonMixin`` gives ``to_json``/``from_json``/``schema``).
 
 Decoding from the wire goes through hand-written ``from_dict`` overrides that check every
@@ -44,10 +44,10 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-"""The protocol version this package speaks (PROTOCOL.md)."""
+"""The protocol version this package speaks (docs/protocol.md)."""
 
 FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
-"""The ``finishReason`` values of ``turn-finish`` (PROTOCOL.md, parts)."""
+"""The ``finishReason`` values of ``turn-finish`` (docs/protocol.md, "Values")."""
 
 TURN_STATUSES = ("started", "running", "continued", "finished")
 """The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
@@ -326,7 +326,7 @@ def _encode_field(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Part(_Value):
-    """One element of a turn's stream (PROTOCOL.md, "Values").
+    """One element of a turn's stream (docs/protocol.md, "Values").
 
     Attributes:
         index: the part's offset in the turn's log (0-based, never reused).
