@@ -1,4 +1,4 @@
-"""The bridge's RPC catalogue (PROTOCOL.md, "Catalogue", protocol 1).
+"""The bridge's RPC catalogue (docs/protocol.md, "Catalogue (protocol 1)").
 
 Each :class:`Rpc` says what its payload must hold, whether it streams, whether the host may
 send it again over a new connection after a drop (C08), and which typed errors it may answer
