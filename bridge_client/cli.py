@@ -4,21 +4,25 @@
 
     bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE] [--agent NAME|MODULE:CALLABLE]
                       [--option KEY=VALUE]... [--json]
-    bridge-client continue TURN_STATE_FILE [--steps K] [same options as run]
+    bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
     bridge-client bridges [--sandbox DIR]
-    bridge-client stop BRIDGE_ID [--sandbox DIR]
+    bridge-client stop (BRIDGE_ID | --all) [--sandbox DIR] [--timeout SECONDS]
+
+``python -m bridge_client`` is the same command.
 
 On a terminal, a spinner with the seconds of silence shows on stderr while the turn sends
 nothing, and markers are coloured (not when ``NO_COLOR`` is set); piped output gets neither.
 ``-v`` logs what the client does (connects, launches, resends, resumes, restarts) on stderr.
 
 Exit status: 0 for a turn that finished with ``stop`` (or a command that did its job), 1 for
-a turn that finished otherwise or a failure, 2 for bad command-line input, 130 after Ctrl-C
-(the turn is suspended, not cancelled, and the command says how to continue it).
+a turn that finished otherwise or a failure, 2 for bad command-line input, 130 after Ctrl-C and
+143 after SIGTERM (the turn is suspended, not cancelled, and the command says how to continue
+it). Every error is one line on stderr starting ``bridge-client: error:``.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -30,39 +34,76 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, TextIO, Tuple
 
-from . import __version__
-from .agent import bridge_options, create_session
-from .bridge import identity
-from .client.session import Session
-from .drivers import BUILTIN_DRIVERS
-from .client.connection import Connection
-from .errors import ConnectionLost, HarnessError, Unauthorized
-from .paths import default_secret
-from .redacted import hmac_token
-from .options import BridgeOptions, CreateSessionOptions, Workspace
-from .paths import user_home
-from .sandbox.base import Sandbox
-from .sandbox.local import LocalSandbox
-from .terminal import Colours, Progress, colour_enabled, is_terminal
-from .wire.parts import (
-    HelloResult,
-    Part,
-    ReasoningDelta,
-    StepReset,
-    TextDelta,
-    ToolCall,
-    ToolResult,
-    TurnFinish,
-    TurnState,
+
+def _interrupted_while_starting(signum: int, frame: Any) -> None:
+    """Ctrl-C while the modules below load: exit 130 quietly, not with an import traceback."""
+    raise SystemExit(130)
+
+
+# Installed only by the process's main thread, and only over Python's own handler; put back
+# once the imports are done.
+_GUARD_IMPORTS = (
+    threading.current_thread() is threading.main_thread()
+    and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 )
+if _GUARD_IMPORTS:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+try:
+    from . import __version__
+    from .agent import bridge_options, create_session
+    from .bridge import identity
+    from .client.connection import Connection
+    from .client.session import Session
+    from .drivers import BUILTIN_DRIVERS
+    from .errors import ConnectionLost, HarnessError, TemplateError, Unauthorized
+    from .options import BridgeOptions, CreateSessionOptions, Workspace
+    from .paths import SECRET_ENV, default_secret, user_home
+    from .redacted import hmac_token
+    from .sandbox.base import Sandbox
+    from .sandbox.local import LocalSandbox
+    from .template import Template, TemplateStep
+    from .terminal import Colours, Progress, colour_enabled, is_terminal
+    from .wire.parts import (
+        Data,
+        HelloResult,
+        Part,
+        ReasoningDelta,
+        StepReset,
+        TextDelta,
+        ToolCall,
+        ToolResult,
+        TurnFinish,
+        TurnState,
+    )
+finally:
+    if _GUARD_IMPORTS:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 __all__ = ["main", "UsageError"]
 
 
 class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
+
+
+class _Failure(Exception):
+    """A command that could not do its job (not bad input): one line, exit status 1."""
+
+
+class _OutputError(Exception):
+    """Writing the command's own output failed (stdout closed or full): exit status 1."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM while a turn streams: suspended like Ctrl-C, exit status 128 + 15."""
+
+    signum = int(signal.SIGTERM)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -106,53 +147,199 @@ def _sandbox(folder: Optional[str]) -> Sandbox:
         raise UsageError(str(exc)) from None
 
 
-def _agent_id(agent: str, agent_options: Dict[str, Any]) -> str:
-    """Make the driver here once, so that bad options are reported as bad input before any
-    bridge is launched; return its ``agent_id``."""
-    module_name, sep, attr = BUILTIN_DRIVERS.get(agent, agent).partition(":")
+def _sandbox_label(folder: Optional[str]) -> str:
+    """How a sandbox is named in a saved turn state and a printed command: ``docker:IMAGE`` as
+    given, a folder as its absolute real path."""
+    if folder and folder.startswith(_DOCKER_PREFIX):
+        return folder
+    return os.path.realpath(folder or ".")
+
+
+# Run by the bridge's Python in the sandbox folder (where the bridge runs and imports the
+# driver, ``python -m`` putting that folder first on sys.path): load the factory, call it with
+# the options, print its agent_id. Failures are reported on the marker line, not as a traceback.
+_PROBE = r"""
+import importlib, json, sys
+MARK = "@@bridge-client-probe "
+def answer(**kv):
+    sys.stdout.write("\n" + MARK + json.dumps(kv) + "\n")
+    sys.exit(0)
+spec, options = sys.argv[1], json.loads(sys.argv[2])
+module_name, _, attr = spec.partition(":")
+try:
+    obj = importlib.import_module(module_name)
+    for name in attr.split("."):
+        obj = getattr(obj, name)
+except Exception as exc:
+    answer(load="%s: %s" % (type(exc).__name__, exc))
+if not callable(obj):
+    answer(load="%s is not callable" % spec)
+try:
+    driver = obj(options)
+except Exception as exc:
+    answer(options="%s: %s" % (type(exc).__name__, exc))
+agent_id = getattr(driver, "agent_id", None)
+close = getattr(driver, "close", None)
+if callable(close):
+    try:
+        close()
+    except Exception:
+        pass
+answer(agentId=agent_id if isinstance(agent_id, str) else None)
+"""
+_PROBE_MARK = "@@bridge-client-probe "
+_PROBE_TIMEOUT = 60.0
+
+
+def _probe(sandbox: Sandbox, python: str, agent: str, agent_options: Dict[str, Any]) -> Dict[str, Any]:
+    """Run :data:`_PROBE` in the sandbox folder; return its answer (``agentId``, ``load`` or
+    ``options``). Raises _Failure when it cannot run or gives no answer."""
+    argv = [python, "-c", _PROBE, agent, json.dumps(agent_options or None)]
+    try:
+        result = sandbox.exec(argv, timeout=_PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise _Failure(f"cannot load agent {agent!r} in {sandbox.workdir}: {exc}") from None
+    text = result.stdout.decode("utf-8", "replace")
+    for line in reversed(text.splitlines()):
+        if line.startswith(_PROBE_MARK):
+            answer = json.loads(line[len(_PROBE_MARK):])
+            if isinstance(answer, dict):
+                return answer
+    tail = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
+    raise _Failure(
+        f"cannot load agent {agent!r} in {sandbox.workdir}: {python} exited with {result.exit_code}"
+        + (f": {tail[-1]}" if tail else "")
+    )
+
+
+def _agent_id(
+    agent: str, agent_options: Dict[str, Any], sandbox: Sandbox, python: str, template: Template
+) -> str:
+    """Check the agent and its options before any bridge is launched, so that bad ones are
+    reported as bad input; return the ``agent_id`` the bridge will answer with.
+
+    A built-in agent is made here once. A ``MODULE:CALLABLE`` agent is loaded where the bridge
+    loads it: by the bridge's Python in the sandbox folder (:data:`_PROBE`), so a module that
+    is only there (in the folder, or only in a container) works; when that Python lacks this
+    package, the template installs it first.
+    """
+    builtin = BUILTIN_DRIVERS.get(agent)
+    module_name, sep, attr = (builtin or agent).partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"unknown agent {agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load agent {agent!r}: {exc}") from None
-    if not callable(factory):
-        raise UsageError(f"agent {agent!r} is not callable")
-    try:
-        driver = factory(agent_options or None)
-    except Exception as exc:
-        raise UsageError(f"agent {agent!r}: {exc}") from None
-    agent_id = getattr(driver, "agent_id", None)
-    close = getattr(driver, "close", None)
-    if callable(close):
-        close()
+    if builtin is None:
+        answer = _probe(sandbox, python, agent, agent_options)
+        if "bridge_client" in str(answer.get("load", "")):  # its module imports this package
+            template.run(sandbox)
+            answer = _probe(sandbox, python, agent, agent_options)
+        if "load" in answer:
+            raise UsageError(f"cannot load agent {agent!r} in {sandbox.workdir}: {answer['load']}")
+        if "options" in answer:
+            raise UsageError(f"agent {agent!r}: {answer['options']}")
+        agent_id = answer.get("agentId")
+    else:
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except ImportError as exc:
+            raise UsageError(f"cannot load agent {agent!r}: {exc}") from None
+        try:
+            driver = factory(agent_options or None)
+        except Exception as exc:
+            raise UsageError(f"agent {agent!r}: {exc}") from None
+        agent_id = getattr(driver, "agent_id", None)
+        close = getattr(driver, "close", None)
+        if callable(close):
+            close()
     if not isinstance(agent_id, str) or not agent_id:
         raise UsageError(f"agent {agent!r} has no agent_id")
     return agent_id
 
 
-def _session_options(args: argparse.Namespace) -> Tuple[BridgeOptions, CreateSessionOptions]:
-    sandbox = _sandbox(args.sandbox)
-    agent_options = _parse_options(args.option or [])
-    options = bridge_options(
-        args.agent,
-        python="python3" if (args.sandbox or "").startswith(_DOCKER_PREFIX) else None,
-        agent_options=agent_options or None,
-        agent_id=_agent_id(args.agent, agent_options),
+@dataclasses.dataclass(frozen=True)
+class _AnnouncedStep(TemplateStep):
+    """A template step that says on stderr what it installs before it does (the npm install
+    of an agent's CLI), and adds a hint when the installer itself is missing."""
+
+    def run(self, sandbox: Sandbox) -> None:
+        """Check; when missing, announce and install (:meth:`Template.run`'s rules)."""
+        try:
+            if sandbox.exec(list(self.check), timeout=self.timeout).ok:
+                return
+        except (OSError, TimeoutError):
+            pass
+        where = sandbox.workdir if isinstance(sandbox, LocalSandbox) else f"the sandbox {sandbox.id}"
+        _say(f"bridge-client: {self.name} is missing; installing it for {where}: {shlex.join(self.install)}")
+        plain = TemplateStep(self.name, self.check, self.install, self.timeout)
+        try:
+            Template((plain,)).run(sandbox)
+        except TemplateError as exc:
+            if f"cannot run {self.install[0]}" not in str(exc):
+                raise
+            raise TemplateError(
+                f"{str(exc).splitlines()[0]} (install Node.js and npm there, or {self.name} itself)",
+                step=exc.step,
+                output=exc.output,
+            ) from None
+
+
+def _announced(template: Template) -> Template:
+    """``template`` with its agent CLI steps (npm) announced on stderr; other steps as they are."""
+    steps = tuple(
+        _AnnouncedStep(s.name, s.check, s.install, s.timeout)
+        if type(s) is TemplateStep and s.install[:1] == ("npm",)
+        else s
+        for s in template.steps
     )
+    return Template(steps)
+
+
+def _session_options(
+    args: argparse.Namespace, sandbox: Optional[Sandbox] = None
+) -> Tuple[BridgeOptions, CreateSessionOptions]:
+    if sandbox is None:
+        sandbox = _sandbox(args.sandbox)
+    agent_options = _parse_options(args.option or [])
+    module_name, sep, attr = BUILTIN_DRIVERS.get(args.agent, args.agent).partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(
+            f"unknown agent {args.agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE"
+        )
+    python = "python3" if (args.sandbox or "").startswith(_DOCKER_PREFIX) else sys.executable
+    try:  # bridge_options checks a built-in agent's options too (ValueError)
+        options = bridge_options(args.agent, python=python, agent_options=agent_options or None)
+    except ValueError as exc:
+        raise UsageError(f"agent {args.agent!r}: {exc}") from None
+    options = dataclasses.replace(options, template=_announced(options.template))
+    agent_id = _agent_id(args.agent, agent_options, sandbox, python, options.template)
+    options = dataclasses.replace(options, id=agent_id)
     return options, CreateSessionOptions(workspace=Workspace(sandbox))
 
 
 # ----------------------------------------------------------------------------- output
 
 
+def _killed_by(output: Any) -> str:
+    """``"killed by signal 15 (SIGTERM) "`` for a tool result whose ``exitCode`` is negative
+    (the shell driver's way of saying a signal ended the command), else ``""``."""
+    code = output.get("exitCode") if isinstance(output, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool) or code >= 0:
+        return ""
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-code}{name} "
+
+
 class _Printer:
-    """Shows parts as people read them: text as it arrives, tools marked, a final line;
-    markers coloured when ``out`` is a terminal and ``NO_COLOR`` is not set."""
+    """Shows parts as people read them: text as it arrives, reasoning marked ``[thinking]``
+    (and dim), tools and driver data (``[codex-error] ...``) marked, a final line; markers
+    coloured when ``out`` is a terminal and ``NO_COLOR`` is not set."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.at_line_start = True
+        self.thinking = False  # the last text written was reasoning
         self.c = Colours(colour_enabled(out))
 
     def _line(self, text: str) -> None:
@@ -160,12 +347,22 @@ class _Printer:
             self.out.write("\n")
         self.out.write(text + "\n")
         self.at_line_start = True
+        self.thinking = False
+
+    def _text(self, text: str, reasoning: bool) -> None:
+        if reasoning != self.thinking:
+            if not self.at_line_start:
+                self.out.write("\n")
+            if reasoning:
+                self.out.write(self.c.dim("[thinking]") + " ")
+            self.thinking = reasoning
+        self.out.write(self.c.dim(text) if reasoning else text)
+        self.at_line_start = text.endswith("\n")
 
     def show(self, part: Part) -> None:
         if isinstance(part, (TextDelta, ReasoningDelta)):
             if part.text:
-                self.out.write(part.text)
-                self.at_line_start = part.text.endswith("\n")
+                self._text(part.text, isinstance(part, ReasoningDelta))
         elif isinstance(part, ToolCall):
             shown = part.input.get("command") if isinstance(part.input, dict) else None
             marker = self.c.tool(f"[{part.tool_name}]")
@@ -175,7 +372,12 @@ class _Printer:
                 marker = self.c.bad(f"[{part.tool_name} error]")
             else:
                 marker = self.c.ok(f"[{part.tool_name} ok]")
-            self._line(f"{marker} {json.dumps(part.output, ensure_ascii=False)[:200]}")
+            shown = json.dumps(part.output, ensure_ascii=False)[:200]
+            self._line(f"{marker} {_killed_by(part.output)}{shown}")
+        elif isinstance(part, Data):
+            paint = self.c.bad if "error" in part.name.lower() else self.c.note
+            shown = part.data if isinstance(part.data, str) else json.dumps(part.data, ensure_ascii=False)
+            self._line(f"{paint(f'[{part.name}]')} {shown[:500]}")
         elif isinstance(part, StepReset):
             note = f"[step {part.step} restarted: {part.reason}; what it printed above is void]"
             self._line(self.c.note(note))
@@ -186,20 +388,26 @@ class _Printer:
         self.out.flush()
 
 
-def _save_turn_state(state: TurnState) -> str:
+_SANDBOX_KEY = "sandbox"  # what the saved turn state adds to TurnState's fields
+
+
+def _save_turn_state(state: TurnState, sandbox_label: str) -> str:
+    """Write the turn state, plus the sandbox it runs in, to ``<user_home>/turns/<turn id>.json``
+    (mode 0600); return the path. The extra key is ignored by :meth:`TurnState.from_json`."""
     folder = os.path.join(user_home(), "turns")
     path = os.path.join(folder, f"{state.turn_id}.json")
-    identity.secure_write(path, state.to_json().encode())
+    record = dict(state.to_dict(), **{_SANDBOX_KEY: sandbox_label})
+    identity.secure_write(path, json.dumps(record, ensure_ascii=False).encode())
     return path
 
 
 def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
+    """The command that continues the turn: always with the sandbox (an absolute path or
+    ``docker:IMAGE``), so it works from any folder."""
     words = ["bridge-client", "continue", path]
     if steps:
         words += ["--steps", str(steps)]
-    if args.sandbox:
-        keep = args.sandbox.startswith(_DOCKER_PREFIX)
-        words += ["--sandbox", args.sandbox if keep else os.path.abspath(args.sandbox)]
+    words += ["--sandbox", _sandbox_label(args.sandbox)]
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
@@ -207,9 +415,12 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:
-    # A second Ctrl-C while the turn is being suspended would interrupt that too (and can
-    # leave a lock half-taken inside threading.Condition): ignore any more.
+    # A second Ctrl-C (or SIGTERM) while the turn is being suspended would interrupt that too
+    # (and can leave a lock half-taken inside threading.Condition): ignore any more.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if signum == signal.SIGTERM:
+        raise _Stopped
     raise KeyboardInterrupt
 
 
@@ -230,32 +441,42 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Pro
     out = sys.stdout
     printer = _Printer(out)
     shared_terminal = is_terminal(out)
+    handlers: Dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _interrupt_once)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, _interrupt_once)
     try:
-        for part in turn:
-            with progress.output(_waiting_for(part)):
-                if as_json:
-                    out.write(part.to_json() + "\n")
-                    out.flush()
-                else:
-                    printer.show(part)
-                # The spinner draws on its own line only: not after half a line of text.
-                progress.may_draw = printer.at_line_start or not shared_terminal
-    except KeyboardInterrupt:
-        progress.close()
-        state = turn.suspend()
-        path = _save_turn_state(state)
-        command = _continue_command(path, args, turn.steps)
-        _say(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {command}")
-        return 130
+        try:
+            for part in turn:
+                with progress.output(_waiting_for(part)):
+                    try:
+                        if as_json:
+                            out.write(part.to_json() + "\n")
+                            out.flush()
+                        else:
+                            printer.show(part)
+                    except OSError as exc:
+                        raise _OutputError(exc) from None
+                    # The spinner draws on its own line only: not after half a line of text.
+                    progress.may_draw = printer.at_line_start or not shared_terminal
+        except KeyboardInterrupt as exc:
+            progress.close()
+            state = turn.suspend()
+            path = _save_turn_state(state, _sandbox_label(args.sandbox))
+            command = _continue_command(path, args, turn.steps)
+            _say(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {command}")
+            return 128 + (exc.signum if isinstance(exc, _Stopped) else int(signal.SIGINT))
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     finish = turn.finish
     if finish is None:
-        _say("bridge-client: the turn ended without turn-finish")
+        _say("bridge-client: error: the turn ended without turn-finish")
         return 1
     if finish.finish_reason != "stop":
-        detail = f": {finish.error}" if finish.error else ""
-        _say(f"bridge-client: turn finished with {finish.finish_reason}{detail}")
+        if as_json:  # the human output's last line says it already
+            detail = f": {finish.error}" if finish.error else ""
+            _say(f"bridge-client: turn finished with {finish.finish_reason}{detail}")
         return 1
     return 0
 
@@ -276,19 +497,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress.close()
 
 
-def _cmd_continue(args: argparse.Namespace) -> int:
+def _read_turn_state(path: str) -> Tuple[TurnState, Optional[str]]:
+    """Read a saved turn state; return it and the sandbox it was saved with (``None`` for a
+    file without one, such as a plain ``TurnState.to_json()``)."""
     try:
-        with open(args.turn_state_file, "rb") as f:
-            state = TurnState.from_json(f.read())
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as exc:
-        raise UsageError(f"cannot read {args.turn_state_file}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"{args.turn_state_file} is not a turn state: {exc}") from None
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        record = json.loads(raw)
+        state = TurnState.from_dict(record)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{path} is not a turn state: {exc}") from None
+    recorded = record.get(_SANDBOX_KEY) if isinstance(record, dict) else None
+    return state, recorded if isinstance(recorded, str) and recorded else None
+
+
+def _has_bridge(sandbox: Sandbox, state: TurnState) -> bool:
+    """Whether the turn's bridge has its state directory (its ``launch.json`` naming it and the
+    turn's agent) in ``sandbox``: when it has not, ``continue_turn`` runs the turn again from
+    its prompt (C14)."""
+    if not _BRIDGE_ID.match(state.bridge_id):
+        return False
+    path = posixpath.join(identity.state_dir(sandbox.state_root, state.bridge_id), identity.LAUNCH_FILE)
+    try:
+        info = identity.parse_launch(sandbox.read_file(path))
+    except (OSError, ValueError):
+        return False
+    return info.bridge_id == state.bridge_id and info.agent_id == state.agent_id
+
+
+def _cmd_continue(args: argparse.Namespace) -> int:
+    state, recorded = _read_turn_state(args.turn_state_file)
     if args.steps < 0:
         raise UsageError("--steps must be >= 0")
     if args.agent is None:
         args.agent = state.agent_id
-    options, session_options = _session_options(args)
+    if args.sandbox is None and recorded is not None:
+        args.sandbox = recorded  # the sandbox the turn runs in, not the current folder
+    sandbox = _sandbox(args.sandbox)
+    here = _sandbox_label(args.sandbox)
+    if not _has_bridge(sandbox, state):
+        where = f"it ran in {recorded}" if recorded is not None else "the file does not say where it ran"
+        if recorded != here and not args.rerun_here:
+            raise UsageError(
+                f"the turn's bridge {state.bridge_id} is not in {here} ({where}): continuing would run "
+                "the whole turn again from its prompt here, commands and all; use the turn's --sandbox, "
+                "or pass --rerun-here to run it again here"
+            )
+        _say(f"bridge-client: the turn's bridge is gone from {here}: the turn runs again from its prompt")
+    options, session_options = _session_options(args, sandbox)
     progress = _progress(args)
     try:
         with create_session(options, session_options) as session:
@@ -307,7 +566,9 @@ def _bridge_rows(sandbox: Sandbox) -> List[Dict[str, Any]]:
     rows = []
     for name in names:
         folder = posixpath.join(root, name)
-        row: Dict[str, Any] = {"id": name, "agent": "?", "pid": None, "port": None, "alive": False}
+        row: Dict[str, Any] = {
+            "id": name, "agent": "?", "pid": None, "port": None, "alive": False, "running": "?",
+        }
         try:
             row["agent"] = identity.parse_launch(
                 sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))
@@ -324,7 +585,7 @@ def _bridge_rows(sandbox: Sandbox) -> List[Dict[str, Any]]:
         if local:
             row.update(_store_counts(posixpath.join(folder, identity.STORE_FILE)))
         else:  # the store is inside a container: not opened from here
-            row.update(sessions="?", turns="?")
+            row.update(sessions="?", turns="?", running="?")
         rows.append(row)
     return rows
 
@@ -367,17 +628,19 @@ def _store_counts(path: str) -> Dict[str, Any]:
     import sqlite3
 
     if not os.path.exists(path):
-        return {"sessions": 0, "turns": 0}
+        return {"sessions": 0, "turns": 0, "running": 0}
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
         try:
             sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
-            turns = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+            turns, running = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(status = 'running'), 0) FROM turns"
+            ).fetchone()
         finally:
             db.close()
     except sqlite3.Error:
-        return {"sessions": "?", "turns": "?"}
-    return {"sessions": sessions, "turns": turns}
+        return {"sessions": "?", "turns": "?", "running": "?"}
+    return {"sessions": sessions, "turns": turns, "running": running}
 
 
 def _cmd_bridges(args: argparse.Namespace) -> int:
@@ -385,12 +648,12 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
     rows = _bridge_rows(sandbox)
     if args.json:
         for row in rows:
-            print(json.dumps(row))
+            _print(json.dumps(row))
         return 0
     if not rows:
-        print(f"no bridges in {sandbox.workdir}")
+        _print(f"no bridges in {sandbox.workdir}")
         return 0
-    header = ("BRIDGE ID", "AGENT", "PID", "PORT", "ALIVE", "SESSIONS", "TURNS")
+    header = ("BRIDGE ID", "AGENT", "PID", "PORT", "ALIVE", "SESSIONS", "TURNS", "RUNNING")
     table = [header] + [
         (
             r["id"],
@@ -400,16 +663,21 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
             "yes" if r["alive"] else "no",
             str(r["sessions"]),
             str(r["turns"]),
+            str(r["running"]),
         )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        _print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return 0
 
 
 _BRIDGE_ID = re.compile(r"[0-9a-f]{%d}\Z" % identity.BRIDGE_ID_LENGTH)
+
+
+class _NotRunning(Exception):
+    """The bridge to stop is not running (nothing to do: exit status 0)."""
 
 
 def _check_it_is_that_bridge(sandbox: Sandbox, info: identity.ListeningInfo, bridge_id: str) -> None:
@@ -419,52 +687,88 @@ def _check_it_is_that_bridge(sandbox: Sandbox, info: identity.ListeningInfo, bri
     try:
         conn = Connection(sandbox.expose(info.port), token, open_timeout=5.0)
     except Unauthorized:
-        raise HarnessError(
-            f"bridge {bridge_id} refuses this user's token: it was launched with another secret"
+        raise _Failure(
+            f"bridge {bridge_id} refuses this user's token: it was launched with another secret; "
+            f"set {SECRET_ENV} to the secret it was launched with (or run this as the user who did)"
         ) from None
     except ConnectionLost:
-        raise UsageError(
-            f"no running bridge {bridge_id} in {sandbox.workdir} (its listening file is stale)"
-        ) from None
+        raise _NotRunning(f"bridge {bridge_id} is not running (its listening file is stale)") from None
     try:
         hello = HelloResult.from_dict(conn.call("Hello", None, timeout=5.0))
     except HarnessError as exc:
-        raise HarnessError(f"port {info.port} does not answer as bridge {bridge_id}: {exc}") from None
+        raise _Failure(f"port {info.port} does not answer as bridge {bridge_id}: {exc}") from None
     finally:
         conn.close()
     if hello.bridge_id != bridge_id or hello.pid != info.pid:
-        raise UsageError(
-            f"no running bridge {bridge_id} in {sandbox.workdir} (port {info.port} is another program's)"
-        )
+        raise _NotRunning(f"bridge {bridge_id} is not running (port {info.port} is another program's)")
 
 
-def _cmd_stop(args: argparse.Namespace) -> int:
-    sandbox = _sandbox(args.sandbox)
-    if not _BRIDGE_ID.match(args.bridge_id):
-        raise UsageError(
-            f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)"
-        )
-    folder = identity.state_dir(sandbox.state_root, args.bridge_id)
+def _stop_one(sandbox: Sandbox, bridge_id: str, timeout: float) -> str:
+    """Stop one bridge (SIGTERM, then wait for its listening file to go); return what to print.
+
+    Raises:
+        _NotRunning: it is not running (already stopped, or a stale listening file).
+        _Failure: no such bridge, another secret, or it did not stop within ``timeout``.
+    """
+    folder = identity.state_dir(sandbox.state_root, bridge_id)
     listening = posixpath.join(folder, identity.LISTENING_FILE)
     try:
         info = identity.parse_listening(sandbox.read_file(listening))
     except FileNotFoundError:
-        raise UsageError(f"no running bridge {args.bridge_id} in {sandbox.workdir}") from None
+        try:
+            sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))
+        except FileNotFoundError:
+            raise _Failure(
+                f"no bridge {bridge_id} in {sandbox.workdir} (see `bridge-client bridges`)"
+            ) from None
+        except OSError:
+            pass
+        raise _NotRunning(f"bridge {bridge_id} is not running") from None
     except ValueError as exc:
-        raise UsageError(f"bridge {args.bridge_id}: {exc}") from None
-    _check_it_is_that_bridge(sandbox, info, args.bridge_id)
+        raise _Failure(f"bridge {bridge_id}: {exc}") from None
+    _check_it_is_that_bridge(sandbox, info, bridge_id)
     result = sandbox.exec(["kill", "-TERM", str(info.pid)])
     if not result.ok:
-        raise HarnessError(f"bridge {args.bridge_id} (pid {info.pid}) is not running")
-    deadline = time.monotonic() + args.timeout
+        raise _NotRunning(f"bridge {bridge_id} (pid {info.pid}) is not running")
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             sandbox.read_file(listening)
         except FileNotFoundError:
-            print(f"stopped bridge {args.bridge_id} (pid {info.pid})")
-            return 0
+            return f"stopped bridge {bridge_id} (pid {info.pid})"
         time.sleep(0.05)
-    raise HarnessError(f"bridge {args.bridge_id} (pid {info.pid}) did not stop within {args.timeout:g} s")
+    raise _Failure(f"bridge {bridge_id} (pid {info.pid}) did not stop within {timeout:g} s")
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    if args.all == (args.bridge_id is not None):
+        raise UsageError("give one BRIDGE_ID or --all")
+    if args.timeout < 0:
+        raise UsageError("--timeout must be >= 0")
+    if args.bridge_id is not None and not _BRIDGE_ID.match(args.bridge_id):
+        raise UsageError(
+            f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)"
+        )
+    sandbox = _sandbox(args.sandbox)
+    if args.bridge_id is not None:
+        try:
+            _print(_stop_one(sandbox, args.bridge_id, args.timeout))
+        except _NotRunning as exc:
+            _print(str(exc))
+        return 0
+    failed = 0
+    rows = [row for row in _bridge_rows(sandbox) if row["pid"] is not None]
+    for row in rows:
+        try:
+            _print(_stop_one(sandbox, row["id"], args.timeout))
+        except _NotRunning:
+            pass
+        except (_Failure, HarnessError) as exc:
+            _say(f"bridge-client: error: {exc}")
+            failed += 1
+    if not rows:
+        _print(f"no running bridges in {sandbox.workdir}")
+    return 1 if failed else 0
 
 
 # ----------------------------------------------------------------------------- main
@@ -479,6 +783,14 @@ def _say(line: str) -> None:
             pass
 
 
+def _print(line: str) -> None:
+    """Print one line of the command's output on stdout. Raises _OutputError."""
+    try:
+        print(line, flush=True)
+    except OSError as exc:
+        raise _OutputError(exc) from None
+
+
 def _log_to_stderr() -> None:
     """``-v``: the ``bridge_client`` logger's DEBUG lines on stderr; other libraries' loggers
     stay as they are (the root logger is not configured)."""
@@ -490,32 +802,51 @@ def _log_to_stderr() -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
-_AGENT_HELP = """agents:
+_AGENT_HELP = """agents and their --option keys:
   shell   each prompt line is a command, run by /bin/sh in the workspace, each in its own
           shell (so `cd` and `export` do not carry over to the next line); one step each.
-          options: timeout=SECONDS (per command, default 600), keep_going=true (go on after
-          a failing command), shell=PATH
+          timeout=SECONDS (per command, default 600), keep_going=true (go on after a failing
+          command), shell=PATH
   echo    answers with the prompt, deterministically (for demos and tests).
-          options: steps=N, chunks=N (text parts per step), delay=SECONDS (before each part)
+          steps=N, chunks=N (text parts per step), delay=SECONDS (before each part),
+          fail_at=N (the step that fails, for tests)
   openai  a coding agent over any OpenAI-compatible Chat Completions endpoint, with tools that
           run commands and read, write and list files in the workspace.
-          options: model=NAME (required), base_url=URL, api_key_env=VAR (the variable that
-          holds the key; never the key itself), max_steps=N, temperature=T, system=TEXT
+          model=NAME (required), base_url=URL (default https://api.openai.com/v1),
+          api_key_env=VAR (the variable that holds the key, default OPENAI_API_KEY; never the
+          key itself), max_steps=N (20), temperature=T, system=TEXT,
+          max_retries=N (5: tries after the first, for unreachable servers, 429 and 5xx),
+          backoff_initial=SECONDS (1), backoff_max=SECONDS (30),
+          request_timeout=SECONDS (300), command_timeout=SECONDS (300),
+          max_output=CHARS (20000), include_usage=false (for servers that refuse it)
   claude-code  the Claude Code CLI (claude -p, stream-json), resuming its own session.
-          options: model=NAME, permission_mode=MODE, max_turns=N, extra_args=[...]
+          executable=PATH, model=NAME, permission_mode=MODE (default bypassPermissions; as
+          root, claude wants IS_SANDBOX=1), max_turns=N, append_system_prompt=TEXT,
+          allowed_tools=[...], extra_args=[...], continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5)
   codex   the Codex CLI (codex exec --json), resuming its own thread.
-          options: model=NAME, sandbox=MODE, extra_args=[...]
-  MODULE:CALLABLE  your own driver factory, called with the options as a dict
-  (docs/drivers/ has a page per agent)
+          executable=PATH, model=NAME, sandbox=MODE (default workspace-write),
+          skip_git_repo_check=BOOL (true), extra_args=[...], continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5)
+  MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
+          the bridge's Python in the sandbox folder, like the bridge does
+  claude-code and codex install their CLI with `npm install -g` when the sandbox lacks it
+  (said on stderr first). Docs: docs/drivers/ has a page per agent.
 """
 
 
 def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str]) -> None:
-    p.add_argument("--sandbox", metavar="DIR", help=_SANDBOX_HELP)
+    p.add_argument(
+        "--sandbox",
+        metavar="DIR",
+        help=_SANDBOX_HELP if default_agent else _SANDBOX_HELP.replace(
+            "(default: the current folder)", "(default: the one the turn state names)"
+        ),
+    )
     p.add_argument(
         "--agent",
         default=default_agent,
@@ -567,12 +898,19 @@ def build_parser() -> argparse.ArgumentParser:
         "continue",
         help="continue a suspended turn",
         description="Read a turn again from its saved state, in the bridge that runs it (use the "
-        "same --sandbox, --agent and --option values as the run).",
+        "same --agent and --option values as the run; the sandbox defaults to the one the state "
+        "file names). When that bridge is not in the sandbox, the turn would run again from its "
+        "prompt: refused unless --rerun-here, or the sandbox is the turn's own.",
         epilog=_AGENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cont.add_argument("turn_state_file", metavar="TURN_STATE_FILE")
     cont.add_argument("--steps", type=int, default=0, help="complete steps you already have (skipped)")
+    cont.add_argument(
+        "--rerun-here",
+        action="store_true",
+        help="allow running the turn again from its prompt in this sandbox when its bridge is not here",
+    )
     _add_agent_arguments(cont, None)
     cont.set_defaults(func=_cmd_continue)
 
@@ -584,19 +922,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbose(bridges)
     bridges.set_defaults(func=_cmd_bridges)
 
-    stop = commands.add_parser("stop", help="stop a bridge cleanly")
-    stop.add_argument("bridge_id", metavar="BRIDGE_ID", help="an id from `bridge-client bridges`")
+    stop = commands.add_parser(
+        "stop",
+        help="stop a bridge cleanly",
+        description="Stop a bridge (SIGTERM, after checking it answers as that bridge). A bridge that "
+        "is not running is not an error.",
+    )
+    stop.add_argument("bridge_id", nargs="?", metavar="BRIDGE_ID", help="an id from `bridge-client bridges`")
+    stop.add_argument("--all", action="store_true", help="stop every running bridge of the sandbox")
     stop.add_argument("--sandbox", metavar="DIR", help=_SANDBOX_HELP)
-    stop.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it to exit")
+    stop.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for each to exit (default: %(default)g)"
+    )
     _add_verbose(stop)
     stop.set_defaults(func=_cmd_stop)
     return parser
 
 
+def _os_error_text(exc: OSError) -> str:
+    """An OSError as one line naming what it was about: the state directory when the file is
+    in it (``BRIDGE_CLIENT_HOME``), else the file, else the error alone."""
+    reason = exc.strerror or str(exc)
+    filename = exc.filename if isinstance(exc.filename, str) else None
+    if filename is None:
+        return reason
+    home = user_home()
+    inside = filename.startswith(home.rstrip(os.sep) + os.sep) or home.startswith(filename + os.sep)
+    if filename == home or inside:
+        return (
+            f"cannot use the state directory {home} (set by BRIDGE_CLIENT_HOME, else XDG_STATE_HOME): "
+            f"{reason}: {filename}"
+        )
+    return f"{filename}: {reason}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``bridge-client`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
-    Errors are one line on stderr, never a traceback: 2 for bad input, 1 for failures.
+    Errors are one line on stderr starting ``bridge-client: error:`` (plus a log tail when a
+    bridge failed to start), never a traceback: 2 for bad input, 1 for failures.
     """
     if sys.stdout is None:  # started with stdout closed: write nowhere rather than crash
         sys.stdout = open(os.devnull, "w")
@@ -608,20 +972,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         _say(f"bridge-client: error: {exc}")
         return 2
+    except _Failure as exc:
+        _say(f"bridge-client: error: {exc}")
+        return 1
     except HarnessError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        _say(f"bridge-client: {type(exc).__name__}: {first}")
-        tail = getattr(exc, "log_tail", "")
+        lines = str(exc).splitlines()
+        _say(f"bridge-client: error: {lines[0] if lines else type(exc).__name__}")
+        tail = getattr(exc, "log_tail", "") or getattr(exc, "output", "")
         if tail:
             _say(tail)
         return 1
     except KeyboardInterrupt:
         _say("bridge-client: interrupted")
         return 130
+    except _OutputError as exc:
+        if not isinstance(exc.error, BrokenPipeError):
+            _say(f"bridge-client: error: cannot write the output: {exc}")
+        return 1
     except BrokenPipeError:
         return 1
-    except OSError as exc:  # stdout closed or full
-        _say(f"bridge-client: cannot write the output: {exc.strerror or exc}")
+    except OSError as exc:
+        _say(f"bridge-client: error: {_os_error_text(exc)}")
         return 1
 
 

@@ -62,6 +62,10 @@ class Colours:
         """Something to notice, like a restarted step (yellow)."""
         return self._wrap("33", text)
 
+    def dim(self, text: str) -> str:
+        """Secondary text, like an agent's reasoning (faint)."""
+        return self._wrap("2", text)
+
 
 _FRAMES = "|/-\\"
 

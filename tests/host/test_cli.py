@@ -52,11 +52,15 @@ def test_run_json_prints_one_part_per_line(workspace):
     assert "".join(p["text"] for p in parts if p["type"] == "text-delta") == "hello world" * 2
 
 
-def test_run_failing_command_exits_non_zero_with_one_line(workspace):
+def test_run_failing_command_exits_non_zero_and_says_it_once(workspace):
     done = cli("run", "exit 3", "--sandbox", workspace)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith("bridge-client: turn finished with error")
+    assert done.stdout.rstrip().splitlines()[-1].startswith("[finished] error: command exited with status 3")
+    assert "status 3" not in done.stderr, "the error is not repeated on stderr"
+    as_json = cli("run", "exit 3", "--sandbox", workspace, "--json")
+    assert as_json.returncode == 1
+    assert as_json.stderr.strip().splitlines()[-1].startswith("bridge-client: turn finished with error")
 
 
 def test_run_in_the_current_folder_by_default(workspace):
@@ -113,7 +117,8 @@ def test_bridges_lists_and_stop_stops(workspace):
         json.loads(line) for line in cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()
     ]
     assert after[0]["alive"] is False
-    assert "no running bridge" in _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
+    again = cli("stop", row["id"], "--sandbox", workspace)  # already stopped: nothing to do
+    assert again.returncode == 0 and "is not running" in again.stdout, again
 
 
 def test_version():
@@ -204,8 +209,9 @@ def test_stop_refuses_a_bad_id_and_a_stale_file_naming_another_process(workspace
             1, "echo", row["id"], "127.0.0.1", row["port"], victim.pid, "old", "2020-01-01T00:00:00.000Z"
         )
         identity.secure_write(path, stale.to_json().encode())
-        line = _one_line_error(cli("stop", row["id"], "--sandbox", workspace))
-        assert "stale" in line or "another program" in line
+        done = cli("stop", row["id"], "--sandbox", workspace)
+        assert done.returncode == 0 and "is not running" in done.stdout, done
+        assert "stale" in done.stdout or "another program" in done.stdout
         assert victim.poll() is None, "the unrelated process was not signalled"
     finally:
         victim.kill()
