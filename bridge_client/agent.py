@@ -76,7 +76,16 @@ class Agent:
 
 
 def bridge_agent(options: BridgeOptions) -> Agent:
-    """Return the :class:`Agent` whose sessions run behind the bridge ``options`` describes."""
+    """Return the :class:`Agent` whose sessions run behind the bridge ``options`` describes.
+
+    Raises:
+        TypeError: ``options`` is not a :class:`BridgeOptions`.
+    """
+    if not isinstance(options, BridgeOptions):
+        raise TypeError(
+            "bridge_agent needs a BridgeOptions such as bridge_options('shell'), "
+            f"got {type(options).__name__}"
+        )
 
     def start(session_options: CreateSessionOptions) -> Session:
         return create_session(options, session_options)

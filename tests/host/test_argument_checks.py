@@ -142,3 +142,9 @@ def test_c11_in_one_thread_a_new_turn_suspends_the_unfinished_one_and_reading_it
         after = list(second)
         assert after[0].type == "step-start" and after[-1].type == "turn-finish"
         assert second.text() == "x y" * 3  # each of its 3 steps echoes the prompt once: none lost, none twice
+
+
+def test_bridge_agent_names_the_options_it_needs():
+    with pytest.raises(TypeError, match=r"bridge_agent needs a BridgeOptions .*got str"):
+        bc.bridge_agent("shell")  # type: ignore[arg-type]
+    assert bc.bridge_agent(bc.bridge_options("echo")).id == "echo"
