@@ -78,6 +78,13 @@ DEFAULT_CONTINUE_PROMPT = (
 )
 """What a turn continued after a restart sends to the resumed session (B05)."""
 
+_ROOT_HINT = (
+    " (the bridge runs as root, where claude refuses the skipped permission checks of"
+    " permission_mode bypassPermissions: in a sandbox where that is safe, start the bridge"
+    " with IS_SANDBOX=1 in its environment, or choose another permission_mode)"
+)
+
+
 class _Mapper:
     """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
 
@@ -275,7 +282,8 @@ class ClaudeCodeDriver:
                     return TurnResult(
                         "error",
                         error=f"claude exited ({status}) before its result message"
-                        + (f": {summarize(tail)}" if tail else ""),
+                        + (f": {summarize(tail)}" if tail else "")
+                        + (_ROOT_HINT if "root/sudo" in (tail or "") else ""),
                     )
         except BaseException:
             proc.stop()

@@ -92,6 +92,23 @@ DEFAULT_SYSTEM = (
 _CONNECT_TIMEOUT = 10.0
 
 
+def _cause(exc: BaseException) -> str:
+    """``"ConnectionError ([Errno 111] Connection refused)"``: the error's type and, when a
+    system error lies under it (urllib3 wraps the socket's), that error's errno and text."""
+    todo: List[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError) and isinstance(err.errno, int) and err.strerror:
+            return f"{type(exc).__name__} ([Errno {err.errno}] {err.strerror})"
+        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
+        todo += [e for e in linked if isinstance(e, BaseException)]
+    return type(exc).__name__
+
+
 class _Retryable(Exception):
     """A failure worth another try: a connection error, a timeout, 429 or 5xx."""
 
@@ -312,7 +329,7 @@ class OpenAIChatDriver:
                     timeout=(_CONNECT_TIMEOUT, self.request_timeout),
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
-                raise _Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}") from None
+                raise _Retryable(f"cannot reach {self.base_url}: {_cause(exc)}") from None
             except requests.RequestException as exc:
                 raise _Fatal(f"request to {self.base_url} failed: {exc}") from None
             if response.status_code == 429 or response.status_code >= 500:
