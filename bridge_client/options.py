@@ -1,6 +1,7 @@
 """The options users give: how to reach a bridge, and how a session behaves (C01, C02, C06)."""
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
@@ -62,6 +63,17 @@ class BridgeOptions:
             raise ValueError("BridgeOptions.bridge_idle_timeout must be > 0 seconds")
 
 
+_SANDBOX_MEMBERS = tuple(name for name in dir(Sandbox) if not name.startswith("_"))
+
+
+def _is_sandbox(value: Any) -> bool:
+    """``isinstance(value, Sandbox)`` without running the object's properties (which Python
+    before 3.12 does for a runtime-checkable protocol): an adapter's lazy ``id`` or
+    ``state_root`` is neither evaluated here nor mistaken for a missing member."""
+    missing = object()
+    return all(inspect.getattr_static(value, name, missing) is not missing for name in _SANDBOX_MEMBERS)
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Where a session works.
@@ -78,7 +90,7 @@ class Workspace:
     sandbox: Optional[Sandbox] = None
 
     def __post_init__(self) -> None:
-        if self.sandbox is not None and not isinstance(self.sandbox, Sandbox):
+        if self.sandbox is not None and not _is_sandbox(self.sandbox):
             raise TypeError(
                 "Workspace needs a Sandbox such as LocalSandbox('.') or DockerSandbox.for_image(...), "
                 f"got {type(self.sandbox).__name__}"

@@ -148,3 +148,32 @@ def test_bridge_agent_names_the_options_it_needs():
     with pytest.raises(TypeError, match=r"bridge_agent needs a BridgeOptions .*got str"):
         bc.bridge_agent("shell")  # type: ignore[arg-type]
     assert bc.bridge_agent(bc.bridge_options("echo")).id == "echo"
+
+
+def test_workspace_takes_any_object_with_the_sandbox_members_without_running_its_properties(tmp_path):
+    inner = bc.LocalSandbox(str(tmp_path))
+
+    class LazySandbox:
+        """An adapter whose id is only known once it is connected (its property raises before)."""
+
+        @property
+        def id(self) -> str:
+            raise RuntimeError("not connected yet")
+
+        state_root = inner.state_root
+        workdir = inner.workdir
+        exec = inner.exec
+        spawn = inner.spawn
+        read_file = inner.read_file
+        write_file = inner.write_file
+        expose = inner.expose
+
+    lazy = LazySandbox()
+    assert bc.Workspace(lazy).sandbox is lazy  # type: ignore[arg-type]
+
+    class NoExpose:
+        id = "x"
+        state_root = workdir = "/tmp"
+
+    with pytest.raises(TypeError, match="got NoExpose"):
+        bc.Workspace(NoExpose())  # type: ignore[arg-type]
