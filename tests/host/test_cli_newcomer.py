@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from host_support import wait_until
+from host_support import kill_all_under, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,10 +73,12 @@ def one_error_line(done, status):
 
 
 @pytest.fixture
-def elsewhere(tmp_path):
+def elsewhere(tmp_path, home):
+    """Another folder; every process still working in it (a bridge there) is killed afterwards."""
     folder = tmp_path / "elsewhere"
     folder.mkdir()
-    return str(folder)
+    yield str(folder)
+    kill_all_under(str(folder))
 
 
 # ----------------------------------------------------------------------------- 1: continue
