@@ -26,7 +26,8 @@ The loop ends when the model answers without tool calls (``turn-finish`` ``stop`
 ``max_steps`` steps (``max-steps``); the turn's usage sums the steps'.
 
 HTTP errors: a connection error, a timeout, 429 and 5xx are retried with exponential backoff
-(tenacity, ``max_retries`` times, ``Retry-After`` honoured up to ``backoff_max``); any other
+(tenacity, ``max_retries`` times, ``Retry-After`` honoured up to ``backoff_max``), each
+retry announced by a ``data`` part ``openai-retry`` (the error, the try, the wait); any other
 4xx ends the turn with ``turn-finish`` ``error`` and the endpoint's message. A stream cut
 mid-answer (no ``finish_reason``, or a broken connection) abandons the step's attempt with
 ``step-reset`` and runs the step again (at most ``max_retries`` times). Cancel closes the
@@ -357,10 +358,20 @@ class OpenAIChatDriver:
             after = exc.retry_after if isinstance(exc, _Retryable) else None
             return min(self.backoff_max, after) if after is not None else float(exponential(state))
 
+        def announce(state: RetryCallState) -> None:
+            # A data part per retry, so that a client shows why the turn is quiet.
+            exc = state.outcome.exception() if state.outcome else None
+            seconds = state.next_action.sleep if state.next_action else 0.0
+            ctx.data(
+                "openai-retry",
+                f"{exc}; try {state.attempt_number + 1} of {self.max_retries + 1} in {seconds:.3g} s",
+            )
+
         retrying = Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, _Retryable) and not ctx.cancelled.is_set()),
             stop=stop_after_attempt(self.max_retries + 1) | stop_when_event_set(ctx.cancelled),
             wait=wait,
+            before_sleep=announce,
             sleep=lambda seconds: _pause(ctx.cancelled, seconds),
             reraise=True,
         )

@@ -273,6 +273,18 @@ def test_an_unreachable_model_server_names_the_system_error(workspace):
     assert "Connection refused" in done.stdout and "Errno" in done.stdout, done.stdout
 
 
+def test_a_retried_model_request_is_shown(workspace):
+    done = cli(
+        "run", "hi", "--agent", "openai", "--option", "model=m",
+        "--option", f"base_url=http://127.0.0.1:{_free_port()}/v1", "--option", "max_retries=1",
+        "--option", "backoff_initial=0.01", "--sandbox", workspace,
+    )
+    assert done.returncode == 1
+    retries = [line for line in done.stdout.splitlines() if line.startswith("[openai-retry] ")]
+    assert len(retries) == 1, done.stdout
+    assert "Connection refused" in retries[0] and "try 2 of 2" in retries[0], retries
+
+
 def test_claude_refusing_root_gets_the_is_sandbox_hint(workspace, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
