@@ -304,8 +304,12 @@ def test_claude_refusing_root_gets_the_is_sandbox_hint(workspace, tmp_path):
 
 def test_an_npm_install_is_announced_and_a_missing_installer_says_what_to_do(workspace, capsys):
     import bridge_client as bc
-    from bridge_client.cli import _AnnouncedStep
+    from bridge_client.cli import _AnnouncedStep, _announced
     from bridge_client.errors import TemplateError
+
+    for agent in ("codex", "claude-code"):  # the command's template announces the npm step
+        steps = _announced(bc.bridge_options(agent).template).steps
+        assert [type(s) for s in steps if s.install[:1] == ("npm",)] == [_AnnouncedStep], agent
 
     sandbox = bc.LocalSandbox(workspace)
     step = _AnnouncedStep(
