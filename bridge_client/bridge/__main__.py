@@ -233,7 +233,7 @@ class _Bridge:
     def __init__(self, launch: _Launch) -> None:
         # Imported here so that ``load_driver`` and the startup checks work without websockets.
         from .server import BridgeServer, IdleWatcher
-        from .store import Store
+        from .store import Store, StoreError
         from .turns import TurnManager, iso_now
 
         self.launch = launch
@@ -247,7 +247,7 @@ class _Bridge:
         store_path = os.path.join(launch.state, identity.STORE_FILE)
         try:
             self.store = Store(store_path, on_fatal=self._store_failed)
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, StoreError) as exc:  # StoreError: a newer schema
             raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
         self.idle = IdleWatcher(info.idle_timeout, lambda: self.stop("idle"))
         self.manager = TurnManager(
