@@ -1,14 +1,25 @@
 """The bridge's durable log (B03): sessions, turns and parts in SQLite, in the state directory.
 
-Writes are data: each is an :class:`Op` (SQL, parameters, and for a part the sink that
-publishes it). :meth:`Store.submit` queues ops; one writer thread takes everything queued,
-runs it in one transaction, commits, and only then hands each committed part to its sink
-(the turn's in-memory log, which wakes its readers). So every part is committed before any
-reader sees it (B03), and ops submitted together land in the same transaction (a
-``step-finish`` and its checkpoint, ``turn-finish`` and the turn's status).
+Writes are data: each is an :class:`Op` (SQL and parameters), or a part added to a turn's
+:class:`PartBuffer`. One writer thread takes everything queued, runs it in one transaction,
+commits, and only then hands the committed parts to their sink (the turn's in-memory log,
+which wakes its readers). So every part is committed before any reader sees it (B03), and
+what is queued together lands in the same transaction (a ``step-finish`` and its checkpoint,
+``turn-finish`` and the turn's status).
+
+The log is kept by *segments*: one row per turn per committed batch, holding the parts'
+JSON texts joined by newlines (compact JSON has none), instead of a row per part. A fast
+driver's parts cost the writer a ``join`` and one row; readers and replay split segments by
+offset (:meth:`Store.load_parts`). Parts reach the writer without the store's lock:
+:meth:`PartBuffer.add` appends to the turn's own buffer (under the turn's lock, which orders
+its parts) and queues the buffer once until the writer drains it.
 
 Group commit instead of a commit per part: in WAL mode with ``synchronous=NORMAL`` a commit
 does not fsync, and batching what queued up meanwhile keeps a fast driver's stream cheap.
+
+Schema versions (``PRAGMA user_version``): 0 is a new file, or the first layout (a ``parts``
+table, one row per part), which :class:`Store` migrates in one transaction when it opens it;
+2 is the segment layout. A file of a newer version is refused (:class:`StoreError`).
 
 Reads (:meth:`Store.load_session`, :meth:`Store.load_turn`, :meth:`Store.load_parts`) use a
 second connection and see committed data only. :func:`summary` reads a store file without a
@@ -19,19 +30,28 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import urllib.parse
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 __all__ = [
     "Store",
     "StoreError",
     "Op",
     "PartSink",
+    "SegmentSink",
+    "PartBuffer",
+    "PartTicket",
+    "Meta",
     "StoredSession",
     "StoredTurn",
     "StoredPart",
+    "SCHEMA_VERSION",
+    "MAX_PENDING",
+    "Ticket",
     "session_op",
     "turn_op",
     "part_op",
@@ -39,19 +59,25 @@ __all__ = [
     "finish_op",
     "json_text",
     "part_text",
+    "text_parts",
     "summary",
+    "read_parts",
 ]
 
 log = logging.getLogger("bridge_client.bridge.store")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
+SCHEMA_VERSION = 2
+"""The store's layout (``PRAGMA user_version``): 2 keeps a turn's parts by segments (one row per
+committed batch). 0 is a new file or the first layout (one row per part), migrated on open."""
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     revision INTEGER NOT NULL,
     data TEXT NOT NULL,
     closed INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS turns (
+)""",
+    """CREATE TABLE IF NOT EXISTS turns (
     id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
     prompt TEXT NOT NULL,
@@ -60,25 +86,30 @@ CREATE TABLE IF NOT EXISTS turns (
     turn_state TEXT NOT NULL,
     finish TEXT,
     checkpoint TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id);
-CREATE TABLE IF NOT EXISTS parts (
+)""",
+    "CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id)",
+    # One row per committed batch of a turn's parts: ``n_parts`` parts from index ``first_idx``,
+    # their JSON texts joined by "\n". A rowid table: segments can be large.
+    """CREATE TABLE IF NOT EXISTS segments (
     turn_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    step INTEGER,
-    attempt INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    json TEXT NOT NULL,
-    PRIMARY KEY (turn_id, idx)
-) WITHOUT ROWID;
-"""
+    first_idx INTEGER NOT NULL,
+    n_parts INTEGER NOT NULL,
+    parts TEXT NOT NULL
+)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS segments_by_turn ON segments (turn_id, first_idx)",
+]
 
-_MAX_QUEUED = 65536
-"""Ops queued before :meth:`Store.submit` blocks (back-pressure on a driver faster than disk)."""
+MAX_PENDING = 65536
+"""Parts (or ops) waiting for the writer before an appender blocks (back-pressure on a driver
+faster than the disk)."""
+
+Meta = Tuple[Optional[int], int, str]
+"""A part's ``(step, attempt, type)``."""
 
 
 class StoreError(RuntimeError):
-    """The store is closed, or a write failed (the bridge cannot keep B03 any more)."""
+    """The store is closed, a write failed (the bridge cannot keep B03 any more), or the file
+    is of a layout this bridge does not know."""
 
 
 class StoredPart(NamedTuple):
@@ -120,21 +151,136 @@ class StoredTurn(NamedTuple):
 
 
 class PartSink(Protocol):
-    """Receives parts once they are committed (the turn's log). Called from the writer thread;
-    must not block on the store."""
+    """Receives parts submitted with :func:`part_op` once they are committed. Called from the
+    writer thread; must not block on the store."""
 
     def publish(self, parts: List[StoredPart]) -> None:
         """Take committed parts, in log order."""
         ...
 
 
+class SegmentSink(Protocol):
+    """Receives the parts of a :class:`PartBuffer` once they are committed (the turn's log).
+    Called from the writer thread; must not block on the store."""
+
+    def publish_segment(self, texts: List[str], metas: List[Meta], marks: List[Meta]) -> None:
+        """Take committed parts, in log order.
+
+        Args:
+            texts: their JSON texts. metas: their ``(step, attempt, type)``, one per text.
+            marks: the metas of those that change how the log reads (``step-reset``,
+                ``turn-finish``), in order; usually empty.
+        """
+        ...
+
+
 class Op(NamedTuple):
-    """One queued write. ``sink``/``part`` are set for parts only."""
+    """One queued write. ``sink``/``part`` are set for a part written with :func:`part_op`."""
 
     sql: str
     params: Sequence[Any]
     sink: Optional[PartSink] = None
     part: Optional[StoredPart] = None
+
+
+class PartTicket(NamedTuple):
+    """What :meth:`Store.wait` waits for: the part at ``index`` of ``buffer`` committed."""
+
+    buffer: "PartBuffer"
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose
+
+
+Ticket = Union[int, PartTicket]
+
+_MARK_KINDS = frozenset(("step-reset", "turn-finish"))
+
+
+class PartBuffer:
+    """The append side of one turn's log: parts (and the ops that go with them) waiting for
+    the store's writer, which takes them all at once, as one segment row.
+
+    Args:
+        store: the store that writes them.
+        turn_id: the turn.
+        sink: gets the parts once committed (:class:`SegmentSink`).
+        lock: the lock that orders the turn's appends (the caller's; the writer takes it
+            briefly to take the buffer).
+        next_index: the index of the next part (the number of parts already in the log).
+
+    Hold ``lock`` to call :meth:`add`.
+    """
+
+    __slots__ = ("store", "turn_id", "sink", "lock", "first", "texts", "metas", "marks", "ops", "queued",
+                 "committed")
+
+    def __init__(
+        self, store: "Store", turn_id: str, sink: SegmentSink, lock: threading.Lock, next_index: int = 0
+    ) -> None:
+        self.store = store
+        self.turn_id = turn_id
+        self.sink = sink
+        self.lock = lock
+        self.first = next_index  # the index of texts[0]
+        self.texts: List[str] = []
+        self.metas: List[Meta] = []
+        self.marks: List[Meta] = []
+        self.ops: List[Op] = []
+        self.queued = False
+        self.committed = next_index  # parts before this index are committed
+
+    def add(self, index: int, text: str, meta: Meta, ops: Sequence[Op] = ()) -> int:
+        """Append the part ``index`` (the next one) with its JSON ``text`` and ``meta``, and
+        ``ops`` to run in the same transaction. The caller holds ``lock``.
+
+        Returns:
+            How many parts wait in the buffer now (call :meth:`Store.wait_room` after
+            releasing ``lock`` when it reaches the store's bound).
+
+        Raises:
+            StoreError: the store is closed or failed (nothing is added).
+        """
+        store = self.store
+        if store._broken:
+            store._raise_broken()
+        texts = self.texts
+        if not texts:
+            self.first = index
+        texts.append(text)
+        self.metas.append(meta)
+        if meta[2] in _MARK_KINDS:
+            self.marks.append(meta)
+        if ops:
+            self.ops.extend(ops)
+        if not self.queued:
+            self.queued = True
+            store._enqueue(self)
+        return len(texts)
+
+    def add_many(self, index: int, texts: List[str], metas: List[Meta]) -> int:
+        """Like :meth:`add` for several parts (indexes ``index`` on), none of them a mark."""
+        store = self.store
+        if store._broken:
+            store._raise_broken()
+        if not self.texts:
+            self.first = index
+        self.texts.extend(texts)
+        self.metas.extend(metas)
+        if not self.queued:
+            self.queued = True
+            store._enqueue(self)
+        return len(self.texts)
+
+    def ticket(self, index: int) -> PartTicket:
+        """Return the ticket of part ``index`` for :meth:`Store.wait`."""
+        return PartTicket(self, index)
+
+    def _take(self) -> Tuple[int, List[str], List[Meta], List[Meta], List[Op]]:
+        with self.lock:
+            taken = (self.first, self.texts, self.metas, self.marks, self.ops)
+            self.first += len(self.texts)
+            self.texts, self.metas, self.marks, self.ops = [], [], [], []
+            self.queued = False
+            return taken
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -186,6 +332,28 @@ def part_text(kind: str, index: int, step: Optional[int], attempt: int, fields: 
     return _utf8_checked(head + "," + _ENCODER.encode(fields)[1:])
 
 
+def text_parts(kind: str, first: int, step: Optional[int], attempt: int, texts: Sequence[str]) -> List[str]:
+    """Encode consecutive one-text parts (``text-delta``, ``reasoning-delta``) with indexes from
+    ``first``: the same strings as ``part_text(kind, first + i, step, attempt, {"text": t})``.
+
+    Raises:
+        TypeError: a text is not a str. ValueError: a text holds a lone surrogate.
+    """
+    head = '{"type":"%s","index":' % kind
+    tail = ',"step":%s,"attempt":%d,"text":' % ("null" if step is None else "%d" % step, attempt)
+    out: List[str] = []
+    append = out.append
+    index = first
+    for t in texts:
+        if type(t) is not str:
+            raise TypeError(f"a text must be a str, got {type(t).__name__}")
+        append(head + str(index) + tail + _encode_str(t) + "}")
+        if not t.isascii():
+            _utf8_checked(t)
+        index += 1
+    return out
+
+
 _dumps = json_text
 
 
@@ -199,7 +367,8 @@ _TURN_SQL = (
     "INSERT INTO turns (id, session_id, prompt, status, started_at, turn_state, finish, checkpoint) "
     "VALUES (?, ?, ?, 'running', ?, ?, NULL, ?)"
 )
-_PART_SQL = "INSERT INTO parts (turn_id, idx, step, attempt, type, json) VALUES (?, ?, ?, ?, ?, ?)"
+_PART_SQL = "-- part"  # a marker: parts are written as segments (_SEGMENT_SQL)
+_SEGMENT_SQL = "INSERT INTO segments (turn_id, first_idx, n_parts, parts) VALUES (?, ?, ?, ?)"
 _CHECKPOINT_SQL = "UPDATE turns SET checkpoint = ? WHERE id = ?"
 _FINISH_SQL = "UPDATE turns SET status = 'finished', finish = ? WHERE id = ?"
 
@@ -217,13 +386,17 @@ def turn_op(
     return Op(_TURN_SQL, (turn_id, session_id, prompt, started_at, _dumps(turn_state), _dumps(checkpoint)))
 
 
-_new_tuple = tuple.__new__  # builds a NamedTuple without its __new__ wrapper (hot path)
-
-
 def part_op(sink: Optional[PartSink], turn_id: str, part: StoredPart) -> Op:
-    """Append a part; ``sink.publish`` gets it after the commit."""
-    params = (turn_id, part.index, part.step, part.attempt, part.type, part.text)
-    return _new_tuple(Op, (_PART_SQL, params, sink, part))
+    """Append one part, on its own (a turn's parts go through its :class:`PartBuffer`);
+    ``sink.publish`` gets it after the commit. Parts of one :meth:`Store.submit` with
+    consecutive indexes of one turn become one segment.
+
+    Raises:
+        ValueError: ``part.text`` holds a newline (part JSON is compact).
+    """
+    if "\n" in part.text:
+        raise ValueError("part JSON must be compact (no newline)")
+    return Op(_PART_SQL, (turn_id,), sink, part)
 
 
 def checkpoint_op(turn_id: str, checkpoint: Any) -> Op:
@@ -247,71 +420,130 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-_ROWS_PER_INSERT = 128
-"""Parts per multi-row INSERT: 768 parameters, under the 999 of SQLite before 3.32."""
+def _open_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Create the tables, or migrate the first layout (a row per part) to segments, in one
+    transaction; refuse a newer layout.
 
-_part_inserts: Dict[int, str] = {}
-
-
-def _insert_parts(conn: sqlite3.Connection, batch: List[Op], i: int, j: int) -> None:
-    """Insert the parts ``batch[i:j]`` with multi-row INSERTs of 128, 64, ... 1 rows.
-
-    ``executemany`` releases and retakes the GIL around every row; while a driver thread
-    keeps the GIL busy, each retake waits, and the writer fell far behind the driver (a
-    quarter of its speed alone). One statement per 128 rows retakes it once per 128.
+    Raises:
+        StoreError: the file's schema version is newer than :data:`SCHEMA_VERSION`.
     """
-    while i < j:
-        rows = min(_ROWS_PER_INSERT, j - i)
-        rows = 1 << (rows.bit_length() - 1)  # a power of two: at most 8 statements cached
-        sql = _part_inserts.get(rows)
-        if sql is None:
-            sql = _part_inserts[rows] = _PART_SQL + ", (?, ?, ?, ?, ?, ?)" * (rows - 1)
-        params: List[Any] = []
-        for op in batch[i : i + rows]:
-            params.extend(op.params)
-        conn.execute(sql, params)
-        i += rows
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, newer than this bridge's {SCHEMA_VERSION}: "
+            "it was written by a newer bridge_client; use that version, or another state directory"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "parts" in tables:
+            # The first layout: every part its own segment of one (the text kept as it is).
+            moved = conn.execute(
+                "INSERT INTO segments (turn_id, first_idx, n_parts, parts) "
+                "SELECT turn_id, idx, 1, json FROM parts ORDER BY turn_id, idx"
+            ).rowcount
+            conn.execute("DROP TABLE parts")
+            log.info("store %s: %d parts moved to segments (schema %d)", path, moved, SCHEMA_VERSION)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+
+
+_HEAD = re.compile(r'\{"type":"([^"\\]*)","index":\d+,"step":(null|\d+),"attempt":(\d+)')
+
+
+def _stored_part(index: int, text: str) -> StoredPart:
+    """Rebuild a part's columns from its JSON text (which :func:`part_text` starts with
+    ``type``, ``index``, ``step``, ``attempt``)."""
+    m = _HEAD.match(text)
+    if m is not None:
+        kind, step, attempt = m.groups()
+        return StoredPart(index, None if step == "null" else int(step), int(attempt), kind, text)
+    value = json.loads(text)
+    step_value = value.get("step")
+    return StoredPart(index, step_value, int(value.get("attempt", 1)), str(value.get("type")), text)
 
 
 class Store:
     """The SQLite store of one bridge (B03).
 
     Args:
-        path: the database file (``<state>/bridge.sqlite3``); created when missing.
+        path: the database file (``<state>/bridge.sqlite3``); created when missing, migrated
+            when of the first layout.
         on_fatal: called once, from the writer thread, when a write fails; the store refuses
             every later write with :class:`StoreError`. ``None``: only log it.
 
-    Threads: :meth:`submit` and the ``load_*`` methods may be called from any thread. One
-    writer thread (``bridge-store-writer``) runs the writes; :meth:`close` joins it.
+    Raises:
+        StoreError: the file is of a newer schema version. sqlite3.Error / OSError: it cannot
+            be opened.
+
+    Threads: :meth:`submit`, :meth:`wait` and the ``load_*`` methods may be called from any
+    thread; :meth:`PartBuffer.add` from the thread that holds the buffer's lock. One writer
+    thread (``bridge-store-writer``) runs the writes; :meth:`close` joins it.
     """
 
     def __init__(self, path: str, on_fatal: Optional[Callable[[BaseException], None]] = None) -> None:
         self.path = path
         self._on_fatal = on_fatal
         self._conn = _connect(path)
-        self._conn.executescript(_SCHEMA)
-        self._reader = _connect(path)
+        try:
+            _open_schema(self._conn, path)
+            self._reader = _connect(path)
+        except BaseException:
+            self._conn.close()
+            raise
         self._read_lock = threading.Lock()
         # One lock, three conditions: work for the writer, room for submitters, done for waiters.
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._room = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
-        self._queue: List[Op] = []
-        self._submitted = 0  # ops ever queued; a ticket is this count after its ops
-        self._committed = 0  # ops ever committed (FIFO, so ticket t is durable once this >= t)
+        # Items for the writer: PartBuffers (appended without the lock: deque.append is atomic)
+        # and (ops, ticket) pairs (appended under the lock, so tickets are in queue order).
+        self._queue: Deque[Any] = deque()
+        self._submitted = 0  # ticketed submits ever queued; a ticket is this count after its ops
+        self._committed = 0  # the highest ticket committed (FIFO: every lower one is committed too)
         self._closing = False
-        self._writer_waiting = False  # skip notify() while the writer is busy (hot path)
+        self._broken = False  # closing or failed: read without the lock on the append path
+        self._writer_waiting = False  # set (under the lock) only while the writer sleeps
         self._failed: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="bridge-store-writer", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ writes
 
+    def buffer(
+        self, turn_id: str, sink: SegmentSink, lock: threading.Lock, next_index: int = 0
+    ) -> PartBuffer:
+        """Return a new :class:`PartBuffer` for a turn's parts (see its arguments)."""
+        return PartBuffer(self, turn_id, sink, lock, next_index)
+
+    def _raise_broken(self) -> None:
+        if self._failed is not None:
+            raise StoreError(f"the store failed: {self._failed}")
+        raise StoreError("the store is closed")
+
+    def _enqueue(self, item: Any) -> None:
+        # Without the lock. The writer sets _writer_waiting under the lock and then looks at the
+        # queue once more before sleeping, so either it sees this item or we see the flag.
+        self._queue.append(item)
+        if self._writer_waiting:
+            with self._lock:
+                self._work.notify()
+
     def submit(self, *ops: Op) -> int:
         """Queue ``ops``; they are committed together, in order, after everything queued before.
 
-        Blocks (back-pressure) while too many ops wait for the writer.
+        Blocks (back-pressure) while too much waits for the writer.
 
         Returns:
             A ticket for :meth:`wait`.
@@ -320,74 +552,112 @@ class Store:
             StoreError: the store is closed or a write failed.
         """
         with self._lock:
-            while len(self._queue) >= _MAX_QUEUED and not self._closing and self._failed is None:
+            while len(self._queue) >= MAX_PENDING and not self._broken:
                 self._room.wait()
-            if self._failed is not None:
-                raise StoreError(f"the store failed: {self._failed}")
-            if self._closing:
-                raise StoreError("the store is closed")
-            self._queue.extend(ops)
-            self._submitted += len(ops)
+            if self._broken:
+                self._raise_broken()
+            self._submitted += 1
+            ticket = self._submitted
+            self._queue.append((ops, ticket))
             if self._writer_waiting:
                 self._work.notify()
-            return self._submitted
+            return ticket
 
-    def wait(self, ticket: int, timeout: Optional[float] = 30.0) -> None:
-        """Block until the ops of ``ticket`` are committed.
+    def wait_room(self, buffer: PartBuffer, timeout: Optional[float] = None) -> None:
+        """Block while ``buffer`` holds :data:`MAX_PENDING` parts or more (back-pressure). Call it
+        without holding the buffer's lock.
+
+        Raises:
+            StoreError: the store is closed or failed meanwhile.
+        """
+        with self._lock:
+            self._room.wait_for(lambda: len(buffer.texts) < MAX_PENDING or self._broken, timeout)
+            if self._broken:
+                self._raise_broken()
+
+    def wait(self, ticket: Ticket, timeout: Optional[float] = 30.0) -> None:
+        """Block until what ``ticket`` stands for is committed.
 
         Args:
-            ticket: what :meth:`submit` returned.
+            ticket: what :meth:`submit` returned, or a :class:`PartTicket`.
             timeout: in seconds; ``None`` waits as long as it takes.
 
         Raises:
             StoreError: a write failed. TimeoutError: not committed within ``timeout``.
         """
+        if isinstance(ticket, PartTicket):
+            buffer, index = ticket
+
+            def done() -> bool:
+                return buffer.committed > index or self._failed is not None
+
+        else:
+
+            def done() -> bool:
+                return self._committed >= ticket or self._failed is not None
+
         with self._lock:
-            ok = self._done.wait_for(lambda: self._committed >= ticket or self._failed is not None, timeout)
+            ok = self._done.wait_for(done, timeout)
             if self._failed is not None:
                 raise StoreError(f"the store failed: {self._failed}")
             if not ok:
                 raise TimeoutError(f"the store did not commit within {timeout} s")
 
     def _run(self) -> None:
+        queue = self._queue
         while True:
-            with self._lock:
-                while not self._queue and not self._closing:
+            if not queue:
+                with self._lock:
                     self._writer_waiting = True
-                    self._work.wait()
+                    while not queue and not self._closing:
+                        self._work.wait()
                     self._writer_waiting = False
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
-                self._room.notify_all()
+                    if not queue:
+                        return
+            items: List[Any] = []
             try:
-                self._write(batch)
+                while True:
+                    items.append(queue.popleft())
+            except IndexError:
+                pass
+            try:
+                published, ticket = self._write(items)
             except BaseException as exc:  # noqa: BLE001 - any failure ends durability
                 self._fail(exc)
                 return
-            self._publish(batch)
+            self._publish(published)
             with self._lock:
-                self._committed += len(batch)
+                for buffer, end in published[0]:
+                    buffer.committed = end
+                if ticket:
+                    self._committed = ticket
                 self._done.notify_all()
+                self._room.notify_all()
 
-    def _write(self, batch: List[Op]) -> None:
+    def _write(
+        self, items: List[Any]
+    ) -> Tuple[Tuple[List[Tuple[PartBuffer, int]], List[Tuple[SegmentSink, Tuple[Any, ...]]], List[Op]], int]:
+        """Run ``items`` in one transaction. Returns what to publish and the last ticket."""
         conn = self._conn
+        buffers: List[Tuple[PartBuffer, int]] = []
+        segments: List[Tuple[SegmentSink, Tuple[Any, ...]]] = []
+        parts: List[Op] = []
+        ticket = 0
         conn.execute("BEGIN")
         try:
-            i, n = 0, len(batch)
-            while i < n:
-                # Runs of the same statement (parts, mostly) go through one executemany.
-                sql = batch[i].sql
-                j = i + 1
-                while j < n and batch[j].sql is sql:
-                    j += 1
-                if j - i == 1:
-                    conn.execute(sql, batch[i].params)
-                elif sql is _PART_SQL:
-                    _insert_parts(conn, batch, i, j)
+            for item in items:
+                if type(item) is PartBuffer:
+                    first, texts, metas, marks, ops = item._take()
+                    for op in ops:
+                        conn.execute(op.sql, op.params)
+                    if texts:
+                        conn.execute(_SEGMENT_SQL, (item.turn_id, first, len(texts), "\n".join(texts)))
+                        segments.append((item.sink, (texts, metas, marks)))
+                    buffers.append((item, first + len(texts)))
                 else:
-                    conn.executemany(sql, [op.params for op in batch[i:j]])
-                i = j
+                    ops, ticket = item
+                    self._write_ops(conn, ops)
+                    parts.extend(op for op in ops if op.part is not None)
             conn.execute("COMMIT")
         except BaseException:
             try:
@@ -395,18 +665,53 @@ class Store:
             except sqlite3.Error:
                 pass
             raise
+        return (buffers, segments, parts), ticket
 
-    def _publish(self, batch: List[Op]) -> None:
+    @staticmethod
+    def _write_ops(conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
+        i, n = 0, len(ops)
+        while i < n:
+            op = ops[i]
+            if op.part is None:
+                conn.execute(op.sql, op.params)
+                i += 1
+                continue
+            # A run of parts of one turn with consecutive indexes: one segment.
+            turn_id, first = op.params[0], op.part.index
+            j = i + 1
+            while (
+                j < n
+                and ops[j].part is not None
+                and ops[j].params[0] == turn_id
+                and ops[j].part.index == first + (j - i)  # type: ignore[union-attr]
+            ):
+                j += 1
+            texts = [o.part.text for o in ops[i:j]]  # type: ignore[union-attr]
+            conn.execute(_SEGMENT_SQL, (turn_id, first, j - i, "\n".join(texts)))
+            i = j
+
+    def _publish(
+        self,
+        published: Tuple[List[Tuple[PartBuffer, int]], List[Tuple[SegmentSink, Tuple[Any, ...]]], List[Op]],
+    ) -> None:
+        _, segments, parts = published
+        for sink, (texts, metas, marks) in segments:
+            try:
+                sink.publish_segment(texts, metas, marks)
+            except Exception:  # a sink bug must not stop the writer
+                log.exception("publishing committed parts failed")
+        if not parts:
+            return
         groups: Dict[int, List[StoredPart]] = {}
         sinks: Dict[int, PartSink] = {}
-        for op in batch:
+        for op in parts:
             if op.sink is not None and op.part is not None:
                 key = id(op.sink)
                 sinks[key] = op.sink
                 groups.setdefault(key, []).append(op.part)
-        for key, parts in groups.items():
+        for key, group in groups.items():
             try:
-                sinks[key].publish(parts)
+                sinks[key].publish(group)
             except Exception:  # a sink bug must not stop the writer
                 log.exception("publishing committed parts failed")
 
@@ -416,6 +721,7 @@ class Store:
         )
         with self._lock:
             self._failed = exc
+            self._broken = True
             self._room.notify_all()
             self._done.notify_all()
         if self._on_fatal is not None:
@@ -434,6 +740,7 @@ class Store:
             if self._closing:
                 return
             self._closing = True
+            self._broken = True
             self._work.notify_all()
             self._room.notify_all()
         self._thread.join(timeout)
@@ -480,16 +787,31 @@ class Store:
         )
 
     def load_parts(self, turn_id: str) -> List[StoredPart]:
-        """Return every committed part of ``turn_id``, in index order."""
-        rows = self._query(
-            "SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (turn_id,)
-        )
-        return [StoredPart(*row) for row in rows]
+        """Return every committed part of ``turn_id``, in index order (its segments split).
+
+        Raises:
+            StoreError: the segments do not make one gapless log (a damaged file).
+        """
+        with self._read_lock:
+            return _load_parts(self._reader, turn_id)
 
     def counts(self) -> Dict[str, int]:
         """Return ``{"sessions": n, "turns": n, "running": n}`` of what is committed."""
         with self._read_lock:
             return _counts(self._reader)
+
+
+def _load_parts(conn: sqlite3.Connection, turn_id: str) -> List[StoredPart]:
+    rows = conn.execute(
+        "SELECT first_idx, n_parts, parts FROM segments WHERE turn_id = ? ORDER BY first_idx", (turn_id,)
+    ).fetchall()
+    out: List[StoredPart] = []
+    for first, count, joined in rows:
+        texts = [joined] if count == 1 else joined.split("\n")
+        if first != len(out) or len(texts) != count:
+            raise StoreError(f"turn {turn_id!r}: the stored log is damaged at part {len(out)}")
+        out.extend(_stored_part(first + i, text) for i, text in enumerate(texts))
+    return out
 
 
 def _counts(conn: sqlite3.Connection) -> Dict[str, int]:
@@ -498,6 +820,35 @@ def _counts(conn: sqlite3.Connection) -> Dict[str, int]:
         "SELECT COUNT(*), COALESCE(SUM(status = 'running'), 0) FROM turns"
     ).fetchone()
     return {"sessions": int(sessions), "turns": int(turns), "running": int(running)}
+
+
+def _open_read_only(path: str) -> sqlite3.Connection:
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    return sqlite3.connect(uri, uri=True, timeout=5.0)
+
+
+def read_parts(path: str, turn_id: str) -> List[StoredPart]:
+    """Read a turn's committed parts from a store file, read-only, without a running bridge
+    (tools and tests; the layout is this module's business).
+
+    Args:
+        path: a ``bridge.sqlite3`` file of the current schema (:data:`SCHEMA_VERSION`).
+        turn_id: the turn.
+
+    Returns:
+        Its parts in index order (empty for an unknown turn).
+
+    Raises:
+        FileNotFoundError: no file at ``path``. sqlite3.Error: not a readable store of this
+        layout. StoreError: the log is damaged.
+    """
+    conn = _open_read_only(path)
+    try:
+        return _load_parts(conn, turn_id)
+    finally:
+        conn.close()
 
 
 def summary(path: str) -> Dict[str, int]:
@@ -516,10 +867,7 @@ def summary(path: str) -> Dict[str, int]:
         FileNotFoundError: no file at ``path``.
         sqlite3.Error: the file is not a readable SQLite database.
     """
-    if not os.path.exists(path):
-        raise FileNotFoundError(path)
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+    conn = _open_read_only(path)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"sessions", "turns"} <= tables:

@@ -10,7 +10,13 @@ to the store, wakes its readers, and continues turns a restart left unfinished.
   checkpoint of the last completed step, and runs the driver from there.
 
 Lock order (never the other way round): ``TurnManager._lock`` → ``Turn.append_lock`` →
-the store's lock. The store's writer takes only ``Turn._cond`` (to publish).
+the store's lock. The store's writer takes ``Turn.append_lock`` alone (to take the turn's
+buffered parts) and ``Turn._cond`` alone (to publish).
+
+Hot path: a driver's part is encoded once (:func:`~bridge_client.bridge.store.part_text`)
+and that one string is the SQLite segment's content, the in-memory log's entry, and what
+a Chunk carries; appending it takes the turn's lock only (no store lock, no object per part
+beyond the string and its ``(step, attempt, type)``).
 """
 from __future__ import annotations
 
@@ -26,16 +32,20 @@ from ..errors import SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import FINISH_REASONS, PROTOCOL_VERSION, Part, SessionState, TurnState, part_from_dict
 from .driver import Driver, TurnContext, TurnResult
 from .store import (
+    MAX_PENDING,
+    Meta,
     Op,
+    PartBuffer,
     Store,
     StoredPart,
     StoreError,
+    Ticket,
     checkpoint_op,
     finish_op,
     json_text,
-    part_op,
     part_text,
     session_op,
+    text_parts,
     turn_op,
 )
 
@@ -59,8 +69,6 @@ MAX_CHUNK_VALUES = 256
 
 MAX_CHUNK_BYTES = 256 * 1024
 """Characters of part JSON per Chunk, about (a single larger part still goes alone)."""
-
-_new_part = tuple.__new__  # builds a StoredPart without its __new__ wrapper (hot path)
 
 _MAX_CACHED_FINISHED = 32
 """Finished turns whose log stays in memory; older ones are read back from the store."""
@@ -138,6 +146,7 @@ class Turn:
         # Append side (the turn's thread, or an RPC thread before it starts): append_lock.
         self.append_lock = threading.Lock()
         self.next_index = 0
+        self.buffer: Optional[PartBuffer] = None  # set by the manager: where appends go
         self.max_attempt: Dict[int, int] = {}
         self.abandoned = False
         # Committed side (published by the store's writer): _cond.
@@ -150,14 +159,26 @@ class Turn:
     # ------------------------------------------------------------------ committed log
 
     def publish(self, parts: List[StoredPart]) -> None:
-        """Add committed parts (store writer thread) and wake every reader."""
+        """Add committed parts (read back from the store) and wake every reader."""
+        metas: List[Meta] = [(p.step, p.attempt, p.type) for p in parts]
+        self.publish_segment(
+            [p.text for p in parts], metas, [m for m in metas if m[2] in ("step-reset", "turn-finish")]
+        )
+
+    def publish_segment(self, texts: List[str], metas: List[Meta], marks: List[Meta]) -> None:
+        """Add committed parts (store writer thread) and wake every reader.
+
+        Args:
+            texts: their JSON texts; metas: their ``(step, attempt, type)``; marks: the metas of
+                the ``step-reset`` and ``turn-finish`` parts among them.
+        """
         with self._cond:
-            for p in parts:
-                self.texts.append(p.text)
-                self.metas.append((p.step, p.attempt, p.type))
-                if p.type == "step-reset":
-                    self.discarded.add((p.step, p.attempt))
-                elif p.type == "turn-finish":
+            self.texts.extend(texts)
+            self.metas.extend(metas)
+            for step, attempt, kind in marks:
+                if kind == "step-reset":
+                    self.discarded.add((step, attempt))
+                elif kind == "turn-finish":
                     self.complete = True
             self._cond.notify_all()
 
@@ -208,6 +229,13 @@ class Turn:
             texts, metas, discarded = self.texts, self.metas, self.discarded
             n = len(texts)
             filtering = after_step > 0 or bool(discarded)
+            if not filtering and position < n:
+                # The common case, without a Python step per part: a slice, if it fits.
+                out = texts[position : position + max_values]
+                if len(out) == 1 or sum(map(len, out)) <= max_bytes:
+                    position += len(out)
+                    return out, position, self.complete and position >= n
+                out = []
             while position < n and len(out) < max_values:
                 if filtering:
                     step, attempt, kind = metas[position]
@@ -284,10 +312,49 @@ class _Sink:
     def __init__(self, manager: "TurnManager", turn: Turn) -> None:
         self._manager = manager
         self._turn = turn
+        assert turn.buffer is not None
+        self._buffer = turn.buffer
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
         """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
-        return self._manager._append(self._turn, kind, step, attempt, fields)[0]
+        turn = self._turn
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            text = part_text(kind, index, step, attempt, fields)
+            try:
+                pending = self._buffer.add(index, text, (step, attempt, kind))
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+            if kind == "step-start" and step is not None:
+                turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        if pending >= MAX_PENDING:
+            self._manager._wait_room(turn)
+        return index
+
+    def emit_texts(self, kind: str, step: int, attempt: int, texts: Sequence[str]) -> int:
+        """Append several parts of one text kind (``text-delta`` or ``reasoning-delta``) at once,
+        each ``{"text": t}``; return the index of the first. See
+        :meth:`TurnSink.emit_texts <bridge_client.bridge.driver.TurnSink.emit_texts>`."""
+        turn = self._turn
+        meta: Meta = (step, attempt, kind)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            first = turn.next_index
+            encoded = text_parts(kind, first, step, attempt, texts)
+            try:
+                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded))
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = first + len(encoded)
+        if pending >= MAX_PENDING:
+            self._manager._wait_room(turn)
+        return first
 
     def next_attempt(self, step: int) -> int:
         """See :meth:`TurnSink.next_attempt <bridge_client.bridge.driver.TurnSink.next_attempt>`."""
@@ -403,7 +470,7 @@ class TurnManager:
                     f"no session {session_id!r}: open it with OpenSession", sessionId=session_id
                 )
             turn = self._get_turn(turn_id)
-            ticket = 0
+            ticket: Optional[Ticket] = None
             if turn is None:
                 # Only new turns need an open session: a turn that exists can always be
                 # continued (C12), also after the host that started it released its session.
@@ -423,7 +490,7 @@ class TurnManager:
                 ticket = self._continue(turn, session)
                 status = "continued"
             self._evict()
-        if ticket:
+        if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}
 
@@ -452,7 +519,7 @@ class TurnManager:
         Raises:
             TurnNotFound: no such turn in that session.
         """
-        ticket = 0
+        ticket: Optional[Ticket] = None
         with self._lock:
             self._check_open()
             turn = self._get_turn(turn_id)
@@ -467,7 +534,7 @@ class TurnManager:
                 turn.status = "finished"
                 self._finished[turn.id] = None
             status = turn.status
-        if ticket:
+        if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}
 
@@ -537,6 +604,7 @@ class TurnManager:
             "finished" if finished else "orphan",
         )
         turn.load(parts)
+        turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, turn.next_index)
         self._turns[turn_id] = turn
         if finished:
             self._finished[turn_id] = None
@@ -568,26 +636,39 @@ class TurnManager:
         attempt: int,
         fields: Dict[str, Any],
         extra: Sequence[Op] = (),
-    ) -> Tuple[int, int]:
+    ) -> Tuple[int, Ticket]:
         """Append one part (and ``extra`` ops, in the same transaction); return
         ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
         and _Abandoned when the bridge is shutting down."""
+        buffer = turn.buffer
+        assert buffer is not None
         with turn.append_lock:
             if turn.abandoned:
                 raise _Abandoned()
             index = turn.next_index
-            part = _new_part(
-                StoredPart, (index, step, attempt, kind, part_text(kind, index, step, attempt, fields))
-            )
+            text = part_text(kind, index, step, attempt, fields)
             try:
-                ticket = self._store.submit(*extra, part_op(turn, turn.id, part))
+                pending = buffer.add(index, text, (step, attempt, kind), extra)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = index + 1
             if kind == "step-start" and step is not None:
                 turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
-            return index, ticket
+        if pending >= MAX_PENDING:
+            self._wait_room(turn)
+        return index, buffer.ticket(index)
+
+    def _wait_room(self, turn: Turn) -> None:
+        """Back-pressure: wait until the writer took the turn's buffered parts (raises
+        _Abandoned when the store failed or closed meanwhile). Called without the turn's lock."""
+        assert turn.buffer is not None
+        try:
+            self._store.wait_room(turn.buffer)
+        except StoreError:
+            with turn.append_lock:
+                turn.abandoned = True
+            raise _Abandoned() from None
 
     def _finish_step(self, turn: Turn, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
         with self._lock:
@@ -611,7 +692,7 @@ class TurnManager:
 
     def _finish_turn(
         self, turn: Turn, open_step: Optional[Tuple[int, int]], reason: str, usage: Any, error: Optional[str]
-    ) -> int:
+    ) -> Ticket:
         """Close a step left open, then append ``turn-finish`` with the turn's status."""
         if open_step is not None:
             self._append(
@@ -630,13 +711,14 @@ class TurnManager:
 
     # ------------------------------------------------------------------ starting and continuing (lock held)
 
-    def _create(self, session: Session, turn_id: str, prompt: str) -> int:
+    def _create(self, session: Session, turn_id: str, prompt: str) -> Ticket:
         started_at = iso_now()
         turn_state = TurnState(
             PROTOCOL_VERSION, self._agent_id, self._bridge_id, session.id, turn_id, prompt, started_at
         ).to_dict()
         checkpoint = session.state()
         turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
+        turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
         row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
         _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
         self._turns[turn_id] = turn
@@ -644,16 +726,16 @@ class TurnManager:
         log.info("turn %s started (session %s)", turn_id, session.id)
         return ticket
 
-    def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, int]:
+    def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, Optional[Ticket]]:
         """B05: discard the attempt a restart cut short (``step-reset``), and put the session
         state back to the turn's checkpoint as a new revision. Returns the progress and the
-        last ticket (0 when nothing was written)."""
+        last ticket (``None`` when nothing was written)."""
         with turn._cond:  # a consistent view of the committed log
             metas = list(turn.metas)
             texts = list(turn.texts)
             discarded = set(turn.discarded)
         progress = _progress(metas, discarded)
-        ticket = 0
+        ticket: Optional[Ticket] = None
         if progress.open_step is not None:
             step, attempt = progress.open_step
             ids = [
@@ -675,7 +757,7 @@ class TurnManager:
             session.revision, session.data = state.revision, state.data
         return progress, ticket
 
-    def _continue(self, turn: Turn, session: Session) -> int:
+    def _continue(self, turn: Turn, session: Session) -> Optional[Ticket]:
         progress, ticket = self._reset_open_step(turn, session)
         steps: List[List[Part]] = []
         with turn._cond:

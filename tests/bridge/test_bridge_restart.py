@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 
 import pytest
 
-from bridge_client.bridge.store import summary
+from bridge_client.bridge.store import read_parts, summary
 from bridge_client.wire import frames
 from bridge_harness import BridgeProcess, text_of
 
@@ -33,12 +32,7 @@ def _in_step(step):
 
 def _logged(bridge, tid):
     """Every part of the turn, from the store."""
-    conn = sqlite3.connect(f"file:{os.path.join(bridge.state, 'bridge.sqlite3')}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT json FROM parts WHERE turn_id = ? ORDER BY idx", (tid,)).fetchall()
-    finally:
-        conn.close()
-    return [json.loads(r[0]) for r in rows]
+    return [json.loads(p.text) for p in read_parts(os.path.join(bridge.state, "bridge.sqlite3"), tid)]
 
 
 def _restart(bridge):

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from bridge_client.bridge.store import read_parts
 from bridge_client.wire import frames
 from bridge_harness import TOKEN, text_of
 
@@ -153,7 +154,7 @@ def test_shell_sigterm_kills_running_commands_and_leaves_the_turn_unfinished(mak
     conn = sqlite3.connect(os.path.join(bridge.state, "bridge.sqlite3"))
     try:
         (status,) = conn.execute("SELECT status FROM turns WHERE id = ?", (tid,)).fetchone()
-        types = [r[0] for r in conn.execute("SELECT type FROM parts WHERE turn_id = ? ORDER BY idx", (tid,))]
+        types = [p.type for p in read_parts(os.path.join(bridge.state, "bridge.sqlite3"), tid)]
     finally:
         conn.close()
     assert status == "running"  # left unfinished, to be continued (B05)

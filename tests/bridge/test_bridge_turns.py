@@ -10,6 +10,7 @@ import time
 import pytest
 import websocket
 
+from bridge_client.bridge.store import read_parts
 from bridge_client.wire import frames
 from bridge_client.wire.parts import part_from_dict
 from bridge_harness import text_of, wait_until
@@ -354,9 +355,7 @@ def test_b03_every_part_is_in_the_store_with_offset_step_and_attempt(make_bridge
         c.open(sid)
         c.start(sid, tid, "stored parts")
         parts, _, _ = c.read(sid, tid)
-    rows = _store_rows(
-        bridge, "SELECT idx, step, attempt, type, json FROM parts WHERE turn_id = ? ORDER BY idx", (tid,)
-    )
+    rows = read_parts(os.path.join(bridge.state, "bridge.sqlite3"), tid)
     assert [json.loads(r[4]) for r in rows] == parts
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
         (p["index"], p["step"], p["attempt"], p["type"]) for p in parts
@@ -379,6 +378,6 @@ def test_b03_parts_are_committed_before_a_reader_sees_them(make_bridge, sid, tid
                 break
             # Whatever we were sent is already in the database, from another connection.
             last = message["values"][-1]["index"]
-            (count,) = _store_rows(bridge, "SELECT COUNT(*) FROM parts WHERE turn_id = ?", (tid,))[0]
+            count = len(read_parts(os.path.join(bridge.state, "bridge.sqlite3"), tid))
             assert count > last
             c.send(frames.Ack(rid))

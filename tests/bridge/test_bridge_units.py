@@ -20,6 +20,7 @@ from bridge_client.bridge.store import (
     StoredPart,
     StoreError,
     part_op,
+    read_parts,
     session_op,
     summary,
     turn_op,
@@ -283,11 +284,14 @@ def test_manager_runs_turns_and_continues_an_orphan(tmp_path):
     manager.close()
     store.close()
     # Cut the log inside step 1, as a crash would, and continue it in a new manager.
+    kept = read_parts(path, "t")
+    (cut,) = [p.index for p in kept if p.step == 1 and p.type == "tool-call"]
     conn = sqlite3.connect(path)
-    (cut,) = conn.execute(
-        "SELECT idx FROM parts WHERE turn_id='t' AND step=1 AND type='tool-call'"
-    ).fetchone()
-    conn.execute("DELETE FROM parts WHERE turn_id='t' AND idx > ?", (cut,))
+    conn.execute("DELETE FROM segments WHERE turn_id='t'")
+    conn.execute(
+        "INSERT INTO segments (turn_id, first_idx, n_parts, parts) VALUES ('t', 0, ?, ?)",
+        (cut + 1, "\n".join(p.text for p in kept[: cut + 1])),
+    )
     conn.execute("UPDATE turns SET status='running', finish=NULL")
     conn.commit()
     conn.close()
