@@ -71,6 +71,10 @@ class TurnSink(Protocol):
     """Where a :class:`TurnContext` writes: the bridge's turn runner implements it.
 
     Every method is called from the driver's thread, with the context's lock held.
+
+    A sink may also have ``emit_texts(kind, step, attempt, texts) -> int``: append one
+    ``{"text": t}`` part of ``kind`` per string, at once (:meth:`TurnContext.texts`); return
+    the first index. Without it, :meth:`TurnContext.texts` calls :meth:`emit` once per string.
     """
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
@@ -157,6 +161,9 @@ class TurnContext:
         self.steps: List[List[Part]] = [list(s) for s in steps]
         self.cancelled = cancelled
         self._sink = sink
+        self._emit_texts: Optional[Callable[[str, int, int, Sequence[str]], int]] = getattr(
+            sink, "emit_texts", None
+        )
         self._lock = threading.Lock()
         self._state = state
         self._phase = _IDLE
@@ -235,9 +242,43 @@ class TurnContext:
         Raises:
             TypeError: ``s`` is not a str. RuntimeError: no step is open.
         """
-        if not isinstance(s, str):
+        if type(s) is not str and not isinstance(s, str):
             raise TypeError(f"text() takes a str, got {type(s).__name__}")
-        self._part("text", "text-delta", {"text": s})
+        with self._lock:  # _part() inlined: the per-part path of a streaming driver
+            if self._phase != _IN_STEP:
+                self._move("part", "text")  # raises
+            self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+
+    def texts(self, chunks: Sequence[str]) -> None:
+        """Emit several ``text-delta`` parts in the open step, one per string, in order: the
+        same parts as calling :meth:`text` for each, handed to the bridge's log at once (one
+        lock, one hand-off to the store), for a driver that gets text in bursts.
+
+        Args:
+            chunks: the strings (an empty sequence emits nothing).
+
+        Raises:
+            TypeError: ``chunks`` is a str, or holds something else than str (nothing is
+                emitted). ValueError: a string holds a lone surrogate (nothing is emitted).
+            RuntimeError: no step is open.
+        """
+        if isinstance(chunks, str):
+            raise TypeError("texts() takes a sequence of str; for one str call text()")
+        items = list(chunks)
+        for c in items:
+            if type(c) is not str and not isinstance(c, str):
+                raise TypeError(f"texts() takes str values, got {type(c).__name__}")
+        with self._lock:
+            if self._phase != _IN_STEP:
+                self._move("part", "texts")  # raises
+            if not items:
+                return
+            assert self._step is not None
+            if self._emit_texts is not None:
+                self._emit_texts("text-delta", self._step, self._attempt, items)
+                return
+            for c in items:
+                self._sink.emit("text-delta", self._step, self._attempt, {"text": c})
 
     def reasoning(self, s: str) -> None:
         """Emit a ``reasoning-delta`` in the open step.

@@ -21,6 +21,9 @@ from ..driver_options import check_agent_options
 
 __all__ = ["EchoDriver", "make_driver", "split_prompt"]
 
+_BATCH = 256
+"""Text deltas per :meth:`TurnContext.texts` call when there is no delay."""
+
 _WORDS = re.compile(r"\s*\S+\s*|\s+")
 
 
@@ -90,10 +93,18 @@ class EchoDriver:
             if self._wait(ctx):
                 return
             ctx.tool_result(call_id, "echo", {"step": step})
-            for delta in deltas:
-                if self._wait(ctx):
-                    return
-                ctx.text(delta)
+            if self.delay > 0:
+                for delta in deltas:
+                    if self._wait(ctx):
+                        return
+                    ctx.text(delta)
+            else:
+                # No delay: hand the deltas over in batches (the same parts), checking for a
+                # cancel between batches.
+                for i in range(0, len(deltas), _BATCH):
+                    if ctx.cancelled.is_set():
+                        return
+                    ctx.texts(deltas[i : i + _BATCH])
             if self._wait(ctx):
                 return
             ctx.finish_step()
