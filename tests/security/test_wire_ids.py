@@ -89,7 +89,7 @@ def test_b08_bad_wire_ids_get_bad_request_and_touch_nothing(make_bridge, tmp_pat
                 if column in columns:
                     stored = {row[0] for row in db.execute(f"SELECT {column} FROM {table}")}
                     assert stored <= {"ok-1"}, f"{table}.{column} holds {stored}"
-    assert {"sessions", "turns", "parts"} <= set(tables), "the store kept its tables"
+    assert {"sessions", "turns", "segments"} <= set(tables), "the store kept its tables"
 
 
 @pytest.mark.parametrize("good", GOOD_IDS)
