@@ -484,8 +484,31 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Pro
 # ----------------------------------------------------------------------------- commands
 
 
+def _check_utf8(prompt: str) -> None:
+    """Refuse a prompt whose bytes, as typed, are not UTF-8: Python turns such argv bytes into
+    lone surrogates (PEP 383), which no frame can carry.
+
+    Raises:
+        UsageError: naming the first bad byte and its position in the bytes typed (exit 2).
+    """
+    try:
+        prompt.encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    raw = prompt.encode("utf-8", "surrogateescape")  # the bytes as the user typed them
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"the prompt is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at position {exc.start})"
+        ) from None
+    raise UsageError("the prompt is not valid UTF-8")  # a surrogate that came from elsewhere
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     prompt = "\n".join(args.prompt)
+    _check_utf8(prompt)
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     options, session_options = _session_options(args)
@@ -579,7 +602,7 @@ def _bridge_rows(sandbox: Sandbox) -> List[Dict[str, Any]]:
             info = identity.parse_listening(
                 sandbox.read_file(posixpath.join(folder, identity.LISTENING_FILE))
             )
-            row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port))
+            row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port, info.instance))
         except (OSError, ValueError):
             pass
         if local:
@@ -598,7 +621,10 @@ def _list_folder(sandbox: Sandbox, folder: str) -> List[str]:
     return sorted(listed.stdout.decode("utf-8", "surrogateescape").split("\n")[:-1])
 
 
-def _healthy(sandbox: Sandbox, port: int) -> bool:
+def _healthy(sandbox: Sandbox, port: int, instance: str) -> bool:
+    """Whether the bridge that wrote a listening file answers on its port: ``/healthz`` must
+    answer 200 and name the file's ``instance`` (another bridge may have the port now; a
+    bridge whose health answer names no instance, an older one, is taken at its word)."""
     import requests
 
     from urllib.parse import quote
@@ -619,7 +645,12 @@ def _healthy(sandbox: Sandbox, port: int) -> bool:
                 address = f"http://{who}{proxy['http_proxy_host']}:{proxy['http_proxy_port']}"
                 http.proxies = {"http": address, "https": address}
             response = http.get(url.rstrip("/") + "/healthz", headers=dict(endpoint.headers), timeout=1.0)
-            return response.status_code == 200 and response.json().get("protocol") is not None
+            if response.status_code != 200:
+                return False
+            body = response.json()
+            if not isinstance(body, dict) or body.get("protocol") is None:
+                return False
+            return body.get("instance") in (None, instance)
     except (requests.RequestException, ValueError):
         return False
 

@@ -13,6 +13,7 @@ import hmac
 import http
 import inspect
 import itertools
+import json
 import logging
 import threading
 import time
@@ -66,7 +67,6 @@ every 5 s, so this only catches half-open TCP, which would otherwise hold off th
 HEALTHZ_PATH = "/healthz"
 
 _SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
-_HEALTHZ_BODY = '{"protocol": %d}' % PROTOCOL_VERSION
 _STREAM_JOIN_TIMEOUT = 2.0
 _CLOSE_TIMEOUT = 2.0  # seconds a closing handshake may take before the socket is closed
 
@@ -184,6 +184,15 @@ class BridgeServer:
         self._server: Optional[Server] = None
         self._lock = threading.Lock()
         self._live: Set[ServerConnection] = set()  # open connections, guarded by _lock
+        # /healthz names who answers (no secret: the id and instance are in listening.json), so
+        # that a reader of a stale listening file tells this bridge from the one it names.
+        self._healthz_body = json.dumps(
+            {
+                "protocol": PROTOCOL_VERSION,
+                "bridgeId": self.hello.get("bridgeId"),
+                "instance": self.hello.get("instance"),
+            }
+        )
         self.handlers: Dict[str, Callable[..., Any]] = {
             "Hello": lambda: self.hello,
             "OpenSession": manager.open_session,
@@ -249,7 +258,7 @@ class BridgeServer:
     def _process_request(self, connection: ServerConnection, request: Any) -> Any:
         path = urllib.parse.urlsplit(request.path).path
         if path == HEALTHZ_PATH:
-            response = connection.respond(http.HTTPStatus.OK, _HEALTHZ_BODY)
+            response = connection.respond(http.HTTPStatus.OK, self._healthz_body)
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
             return response

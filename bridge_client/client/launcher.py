@@ -22,6 +22,7 @@ from ..errors import (
     HarnessError,
     ProtocolError,
     SandboxGone,
+    Unauthorized,
 )
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
@@ -37,6 +38,30 @@ _LOG_TAIL_BYTES = 4000
 _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
 _POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer pause is late news)
 _RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again
+
+
+def _listening_bytes(plan: "LaunchPlan") -> Optional[bytes]:
+    try:
+        return plan.sandbox.read_file(plan.path(identity.LISTENING_FILE))
+    except (OSError, HarnessError):
+        return None
+
+
+def _find_or_refused(
+    plan: "LaunchPlan", open_timeout: float, refused: "Optional[Tuple[bytes, Unauthorized]]"
+) -> "Tuple[Optional[Tuple[Connection, HelloResult]], Optional[Tuple[bytes, Unauthorized]]]":
+    """:func:`find`, with a 401 returned rather than raised, together with the listening file
+    that led to it: the file may be stale and its port reused by another bridge (another
+    sandbox, another token). While the file stays the one that was refused, its port is not
+    asked again (a 401 is never retried, C17)."""
+    if refused is not None and _listening_bytes(plan) == refused[0]:
+        return None, refused
+    data = _listening_bytes(plan)
+    try:
+        return find(plan, open_timeout=open_timeout), None
+    except Unauthorized as exc:
+        log.debug("bridge %s: the port in the listening file refused the token: %s", plan.bridge_id, exc)
+        return None, (data or b"", exc)
 
 
 @dataclass(frozen=True)
@@ -197,8 +222,15 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
     exit quietly and every host ends up connected to the winner. When the bridge that holds
     the lock goes away without anyone answering (it was shutting down), it launches again.
 
+    A 401 from the port in the listening file is not taken at its word: the file may be stale
+    (its bridge was SIGKILLed) and the port now another sandbox's bridge. So a launch is
+    tried: a launched bridge takes the state directory's lock when the old one is dead and
+    writes a fresh listening file. Only when the launched bridge lost the lock (a live bridge
+    holds it) and the port still refuses the token for ``_RELAUNCH_AFTER`` seconds is it
+    ``Unauthorized``.
+
     Raises:
-        Unauthorized: the bridge refused the token.
+        Unauthorized: the live bridge of this state directory refused the token.
         BridgeLaunchError: the launched bridge exited with an error or did not answer in
             time (with the tail of ``bridge.log``).
         TemplateError: an install step failed.
@@ -206,7 +238,7 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
     """
     budget = plan.launch_timeout if timeout is None else min(plan.launch_timeout, timeout)
     # The first look is bounded too: a frozen bridge accepts TCP and then says nothing.
-    found = find(plan, open_timeout=min(plan.open_timeout, max(budget, 0.05)))
+    found, refused = _find_or_refused(plan, min(plan.open_timeout, max(budget, 0.05)), None)
     if found is not None:
         return found
     process = launch(plan)
@@ -215,7 +247,7 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
     lost_at: Optional[float] = None
     while True:
         remaining = deadline - time.monotonic()
-        found = find(plan, open_timeout=max(0.05, min(plan.open_timeout, remaining)))
+        found, refused = _find_or_refused(plan, max(0.05, min(plan.open_timeout, remaining)), refused)
         if found is not None:
             log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
             return found
@@ -231,9 +263,13 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
             if lost_at is None:
                 lost_at = now
             elif now - lost_at > _RELAUNCH_AFTER:
+                if refused is not None:  # a live bridge holds the lock and refuses our token
+                    raise refused[1]
                 log.debug("bridge %s: the lock holder does not answer; launching again", plan.bridge_id)
                 process, lost_at = launch(plan), None
         if remaining <= 0:
+            if refused is not None and status == 0:
+                raise refused[1]
             raise BridgeLaunchError(f"the bridge did not answer within {budget:g} s", _log_tail(plan))
         time.sleep(min(pause, max(0.0, remaining)))
         pause = min(pause * 1.5, _POLL_MAX)

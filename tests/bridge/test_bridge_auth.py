@@ -103,6 +103,8 @@ def test_healthz_answers_without_a_token(shared_echo):
         body = response.read()
         assert response.status == 200
         assert response.getheader("Content-Type") == "application/json"
-        assert json.loads(body) == {"protocol": 1}
+        assert json.loads(body) == {
+            "protocol": 1, "bridgeId": shared_echo.info.bridge_id, "instance": shared_echo.info.instance
+        }
     finally:
         conn.close()

@@ -1,6 +1,7 @@
 """Finding the bridge, launching it, and refusing strangers (C04, C05, C17)."""
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import os
 import socket
@@ -10,6 +11,7 @@ import pytest
 
 import bridge_client as bc
 from bridge_client.bridge import identity
+from bridge_client.client import launcher
 from bridge_client.client.connection import Connection
 from host_support import options, session_options
 
@@ -98,16 +100,13 @@ def test_c17_wrong_token_is_unauthorized_at_once_and_never_retried(sandbox):
         info = identity.parse_listening(open(_listening_path(sandbox, good), "rb").read())
         with pytest.raises(bc.Unauthorized):
             Connection(sandbox.expose(info.port), bc.Redacted("wrong-token"), open_timeout=5)
-        # A session whose token is wrong, pointed at the running bridge, fails with
-        # Unauthorized and launches nothing.
-        bad_opts = options("echo", token=lambda sandbox_id: bc.Redacted("wrong-token"))
-        bad = bc.create_session(bad_opts, session_options(sandbox))
-        bad_dir = identity.state_dir(sandbox.state_root, bad.bridge_id)
-        _write_stale_listening(os.path.join(bad_dir, identity.LISTENING_FILE), info.port, pid=info.pid)
+        # A host with a wrong token for this live bridge's own state directory: the bridge it
+        # launches loses the lock to the live one, whose port refuses the token: Unauthorized.
+        # (A 401 from a stale file's port is no longer final: tests/resilience/
+        # test_resilience_hostile.py, breaker finding 3.)
+        plan = dataclasses.replace(good._plan, token=bc.Redacted("wrong-token"))
         with pytest.raises(bc.Unauthorized):
-            bad.turn("hello")
-        assert not os.path.exists(os.path.join(bad_dir, identity.LAUNCH_FILE)), "nothing was launched"
-        bad.release()
+            launcher.connect(plan)
         assert _run_turn(good) == "stop", "the bridge still serves the good host"
 
 

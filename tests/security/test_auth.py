@@ -5,6 +5,7 @@ case, the token exactly), and a 401 makes the host raise Unauthorized at once, n
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import http.server
 import os
@@ -120,10 +121,17 @@ def test_c17_a_session_raises_unauthorized_at_once_and_never_retries(sandbox):
             "2020-01-01T00:00:00Z",
         )
         identity.secure_write(os.path.join(state_dir, identity.LISTENING_FILE), info.to_json().encode())
-        with pytest.raises(bc.Unauthorized) as error:
-            session.turn("hello")
+        # The state directory's lock is held (this test stands in for a live bridge), so the
+        # bridge launched behind the 401 (the file might be stale) loses it and exits: the 401
+        # is final, and its port was asked once.
+        lock = os.open(os.path.join(state_dir, identity.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(bc.Unauthorized) as error:
+                session.turn("hello")
+        finally:
+            os.close(lock)
         assert _Counting401.hits == 1, "one upgrade, no retry, no resend within the window"
-        assert not os.path.exists(os.path.join(state_dir, identity.LAUNCH_FILE)), "no launch behind a 401"
         assert opts.token(sandbox.id).reveal() not in str(error.value)
         session.release()
     finally:
