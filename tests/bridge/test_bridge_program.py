@@ -230,5 +230,5 @@ def test_healthz_and_401_do_not_count_as_connections_for_idle(make_bridge):
 
     bridge = make_bridge(idle_timeout=0.7)
     with urllib.request.urlopen(f"http://127.0.0.1:{bridge.info.port}/healthz", timeout=5) as r:
-        assert json.loads(r.read()) == {"protocol": 1}
+        assert json.loads(r.read())["protocol"] == 1
     assert bridge.wait(10) == 0
