@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, NamedTuple, Optional, Sequence, cast
+from typing import Any, Dict, NamedTuple, Optional, Sequence, cast
 
 from ..drivers import BUILTIN_DRIVERS
 from ..errors import ProtocolError
@@ -230,7 +230,7 @@ def _release_lock(fd: int) -> None:
 class _Bridge:
     """The running bridge: its parts, and the way it stops (once, from any thread)."""
 
-    def __init__(self, launch: _Launch) -> None:
+    def __init__(self, launch: _Launch, limits: Optional[Dict[str, Any]] = None) -> None:
         # Imported here so that ``load_driver`` and the startup checks work without websockets.
         from .server import BridgeServer, IdleWatcher
         from .store import Store, StoreError
@@ -261,7 +261,12 @@ class _Bridge:
             info.agent_id, info.bridge_id, self.instance, PROTOCOL_VERSION, os.getpid(), self.started_at
         )
         self.server = BridgeServer(
-            self.manager, token=launch.token, hello=hello.to_dict(), bind=info.bind, idle=self.idle
+            self.manager,
+            token=launch.token,
+            hello=hello.to_dict(),
+            bind=info.bind,
+            idle=self.idle,
+            **(limits or {}),  # max_connections, max_handshakes, handshake_timeout (B08)
         )
         self.listening_path = os.path.join(launch.state, identity.LISTENING_FILE)
 
@@ -431,7 +436,60 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         f"{identity.STATE_DIR_ENV}).",
     )
     parser.add_argument("--driver", required=True, help="echo, shell, or MODULE:CALLABLE (a driver factory)")
+    parser.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="TCP connections at most at once; beyond, HTTP 503 (default: what the open-files "
+        "limit leaves room for, 8 to 512)",
+    )
+    parser.add_argument(
+        "--max-handshakes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="connections at most still sending their HTTP request; a new one drops the oldest "
+        "(default 64)",
+    )
+    parser.add_argument(
+        "--handshake-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a new connection has to send its whole HTTP request (default 5)",
+    )
     return parser.parse_args(argv)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds > 0")
+    return value
+
+
+def _limits(args: argparse.Namespace) -> Dict[str, Any]:
+    """The B08 limits given on the command line, as BridgeServer keywords."""
+    given = {
+        "max_connections": args.max_connections,
+        "max_handshakes": args.max_handshakes,
+        "handshake_timeout": args.handshake_timeout,
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -456,7 +514,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.info("another bridge holds the lock on %s; this one exits (C05)", launch.state)
         return 0
     try:
-        return _Bridge(launch).run()
+        return _Bridge(launch, _limits(args)).run()
     except LaunchError as exc:
         log.error("%s", exc)
         return 2

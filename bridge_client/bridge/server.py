@@ -9,16 +9,21 @@ bridge (B08).
 """
 from __future__ import annotations
 
+import collections
+import errno
 import hmac
 import http
 import inspect
 import itertools
 import json
 import logging
+import resource
+import select
+import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
@@ -52,7 +57,16 @@ from ..wire.upgrade import redact_library_loggers
 from .store import json_text
 from .turns import Turn, TurnManager
 
-__all__ = ["BridgeServer", "IdleWatcher", "MAX_FRAME_BYTES", "SILENCE_TIMEOUT", "HEALTHZ_PATH"]
+__all__ = [
+    "BridgeServer",
+    "IdleWatcher",
+    "MAX_FRAME_BYTES",
+    "SILENCE_TIMEOUT",
+    "HEALTHZ_PATH",
+    "HANDSHAKE_TIMEOUT",
+    "MAX_HANDSHAKES",
+    "default_max_connections",
+]
 
 log = logging.getLogger("bridge_client.bridge.server")
 redact_library_loggers()  # websockets logs the upgrade's Authorization header at DEBUG (C17)
@@ -65,6 +79,35 @@ SILENCE_TIMEOUT = 120.0
 every 5 s, so this only catches half-open TCP, which would otherwise hold off the idle exit."""
 
 HEALTHZ_PATH = "/healthz"
+
+HANDSHAKE_TIMEOUT = 5.0
+"""Seconds a new TCP connection has to send its whole HTTP request (upgrade or ``/healthz``);
+then it is closed (B08: a slowloris peer holds a slot this long at most)."""
+
+MAX_HANDSHAKES = 64
+"""TCP connections at most still in their opening handshake; a new one beyond this drops the
+oldest of them (a half-sent request cannot lock newcomers out)."""
+
+_FDS_PER_CONNECTION = 4  # the socket and websockets' own per-connection files, with some slack
+_FDS_SPARE = 64  # files kept for the store, the log, the driver's commands
+_MAX_CONNECTIONS_CAP = 512
+_ACCEPT_BACKOFF = 0.1  # seconds of pause after accept() failed for want of a file or memory
+_ACCEPT_POLL_MS = 200  # how often a waiting accept looks whether the server was shut down
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_WARN_EVERY = 5.0  # seconds between two warnings about refused connections or accept errors
+
+
+def default_max_connections() -> int:
+    """The default bound on concurrent TCP connections: what the open-files limit
+    (``RLIMIT_NOFILE``, soft) leaves room for, from 8 to 512."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover
+        return _MAX_CONNECTIONS_CAP
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return _MAX_CONNECTIONS_CAP
+    return max(8, min(_MAX_CONNECTIONS_CAP, (soft - _FDS_SPARE) // _FDS_PER_CONNECTION))
 
 _SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
 _STREAM_JOIN_TIMEOUT = 2.0
@@ -144,6 +187,177 @@ class IdleWatcher:
         self._on_idle()
 
 
+class _RateLimitedWarning:
+    """A warning logged at most once per ``_WARN_EVERY`` seconds, with how many were held back."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+        self._lock = threading.Lock()
+        self._last = float("-inf")
+        self._held = 0
+
+    def __call__(self, detail: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < _WARN_EVERY:
+                self._held += 1
+                return
+            held, self._held, self._last = self._held, 0, now
+        log.warning("%s: %s%s", self._message, detail, f" ({held} more like it)" if held else "")
+
+
+class _ConnectionGate:
+    """Bounds the bridge's TCP connections (B08): at most ``max_connections`` at once (each
+    costs two threads and a few files), of which at most ``max_handshakes`` still in their
+    opening handshake. A connection beyond ``max_handshakes`` drops the oldest unfinished
+    handshake (shut down, so its thread ends at once); one beyond ``max_connections`` when
+    every slot has finished its handshake is refused with HTTP 503.
+
+    Thread-safe; sockets are tracked from :meth:`admit` (accept) to :meth:`release` (the end
+    of the connection's thread).
+    """
+
+    def __init__(self, max_connections: int, max_handshakes: int) -> None:
+        self.max_connections = max_connections
+        self.max_handshakes = max(1, min(max_handshakes, max_connections))
+        self._lock = threading.Lock()
+        self._pending: "collections.OrderedDict[socket.socket, None]" = collections.OrderedDict()
+        self._counted: Set[socket.socket] = set()  # admitted and not dropped, guarded by _lock
+        self._warn = _RateLimitedWarning("connections refused or dropped (B08 limits)")
+
+    def admit(self, sock: socket.socket) -> bool:
+        """A connection was accepted: take a slot (True), or refuse it (False)."""
+        dropped: List[socket.socket] = []
+        with self._lock:
+            while self._pending and (
+                len(self._pending) >= self.max_handshakes or len(self._counted) >= self.max_connections
+            ):
+                oldest, _ = self._pending.popitem(last=False)
+                self._counted.discard(oldest)
+                dropped.append(oldest)
+            admitted = len(self._counted) < self.max_connections
+            if admitted:
+                self._counted.add(sock)
+                self._pending[sock] = None
+        for old in dropped:
+            try:
+                old.shutdown(socket.SHUT_RDWR)  # its handshake ends at once; its thread closes it
+            except OSError:
+                pass
+        if dropped:
+            self._warn(f"dropped {len(dropped)} unfinished handshake(s) for a new connection")
+        if not admitted:
+            self._warn(f"refused a connection: {self.max_connections} open already")
+        return admitted
+
+    def handshake_done(self, sock: Any) -> None:
+        """The connection's HTTP request arrived whole."""
+        with self._lock:
+            self._pending.pop(sock, None)
+
+    def release(self, sock: socket.socket) -> None:
+        """The connection's thread ended (its socket is closed)."""
+        with self._lock:
+            self._pending.pop(sock, None)
+            self._counted.discard(sock)
+
+    def drop_pending(self) -> None:
+        """Shut down every connection still in its handshake (the server is stopping: none of
+        them would be served, and websockets' shutdown would wait for each to time out)."""
+        with self._lock:
+            pending = list(self._pending)
+        for sock in pending:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def counts(self) -> Tuple[int, int]:
+        """``(connections, of them in their handshake)`` now."""
+        with self._lock:
+            return len(self._counted), len(self._pending)
+
+
+def _refuse(sock: socket.socket) -> None:
+    """Answer 503 if the peer's buffer takes it at once, and close."""
+    try:
+        sock.setblocking(False)
+        sock.send(_REFUSAL)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+class _ListeningSocket(socket.socket):
+    """The bridge's listening socket (B08). websockets' ``serve_forever`` stops for good on any
+    ``OSError`` from ``accept()``; this ``accept`` rides out a shortage of files or memory
+    (EMFILE, ENFILE, ENOBUFS, ENOMEM: a pause, then again), refuses connections beyond the
+    :class:`_ConnectionGate`'s limits without starting a thread for them, and raises only
+    once the socket is closed (the server's shutdown).
+
+    The socket is non-blocking; ``accept`` waits with ``poll`` (no file of its own, no
+    ``FD_SETSIZE`` limit), looking every ``_ACCEPT_POLL_MS`` whether it was closed.
+    """
+
+    gate: _ConnectionGate
+    _accept_warning: _RateLimitedWarning
+
+    def accept(self) -> Tuple[socket.socket, Any]:
+        """Wait for a connection the gate admits.
+
+        Returns:
+            ``(socket, address)``; the socket is blocking.
+
+        Raises:
+            OSError: the listening socket is closed (or another error than a shortage).
+        """
+        poller = select.poll()
+        while True:
+            fd = self.fileno()
+            if fd < 0:
+                raise OSError(errno.EBADF, "the listening socket is closed")
+            poller.register(fd, select.POLLIN)
+            try:
+                ready = poller.poll(_ACCEPT_POLL_MS)
+            finally:
+                try:
+                    poller.unregister(fd)
+                except (KeyError, ValueError, OSError):
+                    pass
+            if not ready:
+                continue
+            try:
+                conn_fd, address = self._accept()  # type: ignore[attr-defined]
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno not in _RESOURCE_ERRNOS:
+                    raise
+                self._accept_warning(f"{exc.strerror or exc}; pausing {_ACCEPT_BACKOFF} s")
+                time.sleep(_ACCEPT_BACKOFF)
+                continue
+            sock = socket.socket(self.family, self.type, self.proto, fileno=conn_fd)
+            sock.setblocking(True)
+            if self.gate.admit(sock):
+                return sock, address
+            _refuse(sock)
+
+
+def _listening_socket(bind: str, gate: _ConnectionGate) -> _ListeningSocket:
+    """Bind ``bind`` on a port the system picks, and listen.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    plain = socket.create_server((bind, 0), backlog=128)
+    listening = _ListeningSocket(fileno=plain.detach())
+    listening.setblocking(False)
+    listening.gate = gate
+    listening._accept_warning = _RateLimitedWarning("accept() failed")
+    return listening
+
+
 def _key(request_id: RequestId) -> Tuple[type, RequestId]:
     # Ids keep their JSON type: 1 and "1" are different requests.
     return (type(request_id), request_id)
@@ -160,6 +374,11 @@ class BridgeServer:
         idle: the idle watcher told about connections, or ``None``.
         max_size: the largest frame, in bytes.
         silence_timeout: seconds without a frame before a connection is closed.
+        max_connections: TCP connections at most at once (``None``: from the open-files
+            limit, :func:`default_max_connections`); beyond, 503 (B08).
+        max_handshakes: of them, at most this many still in their opening handshake; a new
+            connection beyond drops the oldest unfinished one (B08).
+        handshake_timeout: seconds a connection has to send its whole HTTP request (B08).
     """
 
     def __init__(
@@ -172,6 +391,9 @@ class BridgeServer:
         idle: Optional[IdleWatcher] = None,
         max_size: int = MAX_FRAME_BYTES,
         silence_timeout: float = SILENCE_TIMEOUT,
+        max_connections: Optional[int] = None,
+        max_handshakes: int = MAX_HANDSHAKES,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self.manager = manager
         self._token = token
@@ -180,6 +402,10 @@ class BridgeServer:
         self._idle = idle
         self._max_size = max_size
         self.silence_timeout = silence_timeout
+        self.handshake_timeout = handshake_timeout
+        self.gate = _ConnectionGate(
+            max_connections if max_connections is not None else default_max_connections(), max_handshakes
+        )
         self._numbers = itertools.count(1)
         self._server: Optional[Server] = None
         self._lock = threading.Lock()
@@ -213,17 +439,34 @@ class BridgeServer:
         options: Dict[str, Any] = {}
         if "ping_interval" in _SERVE_PARAMETERS:  # websockets >= 15 pings by default; < 15 never
             options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
-        self._server = serve(
-            self._handle,
-            self.bind,
-            0,
-            process_request=self._process_request,
-            max_size=self._max_size,
-            compression=None,  # parts are small JSON; deflate costs more CPU than it saves
-            close_timeout=_CLOSE_TIMEOUT,
-            **options,
-        )
-        return int(self._server.socket.getsockname()[1])
+        listening = _listening_socket(self.bind, self.gate)
+        try:
+            self._server = serve(
+                self._handle,
+                sock=listening,
+                process_request=self._process_request,
+                max_size=self._max_size,
+                compression=None,  # parts are small JSON; deflate costs more CPU than it saves
+                close_timeout=_CLOSE_TIMEOUT,
+                open_timeout=self.handshake_timeout,
+                **options,
+            )
+        except BaseException:
+            listening.close()
+            raise
+        # Each accepted socket has a slot in the gate until its thread (websockets' handler
+        # for the whole connection, handshake included) ends.
+        handler = self._server.handler
+        gate = self.gate
+
+        def counted(sock: socket.socket, address: Any) -> None:
+            try:
+                handler(sock, address)
+            finally:
+                gate.release(sock)
+
+        self._server.handler = counted
+        return int(listening.getsockname()[1])
 
     def serve_forever(self) -> None:
         """Accept connections until :meth:`shutdown` (called from another thread)."""
@@ -239,6 +482,8 @@ class BridgeServer:
         # CLOSING by a peer that never closes TCP (after a 1009, say); close() on it gives up
         # after close_timeout. So close them all first, in parallel.
         self._close_live()
+        self._server.socket.close()  # no new connection from here on (accept() then raises)...
+        self.gate.drop_pending()  # ...and none left waiting out its handshake timeout
         self._server.shutdown()
         # websockets < 14 only stops accepting: close what opened meanwhile.
         self._close_live()
@@ -256,6 +501,7 @@ class BridgeServer:
     # ------------------------------------------------------------------ HTTP, before the upgrade
 
     def _process_request(self, connection: ServerConnection, request: Any) -> Any:
+        self.gate.handshake_done(connection.socket)
         path = urllib.parse.urlsplit(request.path).path
         if path == HEALTHZ_PATH:
             response = connection.respond(http.HTTPStatus.OK, self._healthz_body)

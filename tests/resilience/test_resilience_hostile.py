@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 import bridge_client as bc
 from bridge_client.bridge import identity
-from host_support import _alive, options, session_options
+from host_support import _alive, options, session_options, wait_until
 from resilience_support import sigkill_bridge
 
 pytestmark = pytest.mark.timeout(90)
@@ -143,3 +144,124 @@ def test_cli_a_prompt_that_is_not_utf8_is_bad_input(sandbox):
     assert done.returncode == 2, done.stderr
     assert b"not valid UTF-8 (byte 0xff at position 0)" in done.stderr
     assert not os.path.exists(os.path.join(sandbox.state_root, "bridges")), "nothing was launched"
+
+
+# ---------------------------------------------------------------------------- finding 4 (B08)
+
+
+def _bridge_options(*extra: str, shell_prefix: str = "", agent_options=None) -> bc.BridgeOptions:
+    """Echo bridge options whose bridge program gets ``extra`` arguments (and, with
+    ``shell_prefix``, is started by /bin/sh after that prefix, e.g. a ``ulimit``)."""
+    base = options("echo", agent_options=agent_options)
+    argv = [base.command, *base.args, *extra]
+    if shell_prefix:
+        command, args = "/bin/sh", ("-c", shell_prefix + ' && exec "$0" "$@"', *argv)
+    else:
+        command, args = argv[0], tuple(argv[1:])
+    return bc.BridgeOptions(
+        id=base.id, template=base.template, command=command, args=args, token=base.token,
+        agent_options=base.agent_options, bridge_idle_timeout=base.bridge_idle_timeout,
+    )
+
+
+def _half_handshakes(port: int, count: int) -> List[socket.socket]:
+    """``count`` TCP connections that send part of an HTTP request and then nothing."""
+    opened = []
+    for _ in range(count):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            break  # refused or reset by the bridge: fine, the point is what it does after
+        opened.append(sock)
+    return opened
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_b08_half_sent_handshakes_do_not_lock_out_others_and_threads_stay_bounded(sandbox):
+    limit = 24
+    opts = _bridge_options("--max-connections", str(limit), "--max-handshakes", "8",
+                           "--handshake-timeout", "30")
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        assert list(session.turn("warm up"))[-1].finish_reason == "stop"
+        pid = session._hello.pid
+        port = identity.parse_listening(open(_listening(sandbox, session.bridge_id), "rb").read()).port
+        slow = _half_handshakes(port, 3 * limit)
+        try:
+            assert _threads(pid) <= 2 * limit + 20, "each connection costs two threads, no more"
+            # A newcomer still gets in (the oldest half-sent handshake makes room) and works.
+            with bc.create_session(opts, session_options(sandbox)) as newcomer:
+                assert list(newcomer.turn("newcomer"))[-1].finish_reason == "stop"
+                assert newcomer._hello.pid == pid
+            assert list(session.turn("still here"))[-1].finish_reason == "stop"
+            assert _alive(pid) and session._hello.pid == pid
+            assert _threads(pid) <= 2 * limit + 20
+        finally:
+            for sock in slow:
+                sock.close()
+
+
+def test_b08_running_out_of_files_does_not_stop_the_bridge(sandbox):
+    # Few files and a connection limit far above what they allow: accept() fails with EMFILE.
+    opts = _bridge_options("--max-connections", "500", "--handshake-timeout", "30",
+                           shell_prefix="ulimit -n 80")
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        assert list(session.turn("warm up"))[-1].finish_reason == "stop"
+        pid = session._hello.pid
+        port = identity.parse_listening(open(_listening(sandbox, session.bridge_id), "rb").read()).port
+        slow = _half_handshakes(port, 120)
+        try:
+            assert wait_until(lambda: _fds(pid) >= 75, timeout=10), "the bridge never ran short of files"
+        finally:
+            for sock in slow:
+                sock.close()
+        assert wait_until(lambda: _fds(pid) < 40, timeout=15), "the half-sent handshakes were not closed"
+        assert list(session.turn("after the shortage"))[-1].finish_reason == "stop"
+        assert _alive(pid) and session._hello.pid == pid, "the same bridge serves on"
+        with bc.create_session(opts, session_options(sandbox)) as newcomer:
+            assert list(newcomer.turn("newcomer"))[-1].finish_reason == "stop"
+            assert newcomer._hello.pid == pid
+
+
+# ---------------------------------------------------------------------------- the orphaned command
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def test_b05_a_sigkilled_bridges_command_does_not_overlap_the_step_run_again(sandbox, workspace):
+    # The command notes its start, sleeps, notes its end. The bridge is SIGKILLed while it
+    # sleeps; the step runs again in the next bridge. The abandoned command must be gone by
+    # then: the log shows start, start, end (one end: the second attempt's).
+    line = "echo $$ >> groups.txt; echo start >> log.txt; sleep 3; echo end >> log.txt"
+    opts = options("shell")
+    with bc.create_session(opts, session_options(sandbox, resend_window=20.0)) as session:
+        turn = session.turn(line)
+        parts: List[bc.Part] = []
+        for part in turn:
+            parts.append(part)
+            if part.type == "tool-call":
+                break
+        assert wait_until(lambda: os.path.exists(os.path.join(workspace, "log.txt")), timeout=10)
+        with open(os.path.join(workspace, "groups.txt")) as f:
+            first_group = int(f.read().split()[0])
+        sigkill_bridge(sandbox, session.bridge_id)
+        assert wait_until(lambda: not _group_alive(first_group), timeout=10), "the command outlived its bridge"
+        parts.extend(turn)
+        assert parts[-1].finish_reason == "stop"
+    with open(os.path.join(workspace, "log.txt")) as f:
+        assert f.read().split() == ["start", "start", "end"]
