@@ -260,7 +260,7 @@ def test_b05_a_sigkilled_bridges_command_does_not_overlap_the_step_run_again(san
         with open(os.path.join(workspace, "groups.txt")) as f:
             first_group = int(f.read().split()[0])
         sigkill_bridge(sandbox, session.bridge_id)
-        assert wait_until(lambda: not _group_alive(first_group), timeout=10), "the command outlived its bridge"
+        assert wait_until(lambda: not _group_alive(first_group), timeout=10), "the command lives on"
         parts.extend(turn)
         assert parts[-1].finish_reason == "stop"
     with open(os.path.join(workspace, "log.txt")) as f:
