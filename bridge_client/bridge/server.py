@@ -223,6 +223,7 @@ class _ConnectionGate:
         self._lock = threading.Lock()
         self._pending: "collections.OrderedDict[socket.socket, None]" = collections.OrderedDict()
         self._counted: Set[socket.socket] = set()  # admitted and not dropped, guarded by _lock
+        self._closed = False  # drop_pending() ran: nothing is admitted any more
         self._warn = _RateLimitedWarning("connections refused or dropped (B08 limits)")
 
     def admit(self, sock: socket.socket) -> bool:
@@ -235,7 +236,7 @@ class _ConnectionGate:
                 oldest, _ = self._pending.popitem(last=False)
                 self._counted.discard(oldest)
                 dropped.append(oldest)
-            admitted = len(self._counted) < self.max_connections
+            admitted = not self._closed and len(self._counted) < self.max_connections
             if admitted:
                 self._counted.add(sock)
                 self._pending[sock] = None
@@ -246,7 +247,7 @@ class _ConnectionGate:
                 pass
         if dropped:
             self._warn(f"dropped {len(dropped)} unfinished handshake(s) for a new connection")
-        if not admitted:
+        if not admitted and not self._closed:
             self._warn(f"refused a connection: {self.max_connections} open already")
         return admitted
 
@@ -263,8 +264,11 @@ class _ConnectionGate:
 
     def drop_pending(self) -> None:
         """Shut down every connection still in its handshake (the server is stopping: none of
-        them would be served, and websockets' shutdown would wait for each to time out)."""
+        them would be served, and websockets' shutdown would wait for each to time out).
+        From then on nothing is admitted (an ``accept()`` under way when the listening socket
+        closed is refused)."""
         with self._lock:
+            self._closed = True
             pending = list(self._pending)
         for sock in pending:
             try:

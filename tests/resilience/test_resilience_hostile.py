@@ -8,6 +8,7 @@ import fcntl
 import json
 import socket
 import os
+import signal
 import subprocess
 import sys
 from typing import List
@@ -228,6 +229,26 @@ def test_b08_running_out_of_files_does_not_stop_the_bridge(sandbox):
         with bc.create_session(opts, session_options(sandbox)) as newcomer:
             assert list(newcomer.turn("newcomer"))[-1].finish_reason == "stop"
             assert newcomer._hello.pid == pid
+
+
+def test_b08_a_stopping_bridge_does_not_wait_out_half_sent_handshakes(sandbox):
+    # The handshake timeout is far longer than the wait below: a bridge that waited for each
+    # half-sent request to time out would still be holding its lock.
+    opts = _bridge_options("--handshake-timeout", "60")
+    session = bc.create_session(opts, session_options(sandbox))
+    try:
+        assert list(session.turn("warm up"))[-1].finish_reason == "stop"
+        pid = session._hello.pid
+        port = identity.parse_listening(open(_listening(sandbox, session.bridge_id), "rb").read()).port
+        slow = _half_handshakes(port, 10)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            assert wait_until(lambda: not _alive(pid), timeout=15), "the bridge waited for the handshakes"
+        finally:
+            for sock in slow:
+                sock.close()
+    finally:
+        session.release()
 
 
 # ---------------------------------------------------------------------------- the orphaned command
