@@ -12,7 +12,7 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..bridge import identity
 from ..errors import (
@@ -48,7 +48,11 @@ def _listening_bytes(plan: "LaunchPlan") -> Optional[bytes]:
 
 
 def _find_or_refused(
-    plan: "LaunchPlan", open_timeout: float, refused: "Optional[Tuple[bytes, Unauthorized]]"
+    plan: "LaunchPlan",
+    open_timeout: float,
+    refused: "Optional[Tuple[bytes, Unauthorized]]",
+    holder: "Optional[List[Connection]]" = None,
+    deadline: Optional[float] = None,
 ) -> "Tuple[Optional[Tuple[Connection, HelloResult]], Optional[Tuple[bytes, Unauthorized]]]":
     """:func:`find`, with a 401 returned rather than raised, together with the listening file
     that led to it: the file may be stale and its port reused by another bridge (another
@@ -58,7 +62,7 @@ def _find_or_refused(
         return None, refused
     data = _listening_bytes(plan)
     try:
-        return find(plan, open_timeout=open_timeout), None
+        return find(plan, open_timeout=open_timeout, holder=holder, deadline=deadline), None
     except Unauthorized as exc:
         log.debug("bridge %s: the port in the listening file refused the token: %s", plan.bridge_id, exc)
         return None, (data or b"", exc)
@@ -128,8 +132,22 @@ def _check_hello(plan: LaunchPlan, hello: HelloResult) -> None:
         )
 
 
-def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tuple[Connection, HelloResult]]:
+def find(
+    plan: LaunchPlan,
+    open_timeout: Optional[float] = None,
+    holder: Optional[List[Connection]] = None,
+    deadline: Optional[float] = None,
+) -> Optional[Tuple[Connection, HelloResult]]:
     """Connect to the bridge named by the listening file, if it answers as ours.
+
+    Args:
+        open_timeout: seconds for the upgrade (default ``plan.open_timeout``); ``Hello`` may
+            take ``ping_timeout`` more.
+        holder: a list every connection made is appended to as soon as it exists (see
+            :class:`Connection`): the caller closes those it does not keep, also after a
+            ``KeyboardInterrupt``. A connection that is not our bridge is closed here.
+        deadline: a ``time.monotonic()`` instant the ``Hello`` wait does not pass (at least
+            0.05 s are given).
 
     Returns:
         ``(connection, hello)``, or ``None`` when no bridge of ours answers there.
@@ -150,18 +168,24 @@ def find(plan: LaunchPlan, open_timeout: Optional[float] = None) -> Optional[Tup
             ping_interval=plan.ping_interval,
             ping_timeout=plan.ping_timeout,
             ca_bundle=plan.ca_bundle,
+            holder=holder,
         )
     except ConnectionLost as exc:
         log.debug("bridge %s: nothing answers on port %d: %s", plan.bridge_id, info.port, exc)
         return None
     try:
         timeout = (open_timeout or plan.open_timeout) + plan.ping_timeout
+        if deadline is not None:
+            timeout = min(timeout, max(deadline - time.monotonic(), 0.05))
         hello = HelloResult.from_dict(conn.call("Hello", None, timeout=timeout))
         _check_hello(plan, hello)
     except HarnessError as exc:  # dropped, garbled, a typed failure, or another bridge
         log.debug("bridge %s: port %d is not our bridge: %s", plan.bridge_id, info.port, exc)
         conn.close()
         return None
+    except BaseException:  # KeyboardInterrupt: no reader thread or socket is left behind
+        conn.close()
+        raise
     return conn, hello
 
 
@@ -214,11 +238,17 @@ def launch(plan: LaunchPlan) -> Any:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
 
 
-def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connection, HelloResult]:
+def connect(
+    plan: LaunchPlan, timeout: Optional[float] = None, holder: Optional[List[Connection]] = None
+) -> Tuple[Connection, HelloResult]:
     """Find the bridge or launch it, and return a connection to it (C04, C05).
 
-    Waits up to ``plan.launch_timeout`` seconds (or ``timeout``, if shorter; monotonic clock)
-    for a launched bridge. When several hosts launch at once, the bridges that lose the lock
+    Waits up to ``plan.launch_timeout`` seconds for a launched bridge (monotonic clock). With
+    ``timeout`` (the rest of a resend window), the whole call, the look before the launch and
+    every ``Hello`` included, ends within ``timeout`` seconds (plus one last look of at most
+    0.05 s, and the template's run). ``holder``: see :func:`find`.
+
+    When several hosts launch at once, the bridges that lose the lock
     exit quietly and every host ends up connected to the winner. When the bridge that holds
     the lock goes away without anyone answering (it was shutting down), it launches again.
 
@@ -237,17 +267,24 @@ def connect(plan: LaunchPlan, timeout: Optional[float] = None) -> Tuple[Connecti
         SandboxGone: the sandbox is gone.
     """
     budget = plan.launch_timeout if timeout is None else min(plan.launch_timeout, timeout)
+    window_end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     # The first look is bounded too: a frozen bridge accepts TCP and then says nothing.
-    found, refused = _find_or_refused(plan, min(plan.open_timeout, max(budget, 0.05)), None)
+    found, refused = _find_or_refused(
+        plan, min(plan.open_timeout, max(budget, 0.05)), None, holder, window_end
+    )
     if found is not None:
         return found
     process = launch(plan)
     deadline = time.monotonic() + budget
+    if window_end is not None:
+        deadline = min(deadline, window_end)
     pause = _POLL_FIRST
     lost_at: Optional[float] = None
     while True:
         remaining = deadline - time.monotonic()
-        found, refused = _find_or_refused(plan, max(0.05, min(plan.open_timeout, remaining)), refused)
+        found, refused = _find_or_refused(
+            plan, max(0.05, min(plan.open_timeout, remaining)), refused, holder, window_end
+        )
         if found is not None:
             log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
             return found
