@@ -20,7 +20,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Union
+from typing import Any, Deque, Dict, List, Optional, Tuple, Union
 
 import websocket
 
@@ -147,6 +147,10 @@ class Connection:
         ca_bundle: CA certificates (a PEM file or a folder) to verify a ``wss://`` endpoint
             with, instead of the system's; proxies come from the environment (see
             :mod:`.transport`).
+        holder: a list the new connection appends itself to before it opens anything, so that
+            a caller interrupted (``KeyboardInterrupt``) before the constructor returns can still
+            close it. The constructor itself closes what it opened when it fails or is
+            interrupted.
 
     A connection belongs to the process that opened it: in a forked child it counts as
     closed, and closing it there leaves the parent's connection alone (:mod:`.forksafe`).
@@ -167,6 +171,7 @@ class Connection:
         ping_interval: float = 5.0,
         ping_timeout: float = 5.0,
         ca_bundle: Optional[str] = None,
+        holder: Optional[List["Connection"]] = None,
     ) -> None:
         self.url = endpoint.url
         self._pid = os.getpid()
@@ -180,6 +185,23 @@ class Connection:
         self._next_id = 1
         self._closed = False
         self._error: Optional[BaseException] = None
+        # Both set by _open; None until then (close() copes with either missing).
+        self._ws: websocket.WebSocket = None  # type: ignore[assignment]
+        self._reader: Optional[threading.Thread] = None
+        if holder is not None:
+            holder.append(self)
+        try:
+            self._open(endpoint, token, open_timeout, ca_bundle)
+        except BaseException:  # a failed or interrupted open leaves no socket and no thread
+            self.close()
+            raise
+        forksafe.track(self)
+        log.debug("connected to %s (connection %s)", endpoint.url, self.name)
+
+    def _open(
+        self, endpoint: Endpoint, token: Redacted, open_timeout: float, ca_bundle: Optional[str]
+    ) -> None:
+        """Upgrade, then start the reader (see the class docstring for the errors)."""
         headers = [f"{name}: {value}" for name, value in endpoint.headers]
         headers.append(f"Authorization: Bearer {token.reveal()}")
         try:
@@ -205,14 +227,13 @@ class Connection:
         except (OSError, websocket.WebSocketException, ssl.SSLError) as exc:
             raise ConnectionLost(f"cannot connect to {endpoint.url}: {exc}") from None
         # The reader wakes at least this often to ping and to measure silence.
-        self._ws.settimeout(max(0.01, min(ping_interval, ping_timeout) / 2))
+        ping_timeout = self._silence_limit - self._ping_interval
+        self._ws.settimeout(max(0.01, min(self._ping_interval, ping_timeout) / 2))
         self._last_rx = self._last_ping = time.monotonic()
         self._reader = threading.Thread(
             target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True
         )
         self._reader.start()
-        forksafe.track(self)
-        log.debug("connected to %s (connection %s)", endpoint.url, self.name)
 
     # ------------------------------------------------------------------ public
 
@@ -239,21 +260,36 @@ class Connection:
             ProtocolError: the bridge answered with a defect.
         """
         pending = self._send_request(tag, payload, stream=False)
-        with pending.cond:
-            done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
-            outcome = pending.outcome
+        try:
+            with pending.cond:
+                done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
+                outcome = pending.outcome
+        except BaseException:  # KeyboardInterrupt: nobody waits for the answer any more
+            with self._lock:
+                self._pending.pop(pending.id, None)
+            raise
         if not done:
             self.close()
             raise ConnectionLost(f"{tag}: no answer within {timeout} s")
         return self._finish(pending, outcome)  # type: ignore[arg-type]
 
-    def stream(self, tag: str, payload: Any) -> Stream:
+    def stream(self, tag: str, payload: Any, holder: Optional[List[Stream]] = None) -> Stream:
         """Send a streaming request and return its :class:`Stream`.
+
+        Args:
+            holder: a list the stream is appended to before the request is sent, so that a
+                caller interrupted before this returns can still close it (no orphan stream
+                filling this connection's memory).
 
         Raises:
             ConnectionLost: the connection is already closed.
         """
-        return Stream(self, self._send_request(tag, payload, stream=True))
+        pending, data = self._register(tag, payload, stream=True)
+        stream = Stream(self, pending)
+        if holder is not None:
+            holder.append(stream)
+        self._transmit(data)
+        return stream
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
@@ -265,13 +301,23 @@ class Connection:
             if self._closed:
                 return
             self._closed = True
+        ws, reader = self._ws, self._reader
+        if ws is None:
+            return  # the upgrade never finished: nothing to close
         try:
-            self._ws.send_close()
+            ws.send_close()
         except Exception:  # closing anyway: the peer may be gone
             pass
-        self._ws.abort()  # wakes the reader, which fails what is pending
-        if threading.current_thread() is not self._reader:
-            self._reader.join(timeout=5.0)
+        ws.abort()  # wakes the reader, which fails what is pending
+        if reader is None or reader.ident is None:
+            # No reader ran (an interrupted open): close the socket and fail what is pending here.
+            self._fail_all(ConnectionLost(f"connection {self.name} closed"))
+            try:
+                ws.shutdown()
+            except Exception:
+                pass
+        elif threading.current_thread() is not reader:
+            reader.join(timeout=5.0)
 
     # ------------------------------------------------------------------ internals
 
@@ -304,6 +350,12 @@ class Connection:
                 pass
 
     def _send_request(self, tag: str, payload: Any, stream: bool) -> _Pending:
+        pending, data = self._register(tag, payload, stream)
+        self._transmit(data)
+        return pending
+
+    def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[_Pending, bytes]:
+        """Encode a request and enter it in the pending table (nothing sent yet)."""
         if self._pid != os.getpid():
             self._drop_inherited()
         with self._lock:
@@ -320,11 +372,13 @@ class Connection:
             if self._closed:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             self._pending[request_id] = pending
+        return pending, data
+
+    def _transmit(self, data: bytes) -> None:
         try:
             self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
             self._lost(exc)
-        return pending
 
     def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
         try:
@@ -400,7 +454,10 @@ class Connection:
                 p.outcome = message
                 p.cond.notify_all()
         elif isinstance(message, Defect):
-            raise ProtocolError(f"the bridge reported a defect: {message.defect}"[:500])
+            # A message the bridge cannot pin on one request: the end of this connection's
+            # state, not of the requests on it. They fail with ConnectionLost and are sent again
+            # (or read on from their offset) over a new connection (docs/protocol.md).
+            raise ConnectionLost(f"the bridge reported a defect: {message.defect}"[:500])
         # Pong: a sign of life, counted by the caller.
 
     def _read_loop(self) -> None:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, List, Optional, TypeVar
 
 from ..bridge import identity
 from ..errors import (
@@ -298,25 +298,28 @@ class Session:
             self._check_open()
             conn = self._conn
             if conn is not None and not conn.closed:
+                self._start_idle_timer()  # (an interrupt may have cut the first start short)
                 return conn
-            conn, hello = launcher.connect(self._plan, timeout=timeout)
+            # Every connection opened on the way lands in `made` as soon as it exists: whatever
+            # is not handed over (a failure, another bridge, a KeyboardInterrupt at any point)
+            # is closed below, so no reader thread or socket outlives this call.
+            made: List[Connection] = []
             try:
+                conn, hello = launcher.connect(self._plan, timeout=timeout, holder=made)
                 value = conn.call(
                     rpcs.OPEN_SESSION.tag,
                     {"sessionId": self.id, "state": self._state.to_dict() if self._state else None},
                     timeout=self._opts.request_timeout,
                 )
                 state = SessionState.from_dict(value)
-            except BaseException:
-                conn.close()
-                raise
-            with self._cond:
-                if self._released:
-                    conn.close()
-                    raise SessionReleased(f"session {self.id} was released")
-                self._conn, self._hello, self._state = conn, hello, state
-                self._last_use = time.monotonic()
-                self._ever_connected = True
+                with self._cond:
+                    if self._released:
+                        raise SessionReleased(f"session {self.id} was released")
+                    self._conn, self._hello, self._state = conn, hello, state
+                    self._last_use = time.monotonic()
+                    self._ever_connected = True
+            finally:
+                _close_all(c for c in made if c is not self._conn)
             log.debug("session %s opened on bridge %s (instance %s)", self.id, self.bridge_id, hello.instance)
             self._start_idle_timer()
             return conn
@@ -379,7 +382,7 @@ class Session:
         def attempt() -> T:
             # Reconnecting, a launch may use what is left of the window, never more; the first
             # launch of a session gets its whole launch_timeout.
-            left = max(window - (time.monotonic() - started), 0.5) if self._ever_connected else None
+            left = max(window - (time.monotonic() - started), 0.05) if self._ever_connected else None
             try:
                 conn = connect(timeout=left)
             except BridgeLaunchError as exc:
@@ -504,7 +507,8 @@ class Session:
             thread = self._idle_thread
             self._idle_thread = None
             self._cond.notify_all()
-        if thread is not None and thread is not threading.current_thread():
+        # A thread whose start() an interrupt cut short may never have run: nothing to join.
+        if thread is not None and thread is not threading.current_thread() and thread.ident is not None:
             thread.join(timeout=5.0)
 
     def _idle_loop(self) -> None:
@@ -530,6 +534,18 @@ class Session:
                 self._idle_thread = None
         if conn is not None:
             conn.close()
+
+
+def _close_all(conns: Iterable[Connection]) -> None:
+    """Close every connection, even when a KeyboardInterrupt arrives meanwhile (raised after)."""
+    interrupted: Optional[BaseException] = None
+    for conn in list(conns):
+        try:
+            conn.close()
+        except BaseException as exc:  # noqa: B036 - close the rest first
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 from .turn import Turn  # noqa: E402  (Turn refers back to Session)

@@ -8,13 +8,24 @@ is then announced by ``step-reset`` and delivered again from its ``step-start``.
 
 All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
 :meth:`Turn.__next__` (what was read).
+
+Exactly once, even under ``KeyboardInterrupt``: a signal handler's exception can surface at
+almost any bytecode of the reading thread. The read state therefore lives in one tuple,
+``Turn._st`` (the batch of parts received, how many were yielded, the yielded steps, finish and
+start, and a :class:`_Received` with the read cursor), and it changes by replacing that tuple in
+one attribute store. ``__next__`` stores the advanced position as its last act before
+``return`` (on CPython >= 3.11 no interrupt is delivered between those two bytecodes; on 3.9
+and 3.10 a ``try`` puts the old position back), and a batch received is published in one store
+with the cursor that follows it. Work done before a store that an interrupt cut short is done
+again (it is idempotent: the text list is keyed by position). Values taken from the stream but
+not yet published are not lost: the stream counts as dirty until the batch is published, and a
+dirty stream is closed and read again from the cursor.
 """
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
 
 from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound
 from ..wire import rpcs
@@ -39,6 +50,16 @@ if TYPE_CHECKING:
 __all__ = ["Turn"]
 
 log = logging.getLogger("bridge_client")
+
+
+class _Received(NamedTuple):
+    """Where the read of a turn stands (the reading thread's; replaced whole, never mutated)."""
+
+    batch: int  # the number of the batch in Turn._st (one more per batch received)
+    offset: int  # where the next ReadTurn starts: parts received (not only yielded) count
+    after_step: int  # the afterStep of the next ReadTurn
+    steps: int  # complete steps received
+    done: bool  # turn-finish received
 
 
 class Turn:
@@ -85,25 +106,34 @@ class Turn:
         self.prompt = prompt
         self._session_id = session_id
         self._state: Optional[TurnState] = None
-        self.steps = after_step
-        self.finish: Optional[TurnFinish] = None
         self.status: Optional[str] = None
         self._cancel_requested = False
-        # Where the next ReadTurn starts: parts received (not only yielded) count.
-        self._offset = 0
-        self._after_step = after_step
-        self._steps_received = after_step
-        self._buffer: Deque[Part] = deque()
+        # The read state, replaced in one store (see the module docstring): (the last batch
+        # received, as records whose first item is the part, how many of them were yielded,
+        # steps yielded, turn-finish yielded, turn-start yielded, the cursor).
+        self._st: Tuple[List[Tuple[Any, ...]], int, int, Optional[TurnFinish], bool, _Received] = (
+            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False)
+        )
+        # Values taken from the stream and being converted: (their batch number, the values,
+        # the records converted so far). Conversion resumes after an interrupt, never restarts.
+        self._raw: Optional[Tuple[int, List[Any], List[Tuple[Any, ...]]]] = None
         self._stream: Optional[Stream] = None
         self._stream_conn: Optional[Connection] = None
+        # Streams opened for this turn and not closed (an interrupted open leaves one here).
+        self._opened: List[Stream] = []
+        # True from a take() on the stream until its values are published: values an interrupt
+        # cut off in between are read again from the cursor over a new stream.
+        self._dirty = False
+        # Set by suspend() (any thread); the reading thread honours it (StopIteration).
+        self._suspended = False
         self._instance: Optional[str] = None
-        self._done_receiving = False
         self._exhausted = False
         self._lost_since: Optional[float] = None
         # When the bridge first restarted since the last step completed (the crash-loop bound).
         self._restarted_since: Optional[float] = None
-        self._texts: List[Tuple[Optional[int], int, str]] = []
-        self._yielded_start = False
+        # (step, attempt, text, (batch, position)) of the text deltas accounted; an entry whose
+        # key is the position not yet yielded is a leftover of an interrupted __next__.
+        self._texts: List[Tuple[Optional[int], int, str, Tuple[int, int]]] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
 
     # ------------------------------------------------------------------ public
@@ -116,11 +146,24 @@ class Turn:
         return self._state
 
     @property
+    def steps(self) -> int:
+        """Complete steps yielded so far (``int``; includes steps skipped by
+        ``continue_turn(steps=k)``)."""
+        return self._st[2]
+
+    @property
+    def finish(self) -> Optional[TurnFinish]:
+        """The ``turn-finish`` part once yielded, else ``None``."""
+        return self._st[3]
+
+    @property
     def done(self) -> bool:
         """True once ``turn-finish`` was yielded."""
-        return self._exhausted or self.finish is not None
+        return self._exhausted or self._st[3] is not None
 
     def __iter__(self) -> "Turn":
+        # A new loop over the turn reads on, also after a suspend from another thread (C11).
+        self._suspended = False
         return self
 
     def __next__(self) -> Part:
@@ -133,38 +176,65 @@ class Turn:
             TurnInProgress: another thread is reading a turn of this session.
             ProtocolError: the bridge sent something that is not a part.
         """
-        if not self._buffer and (self._done_receiving or self._exhausted):
-            self._exhausted = True
-            self._close_stream()
-            self._session._forget_turn(self)
-            if self._adopted_state:
-                # The session's own bridge opens the session again from the newer state on
-                # its next connection (C07, C14).
-                self._adopted_state = False
-                self._session._drop()
+        if self._suspended:  # suspended from another thread: reading stops (C11)
+            self._suspended = False
             raise StopIteration
-        if not self._buffer:
+        st = self._st
+        parts, taken = st[0], st[1]
+        if taken >= len(parts):
+            if st[5].done or self._exhausted:
+                self._end()
             with self._session._reading(self):
                 self._fill()
-            if not self._buffer:
+            st = self._st
+            parts, taken = st[0], st[1]
+            if taken >= len(parts):
+                self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
-        part = self._buffer.popleft()
-        self._account(part)
-        return part
+        part: Part = parts[taken][0]
+        steps, finish, started, rx = st[2], st[3], st[4], st[5]
+        # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
+        kind = type(part)  # exact types (part_from_dict builds them): isinstance on these
+        # ABC-derived classes takes ~0.4 us per miss, and a delta missed all of them
+        if kind is TextDelta:
+            texts, key = self._texts, (rx.batch, taken)
+            if not texts or texts[-1][3] != key:
+                texts.append((part.step, part.attempt, part.text, key))  # type: ignore[attr-defined]
+        elif kind is StepFinish:
+            steps += 1
+        else:
+            steps, finish, started = self._account(part, steps, finish, started)
+        new = (parts, taken + 1, steps, finish, started, rx)
+        try:
+            self._st = new  # the part is yielded: nothing may run between this store and return
+            return part
+        except BaseException:  # pragma: no cover - only before Python 3.11 (see the module doc)
+            self._st = st
+            raise
+
+    def _end(self) -> None:
+        """Every part was yielded: close the read and raise ``StopIteration``."""
+        self._exhausted = True
+        self._close_stream()
+        self._session._forget_turn(self)
+        if self._adopted_state:
+            # The session's own bridge opens the session again from the newer state on
+            # its next connection (C07, C14).
+            self._adopted_state = False
+            self._session._drop()
+        raise StopIteration
 
     def suspend(self) -> TurnState:
         """Stop reading and return the turn state; the turn keeps running in its bridge (C11).
 
-        Parts received but not yet yielded are dropped: iterating this turn again, or
-        ``continue_turn(state, steps=turn.steps)``, delivers them again.
+        May be called from any thread. It only closes the stream and sets a flag: the thread
+        that reads the turn stops at its next part (``StopIteration``) and keeps what it
+        received; iterating this turn again (a new ``for`` loop) yields those parts and reads
+        on, each part once. ``continue_turn(state, steps=turn.steps)`` reads the rest from the
+        bridge instead.
         """
+        self._suspended = True  # before the close: a reader that opens a stream meanwhile sees it
         self._close_stream()
-        # Rewind the cursor to the first part not yielded: reading this turn again (or a
-        # continue) delivers the rest, none lost (C09, C11).
-        self._offset = self._next_unyielded_offset
-        self._buffer.clear()
-        self._steps_received = self.steps
-        self._done_receiving = self._exhausted = self.finish is not None
         self._session._forget_turn(self)
         log.debug("turn %s suspended after %d steps", self.id, self.steps)
         return self.state
@@ -191,7 +261,10 @@ class Turn:
 
     def text(self) -> str:
         """The text of the text-delta parts yielded so far, with reset attempts removed."""
-        return "".join(text for _, _, text in self._texts)
+        texts, st = self._texts, self._st
+        if texts and texts[-1][3] == (st[5].batch, st[1]):
+            texts = texts[:-1]  # accounted by a __next__ that an interrupt cut short: not yielded
+        return "".join(t[2] for t in texts)
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -214,10 +287,11 @@ class Turn:
     def _start(self) -> None:
         """Send ``StartTurn`` and receive ``turn-start`` (called by the session)."""
         self._fill()
-        if not self._buffer:
+        parts = self._st[0]
+        if not parts:
             raise HarnessError(f"turn {self.id} was suspended before it started")
         if self._state is None:
-            raise ProtocolError(f"turn {self.id}: the first part is {self._buffer[0].type}, not turn-start")
+            raise ProtocolError(f"turn {self.id}: the first part is {parts[0][0].type}, not turn-start")
 
     def _bridge_instance(self) -> Optional[str]:
         """The instance id of the bridge this turn is read from now (``None``: not connected)."""
@@ -245,8 +319,7 @@ class Turn:
             # The bridge had no record of the turn (its state was lost): it runs afresh
             # from its prompt, and the reader sees the new log from its turn-start (C14).
             log.debug("turn %s: runs again from its prompt", self.id)
-            self._offset = 0
-            self._after_step = self._steps_received = 0
+            self._set_cursor(offset=0, after_step=0, steps=0)
         self.status = result.status
         self._instance = self._bridge_instance()
         if self._cancel_requested:
@@ -260,17 +333,26 @@ class Turn:
             if self._instance is not None:
                 log.debug("turn %s: bridge restarted, starting the turn again", self.id)
                 self._check_restart_bound()
-                self._after_step = self._steps_received
+                rx = self._st[5]
+                self._set_cursor(after_step=rx.steps)
             self._start_turn(conn)
+        rx = self._st[5]
+        # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
         return conn.stream(
             rpcs.READ_TURN.tag,
             {
                 "sessionId": self._session_id,
                 "turnId": self.id,
-                "offset": self._offset,
-                "afterStep": self._after_step,
+                "offset": rx.offset,
+                "afterStep": rx.after_step,
             },
+            holder=self._opened,
         )
+
+    def _set_cursor(self, **changes: Any) -> None:
+        """Replace fields of the cursor (one store; only between batches)."""
+        st = self._st
+        self._st = st[:5] + (st[5]._replace(**changes),)
 
     def _check_restart_bound(self) -> None:
         """The crash-loop bound: a bridge that restarts again and again while no step of the
@@ -301,13 +383,12 @@ class Turn:
         if link is not None:
             link.close()
         self._session_id = self._session.id
-        self._offset = 0
-        self._after_step = self._steps_received = 0
+        st = self._st
+        steps = st[2] if st[4] else 0
+        rx = st[5]._replace(offset=0, after_step=0, steps=0, done=False)
+        self._st = (st[0], st[1], steps, st[3], st[4], rx)
         self._instance = None
-        self._done_receiving = False
         self._restarted_since = self._lost_since = None
-        if not self._yielded_start:
-            self.steps = 0
 
     def _fill(self) -> None:
         """Receive at least one part into the buffer, reconnecting as needed."""
@@ -320,8 +401,24 @@ class Turn:
 
     def _fill_parts(self) -> None:
         session = self._session
-        while not self._buffer:
-            if self._stream is None:
+        while self._st[1] >= len(self._st[0]):
+            raw = self._raw
+            if raw is not None:
+                if raw[0] > self._st[5].batch:  # not yet published
+                    self._convert(raw)
+                self._raw = None
+                continue
+            stream = self._stream
+            if stream is not None and self._dirty:
+                # An interrupt cut a take() short: read again from the cursor (C09).
+                self._stream = self._stream_conn = None
+                stream.close()
+                stream = None
+            if stream is None:
+                for old in self._opened[:]:  # streams an interrupt left open
+                    old.close()
+                    self._opened.remove(old)
+                self._dirty = False
                 window = session._opts.resend_window
                 if self._lost_since is not None:
                     window -= time.monotonic() - self._lost_since
@@ -332,74 +429,115 @@ class Turn:
                     return self._open(conn)
 
                 try:
-                    self._stream = session._with_connection(open_on, window=window, link=self._link)
+                    stream = session._with_connection(open_on, window=window, link=self._link)
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
-                self._stream_conn = conn_box[0]
+                self._stream, self._stream_conn = stream, conn_box[0]
+            if self._suspended:
+                # suspend() from another thread, which may have missed this new stream.
+                self._close_stream()
+                return
             try:
-                values = self._stream.take()
+                self._dirty = True
+                values = stream.take()
             except StreamClosed:
                 # Another thread suspended the turn or released the session: stop reading,
                 # and leave the connection alone (a release may still be using it).
-                self._stream = self._stream_conn = None
+                self._dirty = False
+                self._forget_stream(stream)
                 session._check_open()
                 return
             except ConnectionLost as exc:
-                log.debug("turn %s: connection lost at offset %d, resuming: %s", self.id, self._offset, exc)
+                self._dirty = False
+                log.debug(
+                    "turn %s: connection lost at offset %d, resuming: %s", self.id, self._st[5].offset, exc
+                )
+                now = time.monotonic()
                 if self._lost_since is None:
-                    self._lost_since = time.monotonic()
+                    self._lost_since = now
+                conn = self._stream_conn
+                self._forget_stream(stream)
                 if self._link is not None:
-                    self._link.drop(self._stream_conn)
+                    self._link.drop(conn)
                 else:
-                    session._drop(self._stream_conn)
-                self._stream = self._stream_conn = None
+                    session._drop(conn)
+                if now - self._lost_since > session._opts.resend_window:
+                    # Connections open but every read drops at once (a bridge that answers each
+                    # with a defect, say): the window bounds that too (C08, C15).
+                    if self._link is not None:
+                        self._link.close()
+                    raise session._unavailable(exc) from exc
                 continue
             except (SessionNotFound, TurnNotFound) as exc:
+                self._dirty = False
                 if self._link is None:
                     raise
-                self._stream = self._stream_conn = None
+                self._forget_stream(stream)
                 self._run_again_here(exc)
                 continue
             if values is END:
-                self._stream = self._stream_conn = None
-                if not self._done_receiving:
+                self._dirty = False
+                self._forget_stream(stream)
+                if not self._st[5].done:
                     raise ProtocolError(f"turn {self.id}: the stream ended before turn-finish")
                 return
-            self._receive(values)  # type: ignore[arg-type]
+            self._raw = (self._st[5].batch + 1, values, [])  # type: ignore[assignment]
+            self._dirty = False
 
-    def _receive(self, values: List[Any]) -> None:
-        for value in values:
-            part = part_from_dict(value)
-            if part.index < self._offset:
+    def _forget_stream(self, stream: Stream) -> None:
+        """The stream ended: it is no longer this turn's."""
+        if self._stream is stream:
+            self._stream = self._stream_conn = None
+        try:
+            self._opened.remove(stream)
+        except ValueError:
+            pass
+
+    def _convert(self, raw: Tuple[int, List[Any], List[Tuple[Any, ...]]]) -> None:
+        """Convert values taken from the stream to parts and publish them as the next batch.
+
+        Each part converted is appended to ``raw``'s records with the cursor after it, in one
+        ``append``: an interrupt loses no conversion done, and the next call goes on from the
+        last record. Publishing is one store of ``Turn._st``.
+        """
+        seq, values, records = raw
+        rx = self._st[5]
+        if records:
+            _, pos, offset, steps, done = records[-1]
+        else:
+            pos, offset, steps, done = 0, rx.offset, rx.steps, rx.done
+        count = len(values)
+        while pos < count:
+            part = part_from_dict(values[pos])
+            pos += 1
+            if part.index < offset:
                 continue  # already received (a resend overlapped)
-            self._offset = part.index + 1
-            self._lost_since = None
-            kind = type(part)  # exact types (part_from_dict builds them): isinstance on these
-            # ABC-derived classes takes ~0.4 us per miss, and a delta missed all three
+            offset = part.index + 1
+            kind = type(part)  # exact types (part_from_dict builds them): see __next__
             if kind is StepFinish:
-                self._steps_received += 1
-                self._restarted_since = None
+                steps += 1
             elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
                 if self._state is not None and part.turn.turn_id != self.id:
                     raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
                 self._state = part.turn
             elif kind is TurnFinish:
-                self._done_receiving = True
-                self._restarted_since = None
-            self._buffer.append(part)
+                done = True
+            records.append((part, pos, offset, steps, done))
+        if records:
+            self._lost_since = None
+        if steps > rx.steps or done:
+            self._restarted_since = None
+        st = self._st
+        # One store publishes the batch and the cursor after it (the old batch was all yielded).
+        self._st = (records, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done))
 
-    @property
-    def _next_unyielded_offset(self) -> int:
-        return self._buffer[0].index if self._buffer else self._offset
-
-    def _account(self, part: Part) -> None:
-        """Bookkeeping for a part the caller is about to get."""
-        if type(part) is TextDelta:
-            self._texts.append((part.step, part.attempt, part.text))
-        elif isinstance(part, StepFinish):
-            self.steps += 1
-        elif isinstance(part, StepReset):
+    def _account(
+        self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool
+    ) -> Tuple[int, Optional[TurnFinish], bool]:
+        """Bookkeeping for a part the caller is about to get, other than a text delta or a
+        step-finish: returns the new (steps, finish, started). Idempotent (see ``__next__``)."""
+        if isinstance(part, StepReset):
             dropped = (part.step, part.discarded_attempt)
             self._texts = [t for t in self._texts if (t[0], t[1]) != dropped]
         elif isinstance(part, SessionStateChanged):
@@ -409,19 +547,22 @@ class Turn:
                 if self._link is not None:
                     self._adopted_state = True
         elif isinstance(part, TurnFinish):
-            self.finish = part
-        elif isinstance(part, TurnStart) and part.index == 0 and self._yielded_start:
-            # The turn runs again from its prompt (its bridge lost it, C14): a new log.
-            self._texts = []
-            self.steps = 0
-        if type(part) is TurnStart:
-            self._yielded_start = True
+            finish = part
+        elif isinstance(part, TurnStart):
+            if part.index == 0 and started:
+                # The turn runs again from its prompt (its bridge lost it, C14): a new log.
+                self._texts = []
+                steps = 0
+            started = True
+        return steps, finish, started
 
     def _close_stream(self) -> None:
         """Stop reading: close the stream, and the connection to a bridge of other options."""
         stream, self._stream, self._stream_conn = self._stream, None, None
         if stream is not None:
             stream.close()
+        for other in list(self._opened):  # any thread may call this: close, never remove
+            other.close()
         link = self._link
         if link is not None:
             link.close()

@@ -127,8 +127,6 @@ def _silent(ws: ServerConnection, message: Any) -> None:
         ('{"_tag":"Chunk","requestId":"1","values":[]}', "non-empty"),
         ('{"_tag":"Launch"}', "unknown message _tag"),
         ('{"_tag":"Request","id":1,"tag":"Hello","payload":null,"headers":[]}', "unknown message _tag"),
-        ('{"_tag":"Defect","defect":"the bridge is confused"}', "defect"),
-        ('{"_tag":"ClientProtocolError","error":"bad"}', "defect"),
         ("[" * 100_000 + "]" * 100_000, "nested"),
         ('"just a string"', "object"),
     ],
@@ -139,8 +137,6 @@ def _silent(ws: ServerConnection, message: Any) -> None:
         "empty-chunk",
         "unknown-tag",
         "request-from-bridge",
-        "defect",
-        "client-protocol-error",
         "deep",
         "scalar",
     ],
@@ -153,6 +149,25 @@ def test_b08_garbage_from_the_bridge_is_a_protocol_error(fake, answer, match):
         assert match.lower() in str(error).lower()
         assert conn.closed, "a connection that heard garbage is not used again"
         _raises(ConnectionLost, lambda: conn.call("Hello", None, timeout=10))
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ['{"_tag":"Defect","defect":"the bridge is confused"}', '{"_tag":"ClientProtocolError","error":"bad"}'],
+    ids=["defect", "client-protocol-error"],
+)
+def test_b08_a_defect_ends_the_connection_and_its_requests_are_lost_not_failed(fake, answer):
+    # A Defect is not pinned on a request: it ends the connection's state, and what was pending
+    # fails with ConnectionLost, which a session sends again over a new connection (C08;
+    # docs/protocol.md). tests/resilience/test_resilience_breaker.py reads a turn through one.
+    server = fake(lambda ws, message: ws.send(answer))
+    conn = _connect(server)
+    try:
+        error = _raises(ConnectionLost, lambda: conn.call("Hello", None, timeout=10))
+        assert "defect" in str(error).lower()
+        assert conn.closed, "a connection that heard a Defect is not used again"
     finally:
         conn.close()
 
