@@ -1,4 +1,4 @@
-"""The ``bridge-client`` command (API.md, "Command line").
+"""The ``bridge-client`` command (docs/cli.md).
 
 ::
 
