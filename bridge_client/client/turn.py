@@ -17,8 +17,10 @@ one attribute store. ``__next__`` stores the advanced position as its last act b
 ``return`` (on CPython >= 3.11 no interrupt is delivered between those two bytecodes; on 3.9
 and 3.10 a ``try`` puts the old position back), and a batch received is published in one store
 with the cursor that follows it. Work done before a store that an interrupt cut short is done
-again (it is idempotent: the text list is keyed by position). Values taken from the stream but
-not yet published are not lost: the stream counts as dirty until the batch is published, and a
+again (it is idempotent: a text delta already last in the text list is not added twice). Values
+taken from the stream are kept (``Turn._raw``) until their batch is published, and their
+conversion goes on from a checkpoint after an interrupt; values a take lost before they were
+kept are read again: the stream counts as dirty from the take until the values are kept, and a
 dirty stream is closed and read again from the cursor.
 """
 from __future__ import annotations
@@ -50,6 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["Turn"]
 
 log = logging.getLogger("bridge_client")
+
+
+_CHECKPOINT = 16  # values converted between two checkpoints of a batch's conversion
 
 
 class _Received(NamedTuple):
@@ -108,15 +113,18 @@ class Turn:
         self._state: Optional[TurnState] = None
         self.status: Optional[str] = None
         self._cancel_requested = False
-        # The read state, replaced in one store (see the module docstring): (the last batch
-        # received, as records whose first item is the part, how many of them were yielded,
-        # steps yielded, turn-finish yielded, turn-start yielded, the cursor).
-        self._st: Tuple[List[Tuple[Any, ...]], int, int, Optional[TurnFinish], bool, _Received] = (
+        # The read state, replaced in one store (see the module docstring): (the parts of the
+        # last batch received, how many of them were yielded, steps yielded, turn-finish
+        # yielded, turn-start yielded, the cursor).
+        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received] = (
             [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False)
         )
         # Values taken from the stream and being converted: (their batch number, the values,
-        # the records converted so far). Conversion resumes after an interrupt, never restarts.
-        self._raw: Optional[Tuple[int, List[Any], List[Tuple[Any, ...]]]] = None
+        # the parts converted so far), and a checkpoint of that conversion (batch number, parts
+        # kept, values used, offset, steps, done) every _CHECKPOINT parts: after an interrupt
+        # the conversion goes on from the checkpoint, it never starts over.
+        self._raw: Optional[Tuple[int, List[Any], List[Part]]] = None
+        self._checkpoint: Tuple[int, int, int, int, int, bool] = (-1, 0, 0, 0, 0, False)
         self._stream: Optional[Stream] = None
         self._stream_conn: Optional[Connection] = None
         # Streams opened for this turn and not closed (an interrupted open leaves one here).
@@ -131,9 +139,9 @@ class Turn:
         self._lost_since: Optional[float] = None
         # When the bridge first restarted since the last step completed (the crash-loop bound).
         self._restarted_since: Optional[float] = None
-        # (step, attempt, text, (batch, position)) of the text deltas accounted; an entry whose
-        # key is the position not yet yielded is a leftover of an interrupted __next__.
-        self._texts: List[Tuple[Optional[int], int, str, Tuple[int, int]]] = []
+        # The text deltas accounted; the last one may be the part not yet yielded (a leftover of
+        # an interrupted __next__: text() leaves it out, the next __next__ does not add it again).
+        self._texts: List[TextDelta] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
 
     # ------------------------------------------------------------------ public
@@ -191,15 +199,15 @@ class Turn:
             if taken >= len(parts):
                 self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
-        part: Part = parts[taken][0]
+        part = parts[taken]
         steps, finish, started, rx = st[2], st[3], st[4], st[5]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
         kind = type(part)  # exact types (part_from_dict builds them): isinstance on these
         # ABC-derived classes takes ~0.4 us per miss, and a delta missed all of them
         if kind is TextDelta:
-            texts, key = self._texts, (rx.batch, taken)
-            if not texts or texts[-1][3] != key:
-                texts.append((part.step, part.attempt, part.text, key))  # type: ignore[attr-defined]
+            texts = self._texts
+            if not texts or texts[-1] is not part:
+                texts.append(part)  # type: ignore[arg-type]
         elif kind is StepFinish:
             steps += 1
         else:
@@ -262,9 +270,10 @@ class Turn:
     def text(self) -> str:
         """The text of the text-delta parts yielded so far, with reset attempts removed."""
         texts, st = self._texts, self._st
-        if texts and texts[-1][3] == (st[5].batch, st[1]):
+        parts, taken = st[0], st[1]
+        if texts and taken < len(parts) and texts[-1] is parts[taken]:
             texts = texts[:-1]  # accounted by a __next__ that an interrupt cut short: not yielded
-        return "".join(t[2] for t in texts)
+        return "".join(t.text for t in texts)
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -291,7 +300,7 @@ class Turn:
         if not parts:
             raise HarnessError(f"turn {self.id} was suspended before it started")
         if self._state is None:
-            raise ProtocolError(f"turn {self.id}: the first part is {parts[0][0].type}, not turn-start")
+            raise ProtocolError(f"turn {self.id}: the first part is {parts[0].type}, not turn-start")
 
     def _bridge_instance(self) -> Optional[str]:
         """The instance id of the bridge this turn is read from now (``None``: not connected)."""
@@ -494,20 +503,26 @@ class Turn:
         except ValueError:
             pass
 
-    def _convert(self, raw: Tuple[int, List[Any], List[Tuple[Any, ...]]]) -> None:
+    def _convert(self, raw: Tuple[int, List[Any], List[Part]]) -> None:
         """Convert values taken from the stream to parts and publish them as the next batch.
 
-        Each part converted is appended to ``raw``'s records with the cursor after it, in one
-        ``append``: an interrupt loses no conversion done, and the next call goes on from the
-        last record. Publishing is one store of ``Turn._st``.
+        Parts converted are appended to ``raw``'s list, with a checkpoint of the cursor every
+        ``_CHECKPOINT`` parts (one store): after an interrupt the conversion goes on from the
+        last checkpoint (the parts after it are converted again), never from the start, so
+        even a stream of interrupts cannot keep a big batch from getting through. Publishing
+        is one store of ``Turn._st``.
         """
-        seq, values, records = raw
+        seq, values, parts = raw
         rx = self._st[5]
-        if records:
-            _, pos, offset, steps, done = records[-1]
+        mark = self._checkpoint
+        if mark[0] == seq:
+            _, kept, pos, offset, steps, done = mark
+            del parts[kept:]
         else:
             pos, offset, steps, done = 0, rx.offset, rx.steps, rx.done
+            del parts[:]
         count = len(values)
+        append = parts.append
         while pos < count:
             part = part_from_dict(values[pos])
             pos += 1
@@ -523,14 +538,16 @@ class Turn:
                 self._state = part.turn
             elif kind is TurnFinish:
                 done = True
-            records.append((part, pos, offset, steps, done))
-        if records:
+            append(part)
+            if not pos % _CHECKPOINT:
+                self._checkpoint = (seq, len(parts), pos, offset, steps, done)
+        if parts:
             self._lost_since = None
         if steps > rx.steps or done:
             self._restarted_since = None
         st = self._st
         # One store publishes the batch and the cursor after it (the old batch was all yielded).
-        self._st = (records, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done))
+        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done))
 
     def _account(
         self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool
@@ -539,7 +556,7 @@ class Turn:
         step-finish: returns the new (steps, finish, started). Idempotent (see ``__next__``)."""
         if isinstance(part, StepReset):
             dropped = (part.step, part.discarded_attempt)
-            self._texts = [t for t in self._texts if (t[0], t[1]) != dropped]
+            self._texts = [t for t in self._texts if (t.step, t.attempt) != dropped]
         elif isinstance(part, SessionStateChanged):
             # Only this session's own state (a continued turn may belong to another session).
             if part.state.session_id == self._session.id:
