@@ -225,7 +225,11 @@ class Session:
 
     def suspend_turn(self) -> Optional[TurnState]:
         """Stop reading the current turn and return its state; the turn keeps running in its
-        bridge (C11). Returns ``None`` when there is no current turn."""
+        bridge (C11). Returns ``None`` when there is no current turn.
+
+        Any thread may call it: the reading thread's loop ends at its next part
+        (``StopIteration``) and keeps the parts it received; a new loop over the turn yields
+        them and reads on (see :meth:`Turn.suspend`)."""
         turn = self._active_turn
         if turn is None:
             return None
