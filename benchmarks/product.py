@@ -4,7 +4,7 @@ baselines of this stack, measured in the same run.
 Every benchmark takes a :class:`~benchmarks._common.BenchEnv` and
 :class:`~benchmarks._common.Sizes` and returns a :class:`~benchmarks._common.Row`.
 Where a measurement needs to know what the host had received when a connection dropped, it
-looks at the turn's private buffers (``Turn._offset``, the stream's pending values): a
+looks at the turn's private buffers (``Turn._st``, the stream's pending values): a
 benchmark of the product may look inside it; the product never depends on that.
 """
 from __future__ import annotations
@@ -332,6 +332,13 @@ def cold_start(env: BenchEnv, sizes: Sizes) -> Row:
 # ----------------------------------------------------------------------------- 5. resume
 
 
+def _all_yielded(turn: Turn) -> bool:
+    """True when the turn holds no part received but not yet yielded (reads Turn's private
+    read state: ``_st`` is (batch, yielded count, ..., cursor); see client/turn.py)."""
+    batch, yielded = turn._st[0], turn._st[1]
+    return yielded >= len(batch)
+
+
 def _stream_pending(turn: Turn) -> Tuple[Optional[Connection], Any]:
     stream = turn._stream
     return turn._stream_conn, (stream._pending if stream is not None else None)
@@ -339,9 +346,9 @@ def _stream_pending(turn: Turn) -> Tuple[Optional[Connection], Any]:
 
 def _received_boundary(turn: Turn, conn: Optional[Connection], pending: Any) -> int:
     """The highest part index the host had received over ``conn`` once its reader ended."""
-    if conn is not None:
+    if conn is not None and conn._reader is not None:
         conn._reader.join(timeout=10)
-    boundary = turn._offset - 1
+    boundary = turn._st[5].offset - 1
     if pending is not None:
         with pending.cond:
             values = list(pending.values)
@@ -391,7 +398,7 @@ def resume(env: BenchEnv, sizes: Sizes) -> Row:
         for _ in range(sizes.resumes):
             turn = session.continue_turn(state)
             for part in turn:
-                if part.index >= 300 and not turn._buffer:
+                if part.index >= 300 and _all_yielded(turn):
                     break
             conn, pending = _stream_pending(turn)
             sock = conn._ws.sock if conn is not None else None
@@ -430,7 +437,7 @@ def recovery(env: BenchEnv, sizes: Sizes, cold: Optional[Figure] = None) -> Row:
         with bc.create_session(opts, session_options(sandbox)) as session:
             turn = session.turn("one two three")
             for part in turn:
-                if part.index >= 20 and not turn._buffer:
+                if part.index >= 20 and _all_yielded(turn):
                     break
             conn, pending = _stream_pending(turn)
             assert session._hello is not None
