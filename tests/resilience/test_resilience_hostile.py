@@ -265,10 +265,16 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_b05_a_sigkilled_bridges_command_does_not_overlap_the_step_run_again(sandbox, workspace):
-    # The command notes its start, sleeps, notes its end. The bridge is SIGKILLed while it
-    # sleeps; the step runs again in the next bridge. The abandoned command must be gone by
-    # then: the log shows start, start, end (one end: the second attempt's).
-    line = "echo $$ >> groups.txt; echo start >> log.txt; sleep 3; echo end >> log.txt"
+    # The command notes its start, waits for a `release` file (at most 30 s), notes its end.
+    # The bridge is SIGKILLed while it waits; the step runs again in the next bridge. The
+    # abandoned command must be gone by then: once `release` exists the log shows start,
+    # start, end (one end: the second attempt's). Waiting on a file, not a sleep, keeps a
+    # loaded machine from ending the first command before the kill.
+    line = (
+        "echo $$ >> groups.txt; echo start >> log.txt; i=0; "
+        "while [ ! -e release ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+        "echo end >> log.txt"
+    )
     opts = options("shell")
     with bc.create_session(opts, session_options(sandbox, resend_window=20.0)) as session:
         turn = session.turn(line)
@@ -282,6 +288,7 @@ def test_b05_a_sigkilled_bridges_command_does_not_overlap_the_step_run_again(san
             first_group = int(f.read().split()[0])
         sigkill_bridge(sandbox, session.bridge_id)
         assert wait_until(lambda: not _group_alive(first_group), timeout=10), "the command lives on"
+        open(os.path.join(workspace, "release"), "w").close()
         parts.extend(turn)
         assert parts[-1].finish_reason == "stop"
     with open(os.path.join(workspace, "log.txt")) as f:
