@@ -17,16 +17,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Iterator, List
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
-
-from host_support import SECRET  # noqa: E402
 
 from docker_support import (  # noqa: E402
     BASE_IMAGE, ENGINE_WAIT, HERE, IMAGE_TAG, NOPYTHON_IMAGE, TEST_LABEL, remove_container,
@@ -144,16 +140,6 @@ def _has_image(client: Any, name: str) -> bool:
         return True
     except Exception:
         return False
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Iterator[str]:
-    """A private BRIDGE_CLIENT_HOME and a fixed shared secret (as tests/host)."""
-    folder = tmp_path / "home"
-    folder.mkdir()
-    monkeypatch.setenv("BRIDGE_CLIENT_HOME", str(folder))
-    monkeypatch.setenv("BRIDGE_CLIENT_SECRET", SECRET)
-    yield str(folder)
 
 
 @pytest.fixture

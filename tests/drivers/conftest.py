@@ -7,39 +7,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "host"))
-
-import bridge_client as bc  # noqa: E402
-from host_support import SECRET, kill_all_under  # noqa: E402
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Iterator[str]:
-    """A private BRIDGE_CLIENT_HOME and a fixed shared secret."""
-    folder = tmp_path / "home"
-    folder.mkdir()
-    monkeypatch.setenv("BRIDGE_CLIENT_HOME", str(folder))
-    monkeypatch.setenv("BRIDGE_CLIENT_SECRET", SECRET)
-    yield str(folder)
-
-
-@pytest.fixture
-def workspace(tmp_path, home) -> Iterator[str]:
-    """An empty workspace folder; every process still working in it is killed afterwards."""
-    folder = tmp_path / "workspace"
-    folder.mkdir()
-    yield str(folder)
-    kill_all_under(str(folder))
-
-
-@pytest.fixture
-def sandbox(workspace) -> bc.LocalSandbox:
-    return bc.LocalSandbox(workspace)
 
 
 class FakeCLI:

@@ -1,0 +1,74 @@
+"""Fixtures every test folder shares: a private home, a workspace whose processes are killed
+by pid afterwards (through /proc, never by name), a sandbox on it, and real bridge processes
+of this package. Folders override what they need (tests/bridge's ``make_bridge`` takes the
+driver first; tests/remote's ``home`` also clears the proxy variables).
+
+The shared helpers live in tests/host (``host_support``) and tests/bridge (``bridge_harness``);
+both folders are put on the import path here, once, for every test module."""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from typing import Any, Callable, Iterator, List
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+for _folder in ("host", "bridge"):
+    _path = os.path.join(_TESTS, _folder)
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import bridge_client as bc  # noqa: E402
+from bridge_harness import BridgeProcess, prepare_state  # noqa: E402
+from host_support import SECRET, kill_all_under  # noqa: E402
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Iterator[str]:
+    """A private BRIDGE_CLIENT_HOME and a fixed shared secret."""
+    folder = tmp_path / "home"
+    folder.mkdir()
+    monkeypatch.setenv("BRIDGE_CLIENT_HOME", str(folder))
+    monkeypatch.setenv("BRIDGE_CLIENT_SECRET", SECRET)
+    yield str(folder)
+
+
+@pytest.fixture
+def workspace(tmp_path, home) -> Iterator[str]:
+    """An empty workspace folder; every process still working in it is killed afterwards."""
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    yield str(folder)
+    kill_all_under(str(folder))
+
+
+@pytest.fixture
+def sandbox(workspace) -> bc.LocalSandbox:
+    """A LocalSandbox on the workspace."""
+    return bc.LocalSandbox(workspace)
+
+
+@pytest.fixture
+def make_bridge(tmp_path) -> Iterator[Callable[..., BridgeProcess]]:
+    """``make(options=None, driver="echo", **launch)``: a running bridge of this package in a
+    fresh state directory; every one made is stopped by pid at teardown."""
+    made: List[BridgeProcess] = []
+
+    def make(options: Any = None, driver: str = "echo", **launch: Any) -> BridgeProcess:
+        state = str(tmp_path / f"state-{len(made)}")
+        prepare_state(state, agent_id=driver, options=options, **launch)
+        bridge = BridgeProcess(state, str(tmp_path / f"workspace-{len(made)}"), driver)
+        made.append(bridge)
+        return bridge.start()
+
+    yield make
+    for bridge in made:
+        bridge.stop()
+
+
+@pytest.fixture
+def sid() -> str:
+    """A fresh session id."""
+    return f"s-{uuid.uuid4().hex[:12]}"
