@@ -33,8 +33,11 @@ from .errors import (
     TurnConflict,
     TurnInProgress,
     TurnNotFound,
+    TurnStalled,
     Unauthorized,
     UntrustedEndpoint,
+    UntrustedFile,
+    InvalidToken,
 )
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
@@ -140,6 +143,9 @@ __all__ = [
     "TurnConflict",
     "SessionReleased",
     "TurnInProgress",
+    "TurnStalled",
+    "UntrustedFile",
+    "InvalidToken",
     "SandboxGone",
     "TemplateError",
 ]

@@ -38,6 +38,7 @@ def create_session(options: BridgeOptions, session_options: CreateSessionOptions
         TypeError: ``options`` is not a :class:`BridgeOptions` or ``session_options`` not a
             :class:`CreateSessionOptions`; ``agent_options`` is not plain JSON.
         BadRequest: ``session_id`` is not a valid id.
+        InvalidToken: the token function's result is not a ``Redacted`` bearer token.
     """
     if not isinstance(options, BridgeOptions):
         raise TypeError(

@@ -20,6 +20,10 @@
     ├── SessionReleased            a call on a session after ``release()`` (C16)
     ├── TurnInProgress (RuntimeError)
     │                              a second turn while one is being read on the same session
+    ├── TurnStalled                a turn's driver sent no part for ``turn_stall_timeout`` (``state``)
+    ├── UntrustedFile (PermissionError)
+    │                              a secret, folder or state file is not this user's own
+    ├── InvalidToken (ValueError)  a token cannot go in an ``Authorization: Bearer`` header
     ├── SandboxGone                the sandbox cannot run commands any more (C15)
     └── TemplateError              an install step of a template failed
 
@@ -47,6 +51,9 @@ __all__ = [
     "TurnConflict",
     "SessionReleased",
     "TurnInProgress",
+    "TurnStalled",
+    "UntrustedFile",
+    "InvalidToken",
     "SandboxGone",
     "TemplateError",
     "rpc_error_from_wire",
@@ -180,6 +187,48 @@ class TurnInProgress(HarnessError, RuntimeError):
     Never raised within one thread: there a new ``turn()`` suspends the unfinished turn (it
     keeps running in its bridge; iterating it again resumes it), because leaving a ``for``
     loop with ``break`` cannot run code to do so (C11)."""
+
+
+class TurnStalled(HarnessError):
+    """A turn's driver sent no part for ``turn_stall_timeout`` seconds while a read waited.
+
+    Keepalive frames do not count: only parts do. The read stops (the turn is suspended, and
+    keeps running in its bridge); iterating the turn again, or ``Session.continue_turn(
+    err.state)``, reads on from where it stopped. See the *Resilience* guide
+    (docs/resilience.md).
+
+    Attributes:
+        state: the turn's :class:`~bridge_client.wire.parts.TurnState`.
+        seconds: how long the driver had been silent, in seconds (``float``).
+    """
+
+    def __init__(self, message: str, state: Any = None, seconds: float = 0.0) -> None:
+        self.state = state
+        self.seconds = seconds
+        super().__init__(message)
+
+
+class UntrustedFile(HarnessError, PermissionError):
+    """A secret, a folder or a state file is not one this user made: a symlink, not a regular
+    file or folder, owned by another user, or writable (or, for private files, readable) by
+    others. The message names the path, what is wrong and how to fix it. See the *Security*
+    guide (docs/security.md).
+
+    Attributes:
+        path: the file or folder (``str``).
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class InvalidToken(HarnessError, ValueError):
+    """A bridge token cannot be sent as ``Authorization: Bearer <token>``: it is empty,
+    longer than 1024 characters, or holds a character other than ASCII letters, digits and
+    ``-._~+/`` (with ``=`` only at the end). Whitespace, line breaks and non-ASCII text are
+    refused rather than trimmed, so every host sends the same token. See the *Security*
+    guide (docs/security.md)."""
 
 
 class SandboxGone(HarnessError):

@@ -114,6 +114,11 @@ class CreateSessionOptions:
         ping_timeout: extra silence after ``ping_interval`` before the connection is lost.
         request_timeout: how long to wait for the answer to a request that does not stream;
             a bridge that does not answer in time counts as lost.
+        turn_stall_timeout: seconds a read of a turn waits for its next part before it ends
+            with :class:`~bridge_client.errors.TurnStalled` (carrying the turn state; the turn
+            keeps running in its bridge, and iterating it again reads on). Only parts count:
+            keepalive pings keep a connection open to a silent driver. ``None`` (the default)
+            waits as long as the driver takes. See the *Resilience* guide (docs/resilience.md).
         ca_bundle: a PEM file (or a folder) of CA certificates that ``wss://`` endpoints are
             verified against instead of the system's trust store (``str`` or path-like);
             verification itself is always on. Proxies come from ``https_proxy``,
@@ -122,7 +127,8 @@ class CreateSessionOptions:
     Raises:
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
             ``resume`` is not a SessionState, or ``ca_bundle`` is not a path.
-        ValueError: a duration is not a number > 0, or ``ca_bundle`` does not exist.
+        ValueError: a duration is not a number > 0 (``turn_stall_timeout``: nor ``None``), or
+            ``ca_bundle`` does not exist.
     """
 
     workspace: Workspace = field(default_factory=Workspace)
@@ -136,6 +142,7 @@ class CreateSessionOptions:
     ping_timeout: float = 5.0
     request_timeout: float = 30.0
     ca_bundle: Optional[str] = None
+    turn_stall_timeout: Optional[float] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.workspace, Workspace):
@@ -159,6 +166,13 @@ class CreateSessionOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"CreateSessionOptions.{name} must be a number of seconds > 0")
+        stall = self.turn_stall_timeout
+        if stall is not None and (
+            isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 0 < stall < float("inf")
+        ):
+            raise ValueError(
+                "CreateSessionOptions.turn_stall_timeout must be None or a number of seconds > 0"
+            )
         if self.resume is not None and not isinstance(self.resume, SessionState):
             raise TypeError("CreateSessionOptions.resume must be a SessionState (SessionState.from_json)")
         if self.ca_bundle is not None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 import time
 
 from .bridge.identity import make_private_dirs
 from .errors import HarnessError
+from .private_files import read_private
 from .redacted import Redacted
 
 __all__ = ["HOME_ENV", "SECRET_ENV", "user_home", "default_secret"]
@@ -46,8 +46,15 @@ def default_secret() -> Redacted:
     once with 32 random bytes (hex) and mode 0600. Creation is exclusive, so two processes
     that start at once agree on one secret.
 
+    The home folder must be this user's, not a symlink, and writable by nobody else; the
+    secret a regular file of this user with mode 0600 (anyone who can read it can derive
+    every token; anyone who could write it could choose them). See the *Security* guide
+    (docs/security.md).
+
     Raises:
-        HarnessError: the secret file is readable by others (mode not 0600) or empty.
+        UntrustedFile: the home folder or the secret file is a symlink, another user's, or
+            open to others (the message says how to fix it).
+        HarnessError: the secret file is empty.
         OSError: the folder cannot be created or read.
     """
     from_env = os.environ.get(SECRET_ENV)
@@ -68,11 +75,11 @@ def default_secret() -> Redacted:
             os.fsync(f.fileno())
     deadline = time.monotonic() + 2.0
     while True:
-        st = os.stat(path)
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            raise HarnessError(f"{path} is readable by others; run: chmod 600 {path}")
-        with open(path) as f:
-            value = f.read().strip()
+        raw = read_private(path, private=True)  # no symlink, no FIFO, ours, mode 0600
+        try:
+            value = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise HarnessError(f"{path} is not UTF-8 text; remove it to make a new secret") from None
         if value:
             return Redacted(value)
         if time.monotonic() > deadline:

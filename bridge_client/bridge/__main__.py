@@ -29,8 +29,9 @@ import uuid
 from typing import Any, Dict, NamedTuple, Optional, Sequence, cast
 
 from ..drivers import BUILTIN_DRIVERS
-from ..errors import ProtocolError
-from ..redacted import Redacted
+from ..errors import InvalidToken, ProtocolError, UntrustedFile
+from ..private_files import check_folder, check_stat, open_private, read_private
+from ..redacted import Redacted, check_token
 from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from . import identity
 from .driver import Driver
@@ -71,22 +72,20 @@ def _configure_logging() -> None:
     logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
-def _check_owner(path: str, what: str) -> None:
-    """Refuse a state directory (or a file in it) that another user owns: they could read the
-    token and the store, or have planted the files (B01, C17).
+def _check_state_dir(path: str) -> None:
+    """Refuse a state directory that is a symlink, another user's, or writable by others:
+    whoever could write it could plant the files we read (the token), or read what we write
+    (the store) (C17, C21).
 
     Raises:
-        LaunchError: ``path`` is owned by another user.
+        LaunchError: it is not this user's own folder.
     """
     try:
-        owner = os.stat(path).st_uid
+        check_folder(path)
+    except UntrustedFile as exc:
+        raise LaunchError(f"refusing the state directory: {exc}") from None
     except OSError as exc:
-        raise LaunchError(f"cannot inspect the {what} {path}: {exc.strerror or exc}") from None
-    if owner != os.geteuid():
-        raise LaunchError(
-            f"the {what} {path} belongs to user id {owner}, not to this bridge's user ({os.geteuid()}): "
-            "refusing it; remove it so that a host can launch the bridge afresh"
-        )
+        raise LaunchError(f"cannot inspect the state directory {path}: {exc.strerror or exc}") from None
 
 
 def _make_private(path: str, warn: bool = True) -> None:
@@ -94,7 +93,10 @@ def _make_private(path: str, warn: bool = True) -> None:
     readable by others; ``warn`` logs that); a missing file is left for the checks that read it.
 
     Raises:
-        LaunchError: it is owned by another user, or cannot be made private.
+        LaunchError: it is a symlink (never followed: a planted ``lock`` or ``bridge.log`` link
+            would have us truncate or append to its target), not a regular file, owned by
+            another user, writable by others (someone else may have written it), or cannot be
+            made private.
     """
     try:
         info = os.lstat(path)
@@ -102,10 +104,12 @@ def _make_private(path: str, warn: bool = True) -> None:
         return
     except OSError as exc:
         raise LaunchError(f"cannot inspect {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        return  # reading it fails with a clear error
-    if info.st_uid != os.geteuid():
-        _check_owner(path, "file")
+    if not stat.S_ISREG(info.st_mode) and not stat.S_ISLNK(info.st_mode):
+        return  # reading (or locking) it fails with a clear error
+    try:
+        check_stat(info, path)  # readable by others is mended below; writable by others is not
+    except UntrustedFile as exc:
+        raise LaunchError(f"refusing a file of the state directory: {exc}") from None
     if info.st_mode & 0o077:
         if warn:
             log.warning("%s was readable by others: made it 0600", path)
@@ -116,9 +120,9 @@ def _make_private(path: str, warn: bool = True) -> None:
 
 
 def _read(path: str, what: str) -> bytes:
+    """Read a state file without following a symlink or blocking on a FIFO."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_private(path)
     except OSError as exc:
         raise LaunchError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
 
@@ -170,13 +174,15 @@ def _prepare(driver_spec: str) -> _Launch:
         raise LaunchError(f"{identity.STATE_DIR_ENV} is not set: it names the bridge's state directory")
     if not os.path.isdir(state):
         raise LaunchError(f"state directory {state} does not exist")
-    _check_owner(state, "state directory")
+    _check_state_dir(state)
     try:
         os.chmod(state, 0o700)
     except OSError as exc:
         raise LaunchError(f"cannot chmod 0700 the state directory {state}: {exc.strerror}") from None
-    for name in (identity.TOKEN_FILE, identity.LAUNCH_FILE, identity.LOG_FILE):
-        _make_private(os.path.join(state, name), warn=name != identity.LOG_FILE)
+    for name in (identity.TOKEN_FILE, identity.LAUNCH_FILE, identity.LOG_FILE, identity.LOCK_FILE):
+        _make_private(os.path.join(state, name), warn=name not in (identity.LOG_FILE, identity.LOCK_FILE))
+    for suffix in ("", "-wal", "-shm", "-journal"):  # SQLite opens these by name: no symlinks
+        _make_private(os.path.join(state, identity.STORE_FILE + suffix), warn=False)
     launch_path = os.path.join(state, identity.LAUNCH_FILE)
     try:
         info = identity.parse_launch(_read(launch_path, "the launch file"))
@@ -190,19 +196,26 @@ def _prepare(driver_spec: str) -> _Launch:
         raise LaunchError(f"the token file {token_path} is not UTF-8") from None
     if not text:
         raise LaunchError(f"the token file {token_path} is empty")
+    try:
+        token = check_token(Redacted(text), f"the token in {token_path}")
+    except InvalidToken as exc:
+        raise LaunchError(str(exc)) from None
     driver = load_driver(driver_spec, info.agent_options)
     if driver.agent_id != info.agent_id:
         raise LaunchError(
             f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}"
         )
-    return _Launch(state, info, Redacted(text), driver)
+    return _Launch(state, info, token, driver)
 
 
 def _take_lock(state: str) -> Optional[int]:
     """B02: take the state directory's lock; ``None`` when another bridge holds it."""
     path = os.path.join(state, identity.LOCK_FILE)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (PEP 446)
+        # No-follow: a planted symlink would have us truncate its target below.
+        fd = open_private(path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (PEP 446)
+    except UntrustedFile as exc:
+        raise LaunchError(f"refusing the lock file: {exc}") from None
     except OSError as exc:
         raise LaunchError(f"cannot open the lock file {path}: {exc.strerror}") from None
     try:
@@ -361,8 +374,12 @@ class _Bridge:
         while not self._stopped.wait(_LISTENING_CHECK):
             if self._stopping:
                 return
-            if identity.optional_read(self.listening_path) == expected:
-                continue
+            try:
+                # Never blocks: a FIFO put in its place is refused, then replaced below.
+                if identity.optional_read(self.listening_path) == expected:
+                    continue
+            except OSError as exc:  # UntrustedFile included
+                log.warning("listening file is unusable (%s)", exc)
             log.warning("listening file was changed or removed; writing it again")
             try:
                 identity.secure_write(self.listening_path, expected)
@@ -371,7 +388,10 @@ class _Bridge:
 
     def _remove_listening(self) -> None:
         """B01: remove listening.json, only when it still names this instance."""
-        data = identity.optional_read(self.listening_path)
+        try:
+            data = identity.optional_read(self.listening_path)
+        except OSError:  # not a regular file of ours (UntrustedFile): not ours to remove
+            return
         if data is None:
             return
         try:

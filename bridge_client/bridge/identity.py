@@ -14,9 +14,10 @@ import os
 import posixpath
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from ..errors import ProtocolError
+from ..private_files import check_folder, read_private
 from ..redacted import Redacted
 from ..wire.parts import PROTOCOL_VERSION
 
@@ -243,11 +244,16 @@ def parse_launch(data: bytes) -> LaunchInfo:
     )
 
 
-def make_private_dirs(folder: str) -> None:
+def make_private_dirs(folder: str, root: Optional[str] = None) -> None:
     """Create ``folder`` and every missing parent with mode 0700 (``os.makedirs`` would give
-    the parents the umask's mode). Folders that exist already are left as they are.
+    the parents the umask's mode), then check the folders that were already there: from
+    ``root`` (an ancestor of ``folder``, e.g. the user's bridge_client home) down to
+    ``folder``, or ``folder`` alone without ``root``, each must be a real folder (not a
+    symlink) owned by this user and writable by nobody else.
 
     Raises:
+        UntrustedFile: a folder of that chain is a symlink, another user's, or writable by
+            others (see :func:`bridge_client.private_files.check_stat`).
         OSError: a folder cannot be created.
     """
     missing = []
@@ -266,18 +272,36 @@ def make_private_dirs(folder: str) -> None:
                 raise
         else:
             os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    for path in _chain(os.path.abspath(folder), root):
+        check_folder(path)
 
 
-def secure_write(path: str, data: bytes, mode: int = 0o600) -> None:
+def _chain(folder: str, root: Optional[str]) -> List[str]:
+    """``folder`` and its parents up to ``root`` (inclusive) when ``root`` is an ancestor."""
+    if root is None:
+        return [folder]
+    top = os.path.abspath(root)
+    if os.path.commonpath([top, folder]) != top:
+        return [folder]
+    chain = [folder]
+    while chain[-1] != top:
+        chain.append(os.path.dirname(chain[-1]))
+    return chain
+
+
+def secure_write(path: str, data: bytes, mode: int = 0o600, root: Optional[str] = None) -> None:
     """Write ``data`` to ``path`` atomically with ``mode``: a temporary file in the same
     folder, fsync, then rename over the target. Readers see the old file or the new one,
-    never half of one (B01). Parent folders are created with mode 0700.
+    never half of one (B01). Parent folders are created with mode 0700 and checked as
+    :func:`make_private_dirs` does (from ``root``). The rename replaces a symlink at ``path``
+    rather than writing through it.
 
     Raises:
+        UntrustedFile: the folder (or one up to ``root``) is not this user's own.
         OSError: the folder cannot be created or written.
     """
     folder = os.path.dirname(path) or "."
-    make_private_dirs(folder)
+    make_private_dirs(folder, root)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         os.fchmod(fd, mode)
@@ -295,9 +319,16 @@ def secure_write(path: str, data: bytes, mode: int = 0o600) -> None:
 
 
 def optional_read(path: str) -> Optional[bytes]:
-    """Return the bytes of a local file, or ``None`` when it does not exist."""
+    """Return the bytes of a local state file, or ``None`` when it does not exist.
+
+    The file is opened without following a symlink and without blocking (a FIFO never holds
+    the caller), and must be a regular file of this user that nobody else may write.
+
+    Raises:
+        UntrustedFile: it is a symlink, not a regular file, or not this user's own.
+        OSError: it cannot be read.
+    """
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_private(path, private=False)
     except FileNotFoundError:
         return None

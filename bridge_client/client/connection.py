@@ -184,6 +184,7 @@ class Connection:
         self._lock = threading.Lock()  # guards _pending, _next_id, _closed, _error
         self._next_id = 1
         self._closed = False
+        self._broken = False  # a send was cut short: the stream of frames is corrupt
         self._error: Optional[BaseException] = None
         # Both set by _open; None until then (close() copes with either missing).
         self._ws: websocket.WebSocket = None  # type: ignore[assignment]
@@ -304,10 +305,11 @@ class Connection:
         ws, reader = self._ws, self._reader
         if ws is None:
             return  # the upgrade never finished: nothing to close
-        try:
-            ws.send_close()
-        except Exception:  # closing anyway: the peer may be gone
-            pass
+        if not self._broken:
+            try:
+                ws.send_close()
+            except Exception:  # closing anyway: the peer may be gone
+                pass
         ws.abort()  # wakes the reader, which fails what is pending
         if reader is None or reader.ident is None:
             # No reader ran (an interrupted open): close the socket and fail what is pending here.
@@ -379,12 +381,26 @@ class Connection:
             self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
             self._lost(exc)
+        except BaseException:
+            self._cut_short()
+            raise
 
     def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
         try:
             self._ws.send(frames.encode(message))
         except (OSError, websocket.WebSocketException) as exc:
             self._lost(exc)
+        except BaseException:
+            self._cut_short()
+            raise
+
+    def _cut_short(self) -> None:
+        """A send was interrupted (``KeyboardInterrupt``): part of a frame may be on the wire,
+        and the bridge would read whatever we send next as its rest. The connection is broken
+        at once (no close frame: it would be read the same way); the next call opens a new
+        one instead of waiting for the keepalive to notice (C20)."""
+        self._broken = True
+        self._lost(ConnectionLost(f"a send on connection {self.name} was cut short"))
 
     def _finish(self, pending: _Pending, outcome: Union[Exit, BaseException]) -> Any:
         with self._lock:

@@ -23,12 +23,14 @@ from ..errors import (
     ProtocolError,
     SandboxGone,
     Unauthorized,
+    UntrustedFile,
 )
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
 from ..template import Template
 from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from .connection import Connection
+from .resend import Backoff
 
 __all__ = ["LaunchPlan", "connect", "find", "launch"]
 
@@ -37,12 +39,46 @@ log = logging.getLogger("bridge_client")
 _LOG_TAIL_BYTES = 4000
 _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
 _POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer pause is late news)
-_RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again
+_RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again (doubling)
+
+
+def _read_state_file(plan: "LaunchPlan", name: str) -> bytes:
+    """Read a file of the state directory that decides where the token goes (C21).
+
+    A sandbox that can tell who made a file (``read_private_file``: LocalSandbox, and
+    DockerSandbox from the archive's tar header) refuses one that is not the sandbox user's
+    regular 0600 file in a 0700 folder of theirs; for other adapters the file is read as it is
+    and the bridge's own start-up checks of its state directory are what hold (docs/security.md).
+
+    Raises:
+        FileNotFoundError: no such file. UntrustedFile: refused. OSError, HarnessError.
+    """
+    path = plan.path(name)
+    reader = getattr(plan.sandbox, "read_private_file", None)
+    if reader is None:
+        return plan.sandbox.read_file(path)
+    data: bytes = reader(path)
+    return data
+
+
+_warned: "set[Tuple[str, str]]" = set()  # (path, reason) already logged at WARNING
+
+
+def _untrusted(plan: "LaunchPlan", exc: UntrustedFile) -> None:
+    """Say once at WARNING (then at DEBUG) that a listening file is treated as no bridge."""
+    key = (plan.path(identity.LISTENING_FILE), str(exc))
+    level = logging.DEBUG if key in _warned else logging.WARNING
+    _warned.add(key)
+    log.log(level, "bridge %s: not trusting the listening file, treating it as no bridge: %s",
+            plan.bridge_id, exc)
 
 
 def _listening_bytes(plan: "LaunchPlan") -> Optional[bytes]:
     try:
-        return plan.sandbox.read_file(plan.path(identity.LISTENING_FILE))
+        return _read_state_file(plan, identity.LISTENING_FILE)
+    except UntrustedFile as exc:
+        _untrusted(plan, exc)
+        return None
     except (OSError, HarnessError):
         return None
 
@@ -114,8 +150,11 @@ class LaunchPlan:
 
 def _read_listening(plan: LaunchPlan) -> Optional[identity.ListeningInfo]:
     try:
-        return identity.parse_listening(plan.sandbox.read_file(plan.path(identity.LISTENING_FILE)))
+        return identity.parse_listening(_read_state_file(plan, identity.LISTENING_FILE))
     except FileNotFoundError:
+        return None
+    except UntrustedFile as exc:
+        _untrusted(plan, exc)  # C21: never send the token to a port a stranger may have named
         return None
     except (ProtocolError, OSError) as exc:
         log.debug("ignoring listening file of bridge %s: %s", plan.bridge_id, exc)
@@ -220,6 +259,8 @@ def launch(plan: LaunchPlan) -> Any:
     try:
         plan.sandbox.write_file(plan.path(identity.LAUNCH_FILE), launch_info.to_json().encode(), mode=0o600)
         plan.sandbox.write_file(plan.path(identity.TOKEN_FILE), plan.token.reveal().encode(), mode=0o600)
+    except UntrustedFile as exc:
+        raise BridgeLaunchError(f"refusing the bridge's state directory {plan.state_dir}: {exc}") from None
     except OSError as exc:
         raise BridgeLaunchError(
             f"cannot write the bridge's state directory {plan.state_dir}: {exc}"
@@ -234,6 +275,8 @@ def launch(plan: LaunchPlan) -> Any:
         )
     except SandboxGone:
         raise
+    except UntrustedFile as exc:  # bridge.log (or its folder) is a symlink or another user's
+        raise BridgeLaunchError(f"refusing the bridge's state directory {plan.state_dir}: {exc}") from None
     except OSError as exc:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
 
@@ -250,7 +293,16 @@ def connect(
 
     When several hosts launch at once, the bridges that lose the lock
     exit quietly and every host ends up connected to the winner. When the bridge that holds
-    the lock goes away without anyone answering (it was shutting down), it launches again.
+    the lock goes away without anyone answering (it was shutting down), it launches again,
+    only once its own launched bridge has exited, after 3 s, then 6 s, 12 s... When its own
+    bridge dies (killed while it held the lock, say), it first looks for the bridge that
+    answers now (another host's), and launches again if it was killed by a signal; an error
+    exit with no bridge answering is a ``BridgeLaunchError``.
+
+    The listening file is read every 20-50 ms while a bridge starts; the port it names is
+    probed at once when the file changes, and with the resend policy's backoff (up to 2 s
+    apart) while it stays the same and does not answer. A listening file that is not the
+    sandbox user's own private file counts as no bridge (logged at WARNING).
 
     A 401 from the port in the listening file is not taken at its word: the file may be stale
     (its bridge was SIGKILLed) and the port now another sandbox's bridge. So a launch is
@@ -280,33 +332,69 @@ def connect(
         deadline = min(deadline, window_end)
     pause = _POLL_FIRST
     lost_at: Optional[float] = None
+    relaunch_after = _RELAUNCH_AFTER
+    # The port named by an unchanged listening file is probed with the resend policy's
+    # backoff; a new file is probed at once (a starting bridge is found without delay).
+    probes = Backoff()
+    probed: Optional[bytes] = None
+    next_probe = 0.0
     while True:
         remaining = deadline - time.monotonic()
-        found, refused = _find_or_refused(
-            plan, max(0.05, min(plan.open_timeout, remaining)), refused, holder, window_end
-        )
-        if found is not None:
-            log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
-            return found
-        status = process.poll()
-        if status not in (None, 0):
-            raise BridgeLaunchError(
-                f"the bridge exited with status {status} before it answered", _log_tail(plan)
+        data = _listening_bytes(plan)
+        now = time.monotonic()
+        if data is None:
+            refused = None  # the refused file is gone
+        elif data != probed or now >= next_probe:
+            if data != probed:
+                probes.reset()
+            found, refused = _find_or_refused(
+                plan, max(0.05, min(plan.open_timeout, remaining)), refused, holder, window_end
             )
+            if found is not None:
+                log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
+                return found
+            probed, next_probe = data, time.monotonic() + probes.next()
+        status = process.poll()
+        if status is not None and status != 0:
+            # Ours died. Another host's bridge may hold the lock now and answer (C05): look
+            # before giving up. Killed by a signal, it may have held the lock: launch again.
+            found = _look_now(plan, remaining, holder, window_end)
+            if found is not None:
+                return found
+            if status > 0 or remaining <= 0:
+                raise BridgeLaunchError(
+                    f"the bridge exited with status {status} before it answered", _log_tail(plan)
+                )
+            log.debug("bridge %s: the launched bridge was killed (signal %d); launching again",
+                      plan.bridge_id, -status)
+            process, lost_at, probed = launch(plan), None, None
+            continue
         if status == 0:
             # Ours lost the lock race (C05): the winner answers soon. If none does for a
-            # while, the lock holder was on its way out: launch again.
-            now = time.monotonic()
+            # while, the lock holder was on its way out: launch again, less often each time.
             if lost_at is None:
                 lost_at = now
-            elif now - lost_at > _RELAUNCH_AFTER:
+            elif now - lost_at > relaunch_after:
                 if refused is not None:  # a live bridge holds the lock and refuses our token
                     raise refused[1]
                 log.debug("bridge %s: the lock holder does not answer; launching again", plan.bridge_id)
                 process, lost_at = launch(plan), None
+                relaunch_after *= 2
         if remaining <= 0:
             if refused is not None and status == 0:
                 raise refused[1]
             raise BridgeLaunchError(f"the bridge did not answer within {budget:g} s", _log_tail(plan))
         time.sleep(min(pause, max(0.0, remaining)))
         pause = min(pause * 1.5, _POLL_MAX)
+
+
+def _look_now(
+    plan: LaunchPlan, remaining: float, holder: Optional[List[Connection]], window_end: Optional[float]
+) -> Optional[Tuple[Connection, HelloResult]]:
+    """One look for the bridge that answers now, whatever the probe backoff says."""
+    try:
+        return find(plan, open_timeout=max(0.05, min(plan.open_timeout, remaining)), holder=holder,
+                    deadline=window_end)
+    except Unauthorized as exc:
+        log.debug("bridge %s: the port in the listening file refused the token: %s", plan.bridge_id, exc)
+        return None

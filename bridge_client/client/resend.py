@@ -16,13 +16,43 @@ import tenacity
 
 from ..errors import ConnectionLost
 
-__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "resend_policy"]
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "resend_policy", "backoff", "Backoff"]
 
 FIRST_BACKOFF = 0.05
 """Seconds before the first resend."""
 
 MAX_BACKOFF = 2.0
 """The longest pause between two resends, in seconds."""
+
+
+def backoff() -> "tenacity.wait.wait_base":
+    """The resend policy's wait: exponential from :data:`FIRST_BACKOFF` up to
+    :data:`MAX_BACKOFF` seconds, plus up to ``FIRST_BACKOFF`` of jitter."""
+    # Composed, because wait_exponential_jitter's arguments differ across tenacity 8/9.
+    return tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF) + tenacity.wait_random(
+        0, FIRST_BACKOFF
+    )
+
+
+class Backoff:
+    """The resend policy's pauses one after another, for loops that are not a tenacity retry
+    (the launcher's probes of a bridge's port): ``next()`` gives the next pause in seconds,
+    ``reset()`` starts again from the first."""
+
+    def __init__(self) -> None:
+        self._wait = backoff()
+        # Only attempt_number is read by the wait.
+        self._state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+
+    def next(self) -> float:
+        """Return the pause before the next attempt, in seconds (and count the attempt)."""
+        pause = float(self._wait(self._state))
+        self._state.attempt_number += 1
+        return pause
+
+    def reset(self) -> None:
+        """Start again from the first, shortest pause."""
+        self._state.attempt_number = 1
 
 
 def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
@@ -41,10 +71,7 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
 
     return tenacity.Retrying(
         stop=tenacity.stop_before_delay(window) | tenacity.stop_when_event_set(cancelled),
-        # Exponential from FIRST_BACKOFF up to MAX_BACKOFF, plus up to FIRST_BACKOFF of jitter
-        # (composed, because wait_exponential_jitter's arguments differ across tenacity 8/9).
-        wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
-        + tenacity.wait_random(0, FIRST_BACKOFF),
+        wait=backoff(),
         retry=tenacity.retry_if_exception_type(ConnectionLost),
         sleep=pause,
         reraise=True,

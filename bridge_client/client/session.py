@@ -28,6 +28,7 @@ from ..errors import (
     TurnInProgress,
 )
 from ..options import BridgeOptions, CreateSessionOptions
+from ..redacted import check_token
 from ..sandbox.base import Sandbox
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
@@ -60,7 +61,10 @@ class Session:
         self._options = options
         self._opts = session_options
         self.sandbox = sandbox
-        token = options.token(sandbox.id)
+        # Checked where it is made: a malformed token would only show as refused upgrades.
+        token = check_token(
+            options.token(sandbox.id), f"the token BridgeOptions.token gave for sandbox {sandbox.id}"
+        )
         self.bridge_id = identity.bridge_id(
             options.id, options.command, options.args, options.agent_options, token
         )

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
 
-from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound
+from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound, TurnStalled
 from ..wire import rpcs
 from ..wire.parts import (
     Part,
@@ -182,6 +182,8 @@ class Turn:
             BridgeUnavailable: no bridge answered within the resend window (C15).
             SessionReleased: the session was released.
             TurnInProgress: another thread is reading a turn of this session.
+            TurnStalled: no part came within the session's ``turn_stall_timeout`` (carries the
+                turn state; iterating again reads on).
             ProtocolError: the bridge sent something that is not a part.
         """
         if self._suspended:  # suspended from another thread: reading stops (C11)
@@ -410,6 +412,8 @@ class Turn:
 
     def _fill_parts(self) -> None:
         session = self._session
+        stall = session._opts.turn_stall_timeout
+        waiting_since = time.monotonic()  # the stall bound counts parts, never keepalive frames
         while self._st[1] >= len(self._st[0]):
             raw = self._raw
             if raw is not None:
@@ -449,7 +453,13 @@ class Turn:
                 return
             try:
                 self._dirty = True
-                values = stream.take()
+                if stall is None:
+                    values = stream.take()
+                else:
+                    values = stream.take(max(stall - (time.monotonic() - waiting_since), 0.0))
+            except TimeoutError:
+                self._dirty = False
+                raise self._stalled(time.monotonic() - waiting_since) from None
             except StreamClosed:
                 # Another thread suspended the turn or released the session: stop reading,
                 # and leave the connection alone (a release may still be using it).
@@ -493,6 +503,22 @@ class Turn:
                 return
             self._raw = (self._st[5].batch + 1, values, [])  # type: ignore[assignment]
             self._dirty = False
+
+    def _stalled(self, seconds: float) -> TurnStalled:
+        """C20: the driver sent no part within ``turn_stall_timeout``. The read ends (its
+        stream is closed; the turn keeps running in its bridge and stays the session's
+        current turn, so ``cancel_turn()`` reaches it); iterating again reads on."""
+        self._close_stream()
+        offset = self._st[5].offset
+        log.info("turn %s: no part for %.1f s after offset %d; the read ends (turn_stall_timeout)",
+                 self.id, seconds, offset)
+        return TurnStalled(
+            f"turn {self.id}: the driver sent no part for {seconds:.1f} s after part {offset} "
+            f"(turn_stall_timeout is {self._session._opts.turn_stall_timeout:g} s); the turn goes on "
+            "in its bridge: iterate it again, continue_turn(error.state), or cancel_turn()",
+            state=self._state,
+            seconds=seconds,
+        )
 
     def _forget_stream(self, stream: Stream) -> None:
         """The stream ended: it is no longer this turn's."""

@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from contextlib import contextmanager
 
-from ..errors import HarnessError, SandboxGone
+from ..errors import HarnessError, SandboxGone, UntrustedFile
 from .base import Endpoint, ExecResult
 from .docker_tunnel import FORWARDER, ExecStream, Tunnel, read_frames
 
@@ -541,6 +541,46 @@ class DockerSandbox:
                     raise FileNotFoundError(2, "not a regular file", path)
                 return extracted.read()
         raise OSError(40, "too many levels of symbolic links", path)
+
+    def read_private_file(self, path: str) -> bytes:
+        """Return the bytes of a state file only the container's user can have made, checked
+        from the archive's tar header (no extra call): a regular file (a symlink is refused,
+        never followed; a FIFO is never opened), owned by the user commands run as, mode 0600.
+        Its folder is checked by the bridge itself at start-up (it refuses a state directory
+        that is a symlink, another user's or writable by others); see docs/security.md.
+
+        Raises:
+            FileNotFoundError: no such file.
+            UntrustedFile: the file fails those checks.
+            SandboxGone: the container is gone or the engine is unreachable.
+        """
+        self._check_open()
+        with self._api_errors(path):
+            stream, stat = self._api.get_archive(self._id, path)
+            if int((stat or {}).get("mode", 0)) & _DIR_BIT:
+                raise UntrustedFile(f"{path} is not a regular file (a folder); remove it", path)
+            data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None:
+                raise FileNotFoundError(2, "empty archive", path)
+            if member.issym() or member.islnk():
+                raise UntrustedFile(f"{path} is a link; refusing to follow it (remove it)", path)
+            if not member.isfile():
+                raise UntrustedFile(
+                    f"{path} is not a regular file (a FIFO, socket or device); remove it", path
+                )
+            uid = self._file_owner()[0]
+            if member.uid != uid:
+                raise UntrustedFile(f"the file {path} belongs to user id {member.uid}, not to the "
+                                    f"container's user ({uid}); refusing it", path)
+            if member.mode & 0o077:
+                raise UntrustedFile(f"the file {path} is open to others (mode {member.mode & 0o777:o}); "
+                                    f"run: chmod 600 {path}", path)
+            extracted = tar.extractfile(member)
+            if extracted is None:  # pragma: no cover - isfile() said it is one
+                raise FileNotFoundError(2, "not a regular file", path)
+            return extracted.read()
 
     def _file_owner(self) -> Tuple[int, int]:
         if self._owner is None:

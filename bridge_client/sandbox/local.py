@@ -1,8 +1,10 @@
 """LocalSandbox: a folder on this machine, the embedded default sandbox."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import signal
 import subprocess
 import threading
@@ -11,6 +13,7 @@ from typing import Dict, Mapping, Optional, Sequence
 from ..bridge.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
 from ..paths import user_home
+from ..private_files import check_folder, open_private, read_private
 from .base import Endpoint, ExecResult
 
 __all__ = ["LocalSandbox", "LocalProcess"]
@@ -102,7 +105,8 @@ class LocalSandbox:
         self._workdir = real
         # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
         self._id = "local-" + hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
-        self._state_root = os.path.join(home or user_home(), "sandboxes", self._id)
+        self._home = os.path.abspath(home or user_home())
+        self._state_root = os.path.join(self._home, "sandboxes", self._id)
 
     @property
     def id(self) -> str:
@@ -174,14 +178,16 @@ class LocalSandbox:
         Raises:
             SandboxGone: the workspace folder is gone.
             FileNotFoundError: the program does not exist.
+            UntrustedFile: ``log_path`` or its folder is a symlink or not this user's own.
         """
         self._check_alive()
         _reap()
         log = None
         if log_path:
-            make_private_dirs(os.path.dirname(os.path.abspath(log_path)))
-            # Private: the bridge logs prompts' metadata and errors there.
-            log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+            make_private_dirs(os.path.dirname(os.path.abspath(log_path)), self._home)
+            # Private: the bridge logs prompts' metadata and errors there. No-follow: a planted
+            # symlink would have the bridge append to its target.
+            log = os.fdopen(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         try:
             popen = subprocess.Popen(
                 list(argv),
@@ -199,13 +205,41 @@ class LocalSandbox:
         return LocalProcess(popen)
 
     def read_file(self, path: str) -> bytes:
-        """Return the bytes of ``path``. Raises ``FileNotFoundError`` when it does not exist."""
-        with open(path, "rb") as f:
+        """Return the bytes of ``path`` (a regular file; the open never blocks on a FIFO).
+
+        Raises:
+            FileNotFoundError: it does not exist.
+            OSError: it is not a regular file, or cannot be read.
+        """
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            os.set_blocking(fd, True)
             return f.read()
 
+    def read_private_file(self, path: str) -> bytes:
+        """Return the bytes of a state file only this user can have made: its folder a real
+        folder (no symlink) of this user with mode 0700, the file a regular file of this user
+        with mode 0600, opened without following a symlink or blocking. The launcher reads
+        ``listening.json`` this way before it sends the token anywhere.
+
+        Raises:
+            FileNotFoundError: it does not exist.
+            UntrustedFile: the file or its folder fails those checks.
+        """
+        check_folder(os.path.dirname(os.path.abspath(path)), private=True)
+        return read_private(path, private=True)
+
     def write_file(self, path: str, data: bytes, *, mode: int = 0o600) -> None:
-        """Write ``path`` atomically with ``mode`` (folders created 0700). Raises ``OSError``."""
-        secure_write(path, data, mode)
+        """Write ``path`` atomically with ``mode`` (folders created 0700; existing folders of
+        this sandbox's home must be this user's, not symlinks, and not writable by others).
+
+        Raises:
+            UntrustedFile: a folder on the way fails those checks.
+            OSError: it cannot be written.
+        """
+        secure_write(path, data, mode, root=self._home)
 
     def expose(self, port: int) -> Endpoint:
         """Return ``ws://127.0.0.1:<port>/``: the port is on this machine already."""

@@ -46,7 +46,7 @@ def test_b01_loose_permissions_are_tightened_before_serving(tmp_path):
     prepare_state(state)
     os.chmod(state, 0o755)
     os.chmod(os.path.join(state, identity.TOKEN_FILE), 0o644)
-    os.chmod(os.path.join(state, identity.LAUNCH_FILE), 0o666)
+    os.chmod(os.path.join(state, identity.LAUNCH_FILE), 0o640)  # (writable by others is refused: C21)
     bridge = BridgeProcess(state, str(tmp_path / "ws")).start()
     try:
         assert _mode(state) == 0o700
