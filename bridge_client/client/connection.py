@@ -155,6 +155,10 @@ class Connection:
     A connection belongs to the process that opened it: in a forked child it counts as
     closed, and closing it there leaves the parent's connection alone (:mod:`.forksafe`).
 
+    A send cut short (a ``KeyboardInterrupt`` in the middle of a large request) may leave half
+    a frame on the wire: the connection is then closed at once (pending requests fail with
+    ``ConnectionLost``) and the interrupt goes on up; the session's next call opens a new one.
+
     Raises:
         Unauthorized: the bridge answered 401 (C17).
         UntrustedEndpoint: the ``wss://`` endpoint's certificate did not verify.

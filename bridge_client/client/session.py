@@ -166,6 +166,7 @@ class Session:
             Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
             BridgeUnavailable: no bridge answered within the resend window (C15).
             TurnConflict: ``turn_id`` was used with another prompt.
+            TurnStalled: ``turn-start`` did not come within ``turn_stall_timeout``.
             BadRequest: the prompt is over 4 MiB of UTF-8, or ``turn_id`` is not a valid id.
         """
         from .turn import Turn
