@@ -42,7 +42,8 @@ def test_c21_docker_private_reads_check_type_owner_and_mode_from_the_tar_header(
     planted('chmod 600 "$1" && chown 65534 "$1"')
     with pytest.raises(bc.UntrustedFile, match="user id 65534"):
         sandbox.read_private_file(path)
-    planted('rm -f "$1" && echo "{}" > /tmp/elsewhere && chmod 600 /tmp/elsewhere && ln -s /tmp/elsewhere "$1"')
+    planted('rm -f "$1" && echo "{}" > /tmp/elsewhere && chmod 600 /tmp/elsewhere '
+            '&& ln -s /tmp/elsewhere "$1"')
     with pytest.raises(bc.UntrustedFile, match="link"):
         sandbox.read_private_file(path)
     assert sandbox.read_file(path) == b"{}\n"  # the general read still follows links
