@@ -27,7 +27,8 @@ MAX_BACKOFF = 2.0
 
 def backoff() -> "tenacity.wait.wait_base":
     """The resend policy's wait: exponential from :data:`FIRST_BACKOFF` up to
-    :data:`MAX_BACKOFF` seconds, plus up to ``FIRST_BACKOFF`` of jitter."""
+    :data:`MAX_BACKOFF` seconds, plus up to ``FIRST_BACKOFF`` of jitter (the same as in
+    :func:`resend_policy`)."""
     # Composed, because wait_exponential_jitter's arguments differ across tenacity 8/9.
     return tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF) + tenacity.wait_random(
         0, FIRST_BACKOFF
@@ -71,7 +72,10 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
 
     return tenacity.Retrying(
         stop=tenacity.stop_before_delay(window) | tenacity.stop_when_event_set(cancelled),
-        wait=backoff(),
+        # Exponential from FIRST_BACKOFF up to MAX_BACKOFF, plus up to FIRST_BACKOFF of jitter
+        # (composed, because wait_exponential_jitter's arguments differ across tenacity 8/9).
+        wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
+        + tenacity.wait_random(0, FIRST_BACKOFF),
         retry=tenacity.retry_if_exception_type(ConnectionLost),
         sleep=pause,
         reraise=True,

@@ -29,7 +29,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
 
-from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound, TurnStalled
+from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound
+from ..errors import TurnStalled
 from ..wire import rpcs
 from ..wire.parts import (
     Part,
