@@ -32,7 +32,7 @@ from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from .connection import Connection
 from .resend import Backoff
 
-__all__ = ["LaunchPlan", "connect", "find", "launch"]
+__all__ = ["LaunchPlan", "connect", "find", "launch", "read_state_file"]
 
 log = logging.getLogger("bridge_client")
 
@@ -42,23 +42,31 @@ _POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer 
 _RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again (doubling)
 
 
-def _read_state_file(plan: "LaunchPlan", name: str) -> bytes:
-    """Read a file of the state directory that decides where the token goes (C21).
+def read_state_file(sandbox: Sandbox, path: str) -> bytes:
+    """Read a file of a bridge's state directory that decides where the token goes or what is
+    launched (``listening.json``, ``launch.json``), trusting only the sandbox user's own.
 
     A sandbox that can tell who made a file (``read_private_file``: LocalSandbox, and
     DockerSandbox from the archive's tar header) refuses one that is not the sandbox user's
     regular 0600 file in a 0700 folder of theirs; for other adapters the file is read as it is
-    and the bridge's own start-up checks of its state directory are what hold (docs/security.md).
+    and the bridge's own start-up checks of its state directory are what hold (see the
+    *Security* guide, docs/security.md).
 
     Raises:
-        FileNotFoundError: no such file. UntrustedFile: refused. OSError, HarnessError.
+        FileNotFoundError: no such file.
+        UntrustedFile: refused (a ``PermissionError``).
+        OSError, HarnessError: it cannot be read; the sandbox is gone.
     """
-    path = plan.path(name)
-    reader = getattr(plan.sandbox, "read_private_file", None)
+    reader = getattr(sandbox, "read_private_file", None)
     if reader is None:
-        return plan.sandbox.read_file(path)
+        return sandbox.read_file(path)
     data: bytes = reader(path)
     return data
+
+
+def _read_state_file(plan: "LaunchPlan", name: str) -> bytes:
+    """:func:`read_state_file` of a file in the plan's state directory (C21)."""
+    return read_state_file(plan.sandbox, plan.path(name))
 
 
 _warned: "set[Tuple[str, str]]" = set()  # (path, reason) already logged at WARNING
