@@ -10,9 +10,10 @@ itself for the sandbox's Python version and platform, copies them in with
 
 Wheels are cached on the host under ``$XDG_CACHE_HOME/bridge-client/wheelhouse`` (default
 ``~/.cache/bridge-client/wheelhouse``; ``BRIDGE_CLIENT_WHEEL_CACHE`` overrides it): the
-package's wheel per digest of its sources (or of its installed files), the dependencies per target (Python version,
-machine, C library) and requirement list. Only the first build for a target reaches the
-package index (with the host's pip, as configured); later ones work offline.
+package's wheel per digest of its sources (or of its installed files), the dependencies per
+target (Python version, machine, C library) and requirement list. Only the first build for a
+target reaches the package index (with the host's pip, as configured), for the dependencies;
+later ones work offline.
 """
 from __future__ import annotations
 
