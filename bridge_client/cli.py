@@ -873,8 +873,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbose(stop)
     stop.set_defaults(func=_cmd_stop)
 
-    add_cancel_command(commands, _SANDBOX_HELP, _add_verbose)
-    add_prune_command(commands, _add_verbose)
+    this = sys.modules[__name__]  # the running copy (``__main__`` under ``python -m``)
+    add_cancel_command(commands, this)
+    add_prune_command(commands, this)
     return parser
 
 

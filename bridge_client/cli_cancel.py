@@ -8,10 +8,11 @@ there is nothing running to cancel and it says so. See the *Command line* guide 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import posixpath
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from .bridge import identity
 
@@ -25,10 +26,10 @@ _DESCRIPTION = (
 )
 
 
-def add_cancel_command(
-    commands: Any, sandbox_help: str, add_verbose: Callable[[argparse.ArgumentParser], None]
-) -> None:
-    """Add ``cancel`` to the ``bridge-client`` sub-commands."""
+def add_cancel_command(commands: Any, cli: Any) -> None:
+    """Add ``cancel`` to the ``bridge-client`` sub-commands; ``cli`` is the module whose
+    ``main`` runs (``python -m bridge_client.cli`` runs it as ``__main__``, a second copy)."""
+    sandbox_help: str = cli._SANDBOX_HELP
     p = commands.add_parser("cancel", help=_HELP, description=_DESCRIPTION)
     p.add_argument("turn_state_file", metavar="TURN_STATE_FILE", help="the file `run` printed when suspended")
     p.add_argument(
@@ -39,13 +40,11 @@ def add_cancel_command(
         "--timeout", type=float, default=30.0,
         help="seconds to wait for the turn to finish after the cancel (default: %(default)g)",
     )
-    add_verbose(p)
-    p.set_defaults(func=_cmd_cancel)
+    cli._add_verbose(p)
+    p.set_defaults(func=functools.partial(_cmd_cancel, cli=cli))
 
 
-def _cmd_cancel(args: argparse.Namespace) -> int:
-    from . import cli  # the command's helpers; cli imports this module first
-
+def _cmd_cancel(args: argparse.Namespace, cli: Any) -> int:
     if args.timeout <= 0:
         raise cli.UsageError("--timeout must be > 0")
     state, recorded = cli._read_turn_state(args.turn_state_file)

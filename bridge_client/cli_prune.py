@@ -16,13 +16,14 @@ removes nothing. See the *Command line* guide (``cli``).
 from __future__ import annotations
 
 import argparse
+import functools
 import fcntl
 import json
 import os
 import shutil
 import sqlite3
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .bridge import identity
 from .cli_bridges import local_state_roots
@@ -37,8 +38,9 @@ _DESCRIPTION = (
 )
 
 
-def add_prune_command(commands: Any, add_verbose: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Add ``prune`` to the ``bridge-client`` sub-commands."""
+def add_prune_command(commands: Any, cli: Any) -> None:
+    """Add ``prune`` to the ``bridge-client`` sub-commands; ``cli`` is the module whose
+    ``main`` runs (``python -m bridge_client.cli`` runs it as ``__main__``, a second copy)."""
     p = commands.add_parser("prune", help="remove dead bridges' state and finished turns' state files",
                             description=_DESCRIPTION)
     p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
@@ -46,8 +48,8 @@ def add_prune_command(commands: Any, add_verbose: Callable[[argparse.ArgumentPar
         "--min-age", type=float, default=60.0, metavar="SECONDS",
         help="keep a bridge's state directory that changed less than SECONDS ago (default: %(default)g)",
     )
-    add_verbose(p)
-    p.set_defaults(func=_cmd_prune)
+    cli._add_verbose(p)
+    p.set_defaults(func=functools.partial(_cmd_prune, cli=cli))
 
 
 def _lock_is_free(folder: str) -> bool:
@@ -144,9 +146,7 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
     return files, dirs
 
 
-def _cmd_prune(args: argparse.Namespace) -> int:
-    from . import cli  # the command's helpers; cli imports this module first
-
+def _cmd_prune(args: argparse.Namespace, cli: Any) -> int:
     if args.min_age < 0:
         raise cli.UsageError("--min-age must be >= 0")
     home = user_home()
