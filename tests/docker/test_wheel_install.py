@@ -197,3 +197,21 @@ def test_the_wheel_rebuilt_from_the_installed_files_installs_the_same_files(whee
         if ".dist-info/" not in name:
             with zipfile.ZipFile(wheel) as zf:
                 assert (target / name).read_bytes() == zf.read(name), name
+
+
+def test_the_wheel_metadata_is_ready_for_an_index(wheel_venv):
+    import email.parser
+
+    _, wheel = wheel_venv
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        msg = email.parser.BytesParser().parsebytes(zf.read(meta))
+    assert any(n.endswith(".dist-info/LICENSE") or "/licenses/LICENSE" in n for n in names), names
+    classifiers = msg.get_all("Classifier")
+    for minor in range(9, 14):
+        assert f"Programming Language :: Python :: 3.{minor}" in classifiers
+    assert "License :: OSI Approved :: MIT License" in classifiers
+    assert msg["Requires-Python"] == ">=3.9"
+    assert msg["Description-Content-Type"] == "text/markdown"
+    assert "](docs/" not in msg.get_payload() and "bridge_client/py.typed" in names
