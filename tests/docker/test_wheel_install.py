@@ -71,9 +71,11 @@ def wheel_venv() -> Tuple[str, str]:
             shutil.rmtree(venv, ignore_errors=True)
             shutil.rmtree(os.path.join(folder, "dist"), ignore_errors=True)
             wheel = _build_wheel(folder, files)
-            _run([sys.executable, "-m", "venv", venv], timeout=120)
+            clean = _env(folder)
+            clean.pop("PIP_INDEX_URL")  # the dependencies come from the index (or pip's cache)
+            _run([sys.executable, "-m", "venv", venv], timeout=120, env=clean)
             _run([os.path.join(venv, "bin", "pip"), "install", "--quiet", "--disable-pip-version-check",
-                  f"{wheel}[bridge,docker]"], timeout=_PIP_TIMEOUT)
+                  f"{wheel}[bridge,docker]"], timeout=_PIP_TIMEOUT, env=clean)
             with open(done, "w") as f:
                 f.write(wheel)
         with open(done) as f:
