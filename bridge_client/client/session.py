@@ -241,7 +241,9 @@ class Session:
         when its ``StartTurn`` is still on its way (the cancel follows it).
 
         Raises:
-            SessionReleased, BridgeUnavailable, TurnNotFound.
+            SessionReleased: the session was released.
+            BridgeUnavailable: the bridge cannot be reached within the resend window.
+            TurnNotFound: the bridge does not know the turn.
         """
         turn = self._active_turn
         if turn is None:

@@ -257,7 +257,9 @@ class Turn:
             as it has.
 
         Raises:
-            SessionReleased, BridgeUnavailable, TurnNotFound.
+            SessionReleased: the session was released.
+            BridgeUnavailable: the bridge cannot be reached within the resend window.
+            TurnNotFound: the bridge does not know the turn.
         """
         if self.status is None:
             self._cancel_requested = True

@@ -281,10 +281,11 @@ class WheelStep(TemplateStep):
     :meth:`run`.
 
     Attributes:
-        name, check, install, timeout: as for :class:`~bridge_client.template.TemplateStep`;
-            ``check`` imports ``bridge_client.bridge.server`` and compares the version with
-            this package's; ``install`` only describes what :meth:`run` does. ``timeout``
-            (seconds) bounds each host build and each command in the sandbox.
+        name: what the step provides, for messages.
+        check: imports ``bridge_client.bridge.server`` in the sandbox and compares the
+            version with this package's.
+        install: only describes what :meth:`run` does.
+        timeout: seconds for each host build and each command in the sandbox.
         python: the sandbox's interpreter that will run the bridge (``"python3"``).
         extras: the package's extras to install (``("bridge",)``: ``websockets``).
     """
