@@ -136,13 +136,13 @@ def _parse_options(pairs: Sequence[str]) -> Dict[str, Any]:
 _DOCKER_PREFIX = "docker:"
 _SANDBOX_HELP = (
     "the workspace folder (default: the current folder), or docker:IMAGE for a container of "
-    "IMAGE (made once, then reused; docs/docker.md)"
+    "IMAGE (made once, then reused; see the Docker sandbox guide)"
 )
 
 
 def _sandbox(folder: Optional[str]) -> Sandbox:
     """``DIR`` -> a LocalSandbox; ``docker:IMAGE`` -> the running container made earlier for
-    IMAGE, or a new one (docs/docker.md)."""
+    IMAGE, or a new one (see :doc:`docker`)."""
     if folder and folder.startswith(_DOCKER_PREFIX):
         image = folder[len(_DOCKER_PREFIX):]
         if not image:
@@ -552,7 +552,7 @@ def _read_turn_state(path: str) -> Tuple[TurnState, Optional[str]]:
 def _has_bridge(sandbox: Sandbox, state: TurnState) -> bool:
     """Whether the turn's bridge has its state directory (its ``launch.json`` naming it and the
     turn's agent) in ``sandbox``: when it has not, ``continue_turn`` runs the turn again from
-    its prompt (C14)."""
+    its prompt."""
     if not _BRIDGE_ID.match(state.bridge_id):
         return False
     path = posixpath.join(identity.state_dir(sandbox.state_root, state.bridge_id), identity.LAUNCH_FILE)
@@ -763,7 +763,7 @@ _AGENT_HELP = """agents and their --option keys:
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
   claude-code and codex install their CLI with `npm install -g` when the sandbox lacks it
-  (said on stderr first). Docs: docs/drivers/ has a page per agent.
+  (said on stderr first). The Drivers guides of the docs have a page per agent.
 """
 
 
