@@ -93,7 +93,7 @@ def test_public_docstrings_name_no_rule_ids_and_no_docs_paths(path):
 def _parsers(parser):
     yield parser.prog, parser
     for action in parser._actions:
-        for name, sub in (getattr(action, "choices", None) or {}).items():
+        for sub in (getattr(action, "choices", None) or {}).values():
             if hasattr(sub, "format_help"):
                 yield from _parsers(sub)
 
@@ -109,7 +109,8 @@ def test_help_of_every_command_names_no_rule_ids_and_no_docs_paths():
 
 
 def test_the_check_finds_what_it_looks_for():
-    tree = ast.parse('"""Mod (C09)."""\nX = 1\n"""See docs/cli.md."""\nclass A:\n    def f(self):\n        """B05."""\n')
+    source = '"""Mod (C09)."""\nX = 1\n"""See docs/cli.md."""\nclass A:\n    def f(self):\n        """B05."""\n'
+    tree = ast.parse(source)
     found = dict(_public_docstrings(tree))
     assert set(found) == {"<module>", "X", "A.f"}
     assert all(_offences(doc) for doc in found.values())
