@@ -109,7 +109,10 @@ def test_help_of_every_command_names_no_rule_ids_and_no_docs_paths():
 
 
 def test_the_check_finds_what_it_looks_for():
-    source = '"""Mod (C09)."""\nX = 1\n"""See docs/cli.md."""\nclass A:\n    def f(self):\n        """B05."""\n'
+    source = (
+        '"""Mod (C09)."""\nX = 1\n"""See docs/cli.md."""\n'
+        'class A:\n    def f(self):\n        """B05."""\n'
+    )
     tree = ast.parse(source)
     found = dict(_public_docstrings(tree))
     assert set(found) == {"<module>", "X", "A.f"}
