@@ -37,6 +37,11 @@ def add_cancel_command(commands: Any, cli: Any) -> None:
         help=sandbox_help.replace("(default: the current folder)", "(default: the one the turn state names)"),
     )
     p.add_argument(
+        "--agent", metavar="AGENT",
+        help="the agent the turn runs with, when it is your own MODULE:CALLABLE driver (default: "
+        "the agent the turn state names)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=30.0,
         help="seconds to wait for the turn to finish after the cancel (default: %(default)g)",
     )
@@ -61,7 +66,7 @@ def _cmd_cancel(args: argparse.Namespace, cli: Any) -> int:
     folder = identity.state_dir(sandbox.state_root, state.bridge_id)
     launch = identity.parse_launch(sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE)))
     options = launch.agent_options if isinstance(launch.agent_options, dict) else {}
-    args.agent = state.agent_id
+    args.agent = args.agent or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
     bridge_options, session_options = cli._session_options(args, sandbox)
     from .agent import create_session
