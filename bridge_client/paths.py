@@ -48,8 +48,7 @@ def default_secret() -> Redacted:
 
     The home folder must be this user's, not a symlink, and writable by nobody else; the
     secret a regular file of this user with mode 0600 (anyone who can read it can derive
-    every token; anyone who could write it could choose them). See the *Security* guide
-    (docs/security.md).
+    every token; anyone who could write it could choose them). See :doc:`security`.
 
     Raises:
         UntrustedFile: the home folder or the secret file is a symlink, another user's, or

@@ -14,7 +14,7 @@ could have made or swapped is treated as absent, or refused with :class:`Untrust
   other write bits); a *private* file or folder may not be readable by others either.
 
 Host and bridge use the same checks (the bridge at start-up, on its state directory). See
-the *Security* guide (docs/security.md).
+:doc:`security`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Secrets that never show: in ``repr``, ``str``, logs, tracebacks or pickles (C01, C17)."""
+"""Secrets that never show: in ``repr``, ``str``, logs, tracebacks or pickles.
+
+See :doc:`security` for how tokens are made and checked."""
 from __future__ import annotations
 
 import hashlib
@@ -75,7 +77,7 @@ class Redacted:
 
 
 TokenFunction = Callable[[str], Redacted]
-"""A function from a sandbox id to the token of the bridges in that sandbox (C01)."""
+"""A function from a sandbox id to the token of the bridges in that sandbox."""
 
 
 def _what_is_wrong(value: str) -> str:
@@ -103,7 +105,7 @@ def check_token(token: object, where: str = "the token") -> Redacted:
     ``-._~+/``, optionally followed by ``=`` padding (RFC 6750). Nothing is trimmed: a
     trailing newline or a space is an error, so that every host sends the same token and the
     bridge never refuses one for a reason it cannot tell. The message never shows the token.
-    See the *Security* guide (docs/security.md).
+    See :doc:`security`.
 
     Args:
         token: a :class:`Redacted` (what a token function returns).
@@ -124,7 +126,7 @@ def hmac_token(secret: Union[str, bytes, Redacted]) -> TokenFunction:
     """Make a token function: the token of sandbox ``id`` is HMAC-SHA256(secret, id), in hex.
 
     Every host that holds the same secret computes the same token for a sandbox, so each
-    connects to a bridge any of them launched (C01).
+    connects to a bridge any of them launched.
 
     Args:
         secret: the secret every host shares (``str``, ``bytes`` or :class:`Redacted`).

@@ -49,8 +49,7 @@ def read_state_file(sandbox: Sandbox, path: str) -> bytes:
     A sandbox that can tell who made a file (``read_private_file``: LocalSandbox, and
     DockerSandbox from the archive's tar header) refuses one that is not the sandbox user's
     regular 0600 file in a 0700 folder of theirs; for other adapters the file is read as it is
-    and the bridge's own start-up checks of its state directory are what hold (see the
-    *Security* guide, docs/security.md).
+    and the bridge's own start-up checks of its state directory are what hold (see :doc:`security`).
 
     Raises:
         FileNotFoundError: no such file.

@@ -529,6 +529,8 @@ class DockerSandbox:
             mode = int((stat or {}).get("mode", 0))
             if mode & _DIR_BIT:
                 raise IsADirectoryError(21, "is a folder", path)
+            if not data.strip(b"\0"):  # no member: Python < 3.11's tarfile raises ValueError here
+                raise FileNotFoundError(2, "empty archive", path)
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 member = tar.next()
                 if member is None:
@@ -547,7 +549,7 @@ class DockerSandbox:
         from the archive's tar header (no extra call): a regular file (a symlink is refused,
         never followed; a FIFO is never opened), owned by the user commands run as, mode 0600.
         Its folder is checked by the bridge itself at start-up (it refuses a state directory
-        that is a symlink, another user's or writable by others); see docs/security.md.
+        that is a symlink, another user's or writable by others); see :doc:`security`.
 
         Raises:
             FileNotFoundError: no such file.
