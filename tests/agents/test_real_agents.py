@@ -142,3 +142,19 @@ def test_claude_code_on_a_local_sandbox_keeps_the_cli_permission_checks(real_cli
     results = [p for p in parts if isinstance(p, bc.ToolResult)]
     assert len(results) == 1 and results[0].is_error, results
     assert not os.path.exists(os.path.join(workspace, "f.txt")), "claude's own check refused the command"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_real_cli_cancel_interrupts_the_cli(driver, real_cli, model, sandbox, workspace):
+    cli = real_cli(driver)
+    model.script(hang(text("Working on it", chunks=1)))
+    with _session(sandbox, cli) as session:
+        turn = session.turn("A long task")
+        parts = []
+        for part in turn:
+            parts.append(part)
+            if part.type == "text-delta" and "Working on it" in part.text:
+                turn.cancel()
+        assert parts[-1].finish_reason == "cancelled", parts[-1]
+        program = os.path.basename(cli.agent_options["executable"])
+        assert wait_until(lambda: not _cli_processes(workspace, program), timeout=10), "the CLI ended"
