@@ -10,7 +10,10 @@ from typing import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _path in (_HERE, os.path.join(os.path.dirname(_HERE), "resilience")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 from sshd_server import SSHServer, why_not  # noqa: E402
 
