@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-from ..errors import SandboxGone, UntrustedEndpoint
+from ..errors import SandboxGone, Unauthorized, UntrustedEndpoint
 from .docker import _docker
 
 __all__ = ["engine_client"]
@@ -61,7 +61,9 @@ def engine_client(
         A ``docker.DockerClient``; the caller closes it (or hands it to a sandbox).
 
     Raises:
-        UntrustedEndpoint: the engine's TLS certificate did not verify, or it refused ours.
+        UntrustedEndpoint: the engine's TLS certificate did not verify, it refused ours,
+            the TLS options are incomplete, or (``ssh://``) the host key is not known.
+        Unauthorized: (``ssh://``) the SSH server refused the credentials.
         SandboxGone: the engine does not answer.
         HarnessError: the ``docker`` package is not installed.
     """
@@ -74,7 +76,10 @@ def engine_client(
     elif tls is False:
         env.pop("DOCKER_TLS_VERIFY", None)
         env.pop("DOCKER_CERT_PATH", None)
-    kwargs: Dict[str, Any] = docker.utils.kwargs_from_env(environment=env)
+    try:
+        kwargs: Dict[str, Any] = docker.utils.kwargs_from_env(environment=env)
+    except docker.errors.DockerException as exc:  # TLSParameterError: missing certificate files
+        raise UntrustedEndpoint(f"Docker engine {env.get('DOCKER_HOST')}: bad TLS options: {exc}") from None
     if tls is not None and not isinstance(tls, bool):
         kwargs["tls"] = tls
     if kwargs.get("tls") and str(kwargs.get("base_url", "")).startswith("tcp://"):
@@ -107,14 +112,19 @@ def _make(docker: Any, where: Any, timeout: float, use_ssh_client: bool, kwargs:
         )
     except docker.errors.TLSParameterError as exc:
         raise UntrustedEndpoint(f"Docker engine {where}: bad TLS options: {exc}") from None
-    except docker.errors.DockerException as exc:
+    except Exception as exc:  # the SSH transport connects here (paramiko's errors)
         raise _classify(exc, where) from None
     _keep_engine_ca(client.api)
     return client
 
 
 def _classify(exc: BaseException, where: Any) -> Exception:
-    text = str(exc)
+    text = str(exc) or type(exc).__name__
+    kind = type(exc).__name__
+    if kind in ("AuthenticationException", "BadAuthenticationType"):
+        return Unauthorized(f"Docker engine {where}: the SSH server refused the credentials: {text}")
+    if kind == "BadHostKeyException" or "known_hosts" in text:
+        return UntrustedEndpoint(f"Docker engine {where}: SSH host key refused: {text[:500]}")
     if "SSL" in text or "CERTIFICATE" in text.upper() or "certificate" in text:
         return UntrustedEndpoint(f"Docker engine {where}: TLS failed: {text[:500]}")
     return SandboxGone(f"cannot reach the Docker engine {where}: {text[:500]}")

@@ -40,6 +40,7 @@ class TLSEngine:
         self._lock = threading.Lock()
         self._socks: List[socket.socket] = []
         self.refused = 0
+        self.served = 0  # TLS connections that reached the engine
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         threading.Thread(target=self._accept, daemon=True).start()
@@ -74,6 +75,7 @@ class TLSEngine:
             return
         with self._lock:
             self._socks += [tls, engine]
+            self.served += 1
         threading.Thread(target=self._pump, args=(engine, tls), daemon=True).start()
         self._pump(tls, engine)
 
