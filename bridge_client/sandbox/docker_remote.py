@@ -89,7 +89,8 @@ def engine_client(
     # can be applied: ask first with a client of a fixed version, then make the real one.
     version = kwargs.pop("version", None)
     if version is None:
-        probe = _make(docker, where, timeout, use_ssh_client, kwargs, docker.constants.DEFAULT_DOCKER_API_VERSION)
+        fixed = docker.constants.DEFAULT_DOCKER_API_VERSION
+        probe = _make(docker, where, timeout, use_ssh_client, kwargs, fixed)
         try:
             version = str(probe.api.version(api_version=False)["ApiVersion"])
         except Exception as exc:
@@ -105,7 +106,9 @@ def engine_client(
     return client
 
 
-def _make(docker: Any, where: Any, timeout: float, use_ssh_client: bool, kwargs: Dict[str, Any], version: str) -> Any:
+def _make(
+    docker: Any, where: Any, timeout: float, use_ssh_client: bool, kwargs: Dict[str, Any], version: str
+) -> Any:
     try:
         client = docker.DockerClient(
             timeout=timeout, use_ssh_client=use_ssh_client, version=version, **kwargs

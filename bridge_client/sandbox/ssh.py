@@ -60,7 +60,8 @@ _SPAWN_WRAPPER = (
     '(umask 077; mkdir -p -- "${log%/*}" "${st%/*}" && : >>"$log") || exit 125; '
     'if ! command -v -- "$1" >/dev/null 2>&1; then printf "%s: not found\\n" "$1" >>"$log"; '
     'printf "%s: not found\\n" "$1" >&2; exit 127; fi; '
-    'if command -v setsid >/dev/null 2>&1; then setsid sh -c "$inner" sh "$log" "$st" "$@" </dev/null >/dev/null 2>&1 & '
+    'if command -v setsid >/dev/null 2>&1; '
+    'then setsid sh -c "$inner" sh "$log" "$st" "$@" </dev/null >/dev/null 2>&1 & '
     'else set -m; nohup sh -c "$inner" sh "$log" "$st" "$@" </dev/null >/dev/null 2>&1 & fi; echo "$!"'
 )
 _SPAWN_INNER = (
@@ -204,7 +205,9 @@ class SSHSandbox:
             attrs = self._link.sftp_call(lambda s: s.stat(real), f"looking at {path}")
         except FileNotFoundError:
             self.close()
-            raise FileNotFoundError(f"sandbox folder {path!r} does not exist on {self._target.name}") from None
+            raise FileNotFoundError(
+                f"sandbox folder {path!r} does not exist on {self._target.name}"
+            ) from None
         except BaseException:
             self.close()
             raise
@@ -233,7 +236,7 @@ class SSHSandbox:
     @property
     def workdir(self) -> str:
         """The agent's folder on the remote machine (its real path)."""
-        return self._workdir
+        return str(self._workdir)
 
     @property
     def target(self) -> SSHTarget:
@@ -279,7 +282,9 @@ class SSHSandbox:
                     raise socket.timeout()
             except socket.timeout:
                 if not self._link.alive(transport):
-                    raise SandboxGone(f"the SSH connection to {self._target.name} dropped during {what}") from None
+                    raise SandboxGone(
+                        f"the SSH connection to {self._target.name} dropped during {what}"
+                    ) from None
                 self._kill_group(b"".join(out))
                 raise TimeoutError(f"{what} ran longer than {timeout} s") from None
             except (OSError, EOFError, self._link._paramiko.SSHException) as exc:

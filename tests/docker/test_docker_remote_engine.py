@@ -47,7 +47,9 @@ def remote_image(docker_client, test_images) -> Iterator[str]:
     docker_client.api.remove_image(image)
 
 
-def test_shell_turn_on_an_engine_over_tls_with_client_certificates(tls_engine, docker_client, test_images, home, request):
+def test_shell_turn_on_an_engine_over_tls_with_client_certificates(
+    tls_engine, docker_client, test_images, home, request
+):
     client = engine_client(environment=dict(os.environ, **tls_engine.environment()))
     assert client.api.base_url.startswith("https://127.0.0.1:")
     sandbox = DockerSandbox.create(BASE_IMAGE, client=client, network_mode="none",
@@ -103,7 +105,9 @@ def _run_list_stop(sandbox: str, home: str, env) -> None:
     assert f"stopped bridge {rows[0]['id']}" in stopped.stdout
 
 
-def test_cli_docker_tcp_sandbox_runs_lists_and_stops_over_tls(tls_engine, remote_image, docker_client, tmp_path):
+def test_cli_docker_tcp_sandbox_runs_lists_and_stops_over_tls(
+    tls_engine, remote_image, docker_client, tmp_path
+):
     env = {k: v for k, v in tls_engine.environment().items() if k != "DOCKER_HOST"}
     _run_list_stop(f"docker+tcp://127.0.0.1:{tls_engine.port}/{remote_image}", str(tmp_path / "home"), env)
     made = docker_client.api.containers(filters={"label": f"{IMAGE_LABEL}={remote_image}"})

@@ -39,7 +39,9 @@ def _host(sshd, folder: str, **config) -> "subprocess.Popen[str]":
     )
 
 
-def test_c04_shell_turn_runs_in_the_remote_folder_and_the_bridge_listens_on_its_loopback(ssh_sandbox, remote_folder):
+def test_c04_shell_turn_runs_in_the_remote_folder_and_the_bridge_listens_on_its_loopback(
+    ssh_sandbox, remote_folder
+):
     opts = options("shell", python="python3")
     with bc.create_session(opts, session_options(ssh_sandbox, launch_timeout=60.0)) as session:
         turn = session.turn("echo hello from $(hostname) > made-here.txt\ncat made-here.txt\npwd")
@@ -127,7 +129,9 @@ def test_c15_removed_remote_folder_gives_bridge_unavailable_with_the_last_state(
     assert session.release() == last
 
 
-def test_c15_an_ssh_host_that_stops_answering_gives_bridge_unavailable_after_the_window(sshd, remote_folder, tmp_path, home):
+def test_c15_an_ssh_host_that_stops_answering_gives_bridge_unavailable_after_the_window(
+    sshd, remote_folder, tmp_path, home
+):
     relay = Relay(sshd.port)
     known = tmp_path / "known_hosts"
     known.write_text(open(sshd.known_hosts).read().replace(f"]:{sshd.port} ", f"]:{relay.port} "))
