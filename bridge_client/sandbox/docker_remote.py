@@ -124,7 +124,7 @@ def _make(
 def _classify(exc: BaseException, where: Any) -> Exception:
     text = str(exc) or type(exc).__name__
     kind = type(exc).__name__
-    if kind in ("AuthenticationException", "BadAuthenticationType"):
+    if kind in ("AuthenticationException", "BadAuthenticationType") or "No authentication methods" in text:
         return Unauthorized(f"Docker engine {where}: the SSH server refused the credentials: {text}")
     if kind == "BadHostKeyException" or "known_hosts" in text:
         return UntrustedEndpoint(f"Docker engine {where}: SSH host key refused: {text[:500]}")

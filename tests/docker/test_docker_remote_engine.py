@@ -138,11 +138,44 @@ def docker_sshd(docker_client, tmp_path) -> Iterator[object]:
     shutil.rmtree(server.folder, ignore_errors=True)
 
 
-def test_cli_docker_ssh_sandbox_runs_lists_and_stops(docker_sshd, remote_image, docker_client, tmp_path):
+def test_docker_sandbox_on_an_engine_over_ssh_runs_commands_files_and_the_tunnel(
+    docker_sshd, docker_client, test_images, tmp_path, monkeypatch, request
+):
+    import time
+
+    import requests
+
     ssh_home = tmp_path / "user-home"
     (ssh_home / ".ssh").mkdir(parents=True)
     shutil.copy(docker_sshd.key, ssh_home / ".ssh" / "id_ed25519")
     shutil.copy(docker_sshd.known_hosts, ssh_home / ".ssh" / "known_hosts")
-    env = {"HOME": str(ssh_home), "DOCKER_HOST": "", "DOCKER_TLS_VERIFY": "", "SSH_AUTH_SOCK": ""}
-    url = f"docker+ssh://{docker_sshd.user}@127.0.0.1:{docker_sshd.port}/{remote_image}"
-    _run_list_stop(url, str(tmp_path / "home"), env)
+    monkeypatch.setenv("HOME", str(ssh_home))  # the SDK's paramiko reads ~/.ssh there
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    client = engine_client(f"ssh://{docker_sshd.user}@127.0.0.1:{docker_sshd.port}", tls=False)
+    sandbox = DockerSandbox.create(BASE_IMAGE, client=client, network_mode="none",
+                                   labels={TEST_LABEL: request.node.name[:200]})
+    try:
+        assert sandbox.exec(["sh", "-c", "echo over-ssh; exit 3"]).exit_code == 3
+        sandbox.write_file("/tmp/x/f", b"through ssh")
+        assert sandbox.read_file("/tmp/x/f") == b"through ssh"
+        sandbox.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8123"], log_path="/tmp/h.log")
+        endpoint = sandbox.expose(8123)
+        url = endpoint.url.replace("ws://", "http://", 1)
+        deadline = time.monotonic() + 20.0
+        while True:
+            try:
+                with requests.Session() as http:
+                    http.trust_env = False
+                    assert http.get(url, timeout=5.0).status_code == 200
+                break
+            except requests.RequestException:
+                assert time.monotonic() < deadline, "the exec tunnel over SSH never answered"
+                time.sleep(0.2)
+        assert docker_sshd.connection_pids(), "the engine is reached through the test sshd"
+    finally:
+        sandbox.close()
+        remove_container(docker_client, sandbox.id)
+        client.close()
+    with pytest.raises(bc.Unauthorized):
+        os.remove(ssh_home / ".ssh" / "id_ed25519")
+        engine_client(f"ssh://{docker_sshd.user}@127.0.0.1:{docker_sshd.port}", tls=False)
