@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 import re
 import secrets
@@ -135,7 +136,7 @@ class SSHSandbox:
     the last of them is closed.
 
     Args:
-        host: the host name or address (as given: it is part of the sandbox id).
+        host: the host name or address (as written, lowercased, it is part of the sandbox id).
         path: the agent's folder on the remote machine (absolute, or relative to the remote
             user's home); it must exist.
         user: the remote user (default: this user's login name).
@@ -148,7 +149,9 @@ class SSHSandbox:
         reconnect_window: seconds during which a dropped connection is made again before the
             sandbox counts as gone; keep it at the sessions' ``resend_window`` (30 s).
         keepalive: seconds between SSH keepalives (0: none).
-        timeout: seconds an SFTP answer may take before the connection counts as dropped.
+        timeout: seconds an SFTP answer may take before the connection counts as dropped (a
+            host that goes silent, without closing the connection, is gone after ``timeout``
+            plus ``reconnect_window`` seconds).
         state_root: where bridges keep their state on the remote machine (default
             ``~/.local/state/bridge-client/sandboxes/<id>`` of the remote user).
 
@@ -178,7 +181,7 @@ class SSHSandbox:
         connect_timeout: float = 10.0,
         reconnect_window: float = 30.0,
         keepalive: float = 15.0,
-        timeout: float = 30.0,
+        timeout: float = 10.0,
         state_root: Optional[str] = None,
     ) -> None:
         if not host:
@@ -196,7 +199,7 @@ class SSHSandbox:
         )
         self._lock = threading.Lock()
         self._closed = False
-        self._link: SSHLink = link_for(self._target)
+        self._link_now: SSHLink = link_for(self._target)
         try:
             self._link.transport(time.monotonic() + connect_timeout)  # fail fast on bad keys
             home = self._link.sftp_call(lambda s: s.normalize("."), "finding the home folder")
@@ -215,7 +218,7 @@ class SSHSandbox:
             self.close()
             raise NotADirectoryError(f"sandbox folder {path!r} on {self._target.name} is not a folder")
         self._workdir = real
-        ident = f"{user}@{host}:{int(port)}:{real}".encode("utf-8", "surrogateescape")
+        ident = f"{user}@{host.lower()}:{int(port)}:{real}".encode("utf-8", "surrogateescape")
         self._id = "ssh-" + hashlib.sha256(ident).hexdigest()[:16]
         self._state_root = state_root or posixpath.join(
             home, ".local", "state", "bridge-client", "sandboxes", self._id
@@ -237,6 +240,15 @@ class SSHSandbox:
     def workdir(self) -> str:
         """The agent's folder on the remote machine (its real path)."""
         return str(self._workdir)
+
+    @property
+    def _link(self) -> SSHLink:
+        """This process's link: a forked child must not use the parent's SSH connection (the
+        two would interleave their packets), so it gets one of its own."""
+        link = self._link_now
+        if link.pid != os.getpid():
+            link = self._link_now = link_for(self._target)
+        return link
 
     @property
     def target(self) -> SSHTarget:
@@ -461,7 +473,8 @@ class SSHSandbox:
             if self._closed:
                 return
             self._closed = True
-        release(self._link)
+        if self._link_now.pid == os.getpid():
+            release(self._link_now)
 
     def __enter__(self) -> "SSHSandbox":
         return self

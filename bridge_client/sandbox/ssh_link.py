@@ -79,7 +79,7 @@ class SSHTarget:
     connect_timeout: float = 10.0
     reconnect_window: float = 30.0
     keepalive: float = 15.0
-    timeout: float = 30.0
+    timeout: float = 10.0
 
     @property
     def key(self) -> Tuple[str, int, str]:
@@ -123,6 +123,7 @@ class SSHLink:
         self._sftp: Any = None
         self._sftp_of: Any = None  # the transport _sftp runs on
         self._ever = False
+        self._gone = False  # the last reconnect ran out its window: the next one tries once
         self._closed = False
         self.refs = 0
         self.pid = os.getpid()
@@ -170,7 +171,8 @@ class SSHLink:
 
         Args:
             deadline: a ``time.monotonic()`` instant until which a failed connect is tried
-                again (default: ``reconnect_window`` from now).
+                again (default: ``reconnect_window`` from now). Once a reconnect has run out
+                its window, later calls try once until a connect succeeds again.
 
         Raises:
             UntrustedEndpoint: the server's host key is not in known_hosts or differs (the
@@ -190,6 +192,7 @@ class SSHLink:
             if client is not None:
                 self._client = None
                 client.close()
+            once = self._gone  # found gone already: one more try, not another whole window
             pause = _FIRST_PAUSE
             while True:
                 left = deadline - time.monotonic()
@@ -198,6 +201,7 @@ class SSHLink:
                     if self._ever:
                         log.debug("ssh %s: connected again", self.target.name)
                     self._ever = True
+                    self._gone = False
                     return self._client.get_transport()
                 except Exception as exc:
                     final = self._final_error(exc)
@@ -205,7 +209,8 @@ class SSHLink:
                         if not self._ever:
                             raise final from None
                         raise SandboxGone(str(final)) from None
-                    if time.monotonic() + pause >= deadline:
+                    if once or time.monotonic() + pause >= deadline:
+                        self._gone = True
                         raise SandboxGone(
                             f"the SSH host {self.target.name} does not answer: {exc or type(exc).__name__}"
                         ) from None

@@ -219,7 +219,8 @@ def _comm(pid: int) -> str:
 
 class Relay:
     """A TCP relay on 127.0.0.1 to ``port`` that can be cut: :meth:`cut` closes its listener
-    and every connection, so the far side stops answering at once (a host gone)."""
+    and every connection, so the far side stops answering at once (a host gone); after
+    :meth:`freeze` it forwards nothing more and new connections hang (a host gone silent)."""
 
     def __init__(self, port: int) -> None:
         import threading
@@ -227,6 +228,7 @@ class Relay:
         self._target = port
         self._lock = threading.Lock()
         self._socks: List[socket.socket] = []
+        self.frozen = False
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         threading.Thread(target=self._accept, daemon=True).start()
@@ -239,6 +241,10 @@ class Relay:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.frozen:
+                with self._lock:
+                    self._socks.append(client)  # accepted, never answered
+                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self._target), timeout=5.0)
             except OSError:
@@ -250,14 +256,14 @@ class Relay:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
         try:
             while True:
                 data = a.recv(65536)
                 if not data:
                     break
-                b.sendall(data)
+                if not self.frozen:
+                    b.sendall(data)
         except OSError:
             pass
         for s in (a, b):
@@ -265,6 +271,9 @@ class Relay:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def freeze(self) -> None:
+        self.frozen = True
 
     def cut(self) -> None:
         try:

@@ -116,3 +116,20 @@ def test_ssh_unknown_host_key_and_wrong_user_key_are_refused(sshd, remote_folder
         SSHSandbox(sshd.host, remote_folder, **dict(sshd.options(), known_hosts=str(wrong)))
     with pytest.raises(bc.Unauthorized):
         SSHSandbox(sshd.host, remote_folder, **dict(sshd.options(), key_filename=str(key)))
+
+
+def test_ssh_a_forked_child_gets_its_own_connection_and_the_parent_keeps_its_own(ssh_sandbox, sshd):
+    assert ssh_sandbox.exec(["true"]).ok
+    before = ssh_sandbox._link
+    pid = os.fork()
+    if pid == 0:  # the child: exits with 0 only when its own link works
+        code = 1
+        try:
+            link_ok = ssh_sandbox._link is not before
+            code = 0 if link_ok and ssh_sandbox.exec(["echo", "child"]).stdout == b"child\n" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ssh_sandbox._link is before
+    assert ssh_sandbox.exec(["echo", "parent"]).stdout == b"parent\n", "the parent's connection is intact"

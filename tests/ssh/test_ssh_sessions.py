@@ -176,3 +176,31 @@ def test_c10_c12_a_restarted_host_continues_from_turn_start(sshd, remote_folder,
     check_turn(parts, steps=steps)
     assert parts[0].turn == part_from_dict(json.loads(turn_start)).turn
     assert json.loads(lines[-1]) == {"text": echo_text("again ", steps), "steps": steps}
+
+
+def test_c15_an_ssh_host_that_goes_silent_gives_bridge_unavailable_in_bounded_time(
+    sshd, remote_folder, tmp_path, home
+):
+    relay = Relay(sshd.port)
+    known = tmp_path / "known_hosts"
+    known.write_text(open(sshd.known_hosts).read().replace(f"]:{sshd.port} ", f"]:{relay.port} "))
+    sandbox = SSHSandbox(sshd.host, remote_folder, **dict(
+        sshd.options(), port=relay.port, known_hosts=str(known), reconnect_window=2.0,
+        connect_timeout=1.0, timeout=1.0))
+    try:
+        opts = options("echo", python="python3", agent_options={"steps": 50, "delay": 0.05})
+        session = bc.create_session(opts, session_options(sandbox, launch_timeout=60.0, resend_window=20.0))
+        turn = session.turn("silent soon ")
+        next(turn)
+        next(turn)
+        last = session.state
+        relay.freeze()  # nothing is closed: every packet, old connection or new, goes nowhere
+        started = time.monotonic()
+        with pytest.raises(bc.BridgeUnavailable) as caught:
+            for _ in turn:
+                pass
+        assert time.monotonic() - started < 20.0, "pings, one SFTP timeout and the reconnect window"
+        assert caught.value.state == last
+    finally:
+        relay.cut()
+        sandbox.close()
