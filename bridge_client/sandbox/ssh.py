@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import posixpath
-import re
 import secrets
 import shlex
 import socket
@@ -31,55 +30,16 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 from ..errors import SandboxGone
 from .base import Endpoint, ExecResult
+from .ssh_files import create_private, is_dir, make_dirs
 from .ssh_forward import Forwarder
 from .ssh_link import SSHLink, SSHTarget, link_for, release
+from .ssh_scripts import (
+    CWD_MARK, EXEC_WRAPPER, NOT_FOUND_MARK, SPAWN_INNER, SPAWN_WRAPPER, drain, env_script, leading_pid,
+)
 
 __all__ = ["SSHSandbox", "SSHProcess"]
 
 log = logging.getLogger("bridge_client")
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_CWD_MARK = b"bridge-client: no such folder: "
-_NOT_FOUND_MARK = b": not found\n"
-
-# Run as ``exec sh -c WRAPPER sh CWD ARGV...``: sshd made the login shell a session and group
-# leader, and exec keeps that pid, so the group is $$ and a timeout kills the whole tree.
-# Variables come on stdin as shell assignments (never in argv, where ps would show them).
-_EXEC_WRAPPER = (
-    'eval "$(cat)" || exit 125; '
-    'cd -- "$1" 2>/dev/null || { printf "bridge-client: no such folder: %s\\n" "$1" >&2; exit 126; }; '
-    'shift; command -v -- "$1" >/dev/null 2>&1 || { printf "%s: not found\\n" "$1" >&2; exit 127; }; '
-    'echo "$$"; "$@" </dev/null'
-)
-# Run as ``exec sh -c WRAPPER sh INNER CWD LOG STATUS ARGV...``: starts INNER detached (its own
-# session when setsid exists, else its own process group and SIGHUP ignored) and prints its
-# pid. INNER runs argv with output appended to LOG and writes argv's exit status to STATUS.
-_SPAWN_WRAPPER = (
-    'eval "$(cat)" || exit 125; inner=$1; '
-    'cd -- "$2" 2>/dev/null || { printf "bridge-client: no such folder: %s\\n" "$2" >&2; exit 126; }; '
-    'log=$3; st=$4; shift 4; '
-    '(umask 077; mkdir -p -- "${log%/*}" "${st%/*}" && : >>"$log") || exit 125; '
-    'if ! command -v -- "$1" >/dev/null 2>&1; then printf "%s: not found\\n" "$1" >>"$log"; '
-    'printf "%s: not found\\n" "$1" >&2; exit 127; fi; '
-    'if command -v setsid >/dev/null 2>&1; '
-    'then setsid sh -c "$inner" sh "$log" "$st" "$@" </dev/null >/dev/null 2>&1 & '
-    'else set -m; nohup sh -c "$inner" sh "$log" "$st" "$@" </dev/null >/dev/null 2>&1 & fi; echo "$!"'
-)
-_SPAWN_INNER = (
-    'log=$1; st=$2; shift 2; "$@" >>"$log" 2>&1 </dev/null; '
-    'echo "$?" >"$st.tmp" && mv -f "$st.tmp" "$st"'
-)
-
-
-def _env_script(env: Optional[Mapping[str, str]]) -> bytes:
-    lines = []
-    for key, value in (env or {}).items():
-        if not _NAME.match(key):
-            raise ValueError(f"not an environment variable name: {key!r}")
-        if "\0" in value:
-            raise ValueError(f"environment variable {key} holds a NUL byte")
-        lines.append(f"export {key}={shlex.quote(value)}\n")
-    return "".join(lines).encode()
 
 
 class SSHProcess:
@@ -214,7 +174,7 @@ class SSHSandbox:
         except BaseException:
             self.close()
             raise
-        if not _is_dir(attrs.st_mode):
+        if not is_dir(attrs.st_mode):
             self.close()
             raise NotADirectoryError(f"sandbox folder {path!r} on {self._target.name} is not a folder")
         self._workdir = real
@@ -280,7 +240,7 @@ class SSHSandbox:
                 chan.exec_command("exec " + command)
                 chan.sendall(stdin)
                 chan.shutdown_write()
-                reader = threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True)
+                reader = threading.Thread(target=drain, args=(chan.recv_stderr, err), daemon=True)
                 reader.start()
                 while True:
                     chan.settimeout(None if deadline is None else max(0.001, deadline - time.monotonic()))
@@ -303,13 +263,16 @@ class SSHSandbox:
                 raise SandboxGone(
                     f"the SSH connection to {self._target.name} dropped during {what}: {exc}"
                 ) from None
+            except BaseException:  # KeyboardInterrupt: the command does not run on unseen
+                self._kill_group(b"".join(out))
+                raise
             code = chan.exit_status  # -1: no exit-status came (a signal, or a drop)
             if code == -1 and not self._link.alive(transport):
                 raise SandboxGone(f"the SSH connection to {self._target.name} dropped during {what}")
         return ExecResult(int(code), b"".join(out), b"".join(err))
 
     def _kill_group(self, out: bytes) -> None:
-        pid = _leading_pid(out)
+        pid = leading_pid(out)
         if pid is None:
             return
         script = f"kill -9 -{pid} 2>/dev/null || kill -9 {pid} 2>/dev/null; true"
@@ -344,16 +307,16 @@ class SSHSandbox:
         self._check_open()
         if not argv:
             raise ValueError("argv must name a program")
-        stdin = _env_script(env)
+        stdin = env_script(env)
         self._check_alive()
         folder = cwd or self._workdir
-        result = self._run(["sh", "-c", _EXEC_WRAPPER, "sh", folder, *argv], stdin, timeout, argv[0])
+        result = self._run(["sh", "-c", EXEC_WRAPPER, "sh", folder, *argv], stdin, timeout, argv[0])
         out = result.stdout
-        pid = _leading_pid(out)
+        pid = leading_pid(out)
         if pid is None:
-            if result.exit_code == 126 and result.stderr.startswith(_CWD_MARK):
+            if result.exit_code == 126 and result.stderr.startswith(CWD_MARK):
                 raise FileNotFoundError(2, f"no such folder on {self._target.name}", folder)
-            if result.exit_code == 127 and result.stderr.endswith(_NOT_FOUND_MARK):
+            if result.exit_code == 127 and result.stderr.endswith(NOT_FOUND_MARK):
                 raise FileNotFoundError(2, f"no such program on {self._target.name}", argv[0])
             return result
         return ExecResult(result.exit_code, out[out.index(b"\n") + 1:], result.stderr)
@@ -379,12 +342,12 @@ class SSHSandbox:
         self._check_open()
         if not argv:
             raise ValueError("argv must name a program")
-        stdin = _env_script(env)
+        stdin = env_script(env)
         self._check_alive()
         log_file = log_path or "/dev/null"
         status = posixpath.join(self._state_root, "spawned", f"{secrets.token_hex(8)}.exit")
         folder = cwd or self._workdir
-        argv_all = ["sh", "-c", _SPAWN_WRAPPER, "sh", _SPAWN_INNER, folder, log_file, status, *argv]
+        argv_all = ["sh", "-c", SPAWN_WRAPPER, "sh", SPAWN_INNER, folder, log_file, status, *argv]
         result = self._run(argv_all, stdin, self._target.connect_timeout + self._target.timeout, argv[0])
         if result.exit_code == 127:
             raise FileNotFoundError(2, f"no such program on {self._target.name}", argv[0])
@@ -393,7 +356,7 @@ class SSHSandbox:
         if not result.ok:
             said = (result.stdout + result.stderr).decode("utf-8", "replace").strip()
             raise OSError(f"cannot start {argv[0]} on {self._target.name} (exit {result.exit_code}): {said}")
-        return SSHProcess(self, _leading_pid(result.stdout), status)
+        return SSHProcess(self, leading_pid(result.stdout), status)
 
     def read_file(self, path: str) -> bytes:
         """Return a file's bytes, read through SFTP (following symlinks).
@@ -426,10 +389,10 @@ class SSHSandbox:
             raise ValueError(f"write_file needs an absolute file path, got {path!r}")
 
         def write(sftp: Any) -> None:
-            _make_dirs(sftp, folder)
+            make_dirs(sftp, folder)
             tmp = posixpath.join(folder, f".{name}.tmp-{secrets.token_hex(4)}")
             try:
-                with _create(sftp, tmp, mode & 0o7777) as f:
+                with create_private(sftp, tmp, mode & 0o7777) as f:
                     f.set_pipelined(True)
                     f.write(data)
                 sftp.chmod(tmp, mode & 0o7777)  # the server's umask applied to the create
@@ -485,73 +448,3 @@ class SSHSandbox:
     def __repr__(self) -> str:
         workdir = getattr(self, "_workdir", "?")
         return f"SSHSandbox({self._target.name!r}, {workdir!r})"
-
-
-def _drain(recv: Any, into: List[bytes]) -> None:
-    try:
-        while True:
-            data = recv(65536)
-            if not data:
-                return
-            into.append(data)
-    except Exception:  # the channel closed or timed out: the main reader decides what it means
-        return
-
-
-def _leading_pid(out: bytes) -> Optional[int]:
-    end = out.find(b"\n")
-    if end <= 0:
-        return None
-    try:
-        return int(out[:end])
-    except ValueError:
-        return None
-
-
-def _is_dir(mode: Optional[int]) -> bool:
-    return mode is not None and (mode & 0o170000) == 0o040000
-
-
-def _make_dirs(sftp: Any, folder: str) -> None:
-    """Create ``folder`` and its missing parents, each 0700."""
-    missing = []
-    current = folder
-    while current not in ("", "/"):
-        try:
-            attrs = sftp.stat(current)
-        except FileNotFoundError:
-            missing.append(current)
-            current = posixpath.dirname(current)
-            continue
-        if not _is_dir(attrs.st_mode):
-            raise NotADirectoryError(20, "not a folder", current)
-        break
-    for path in reversed(missing):
-        try:
-            sftp.mkdir(path, 0o700)
-        except OSError:
-            if not _is_dir(sftp.stat(path).st_mode):  # made meanwhile by another writer?
-                raise
-            continue
-        sftp.chmod(path, 0o700)
-
-
-def _create(sftp: Any, path: str, mode: int) -> Any:
-    """Open a new file for writing whose permissions are ``mode`` from its creation (an
-    SFTP open with attributes; paramiko's ``open`` sends none, so the file would be readable
-    by others, under the server's umask, until a chmod)."""
-    from paramiko import SFTPAttributes, SFTPFile
-    from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE
-
-    try:
-        attrs = SFTPAttributes()
-        attrs.st_mode = mode
-        flags = SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL
-        kind, msg = sftp._request(CMD_OPEN, sftp._adjust_cwd(path), flags, attrs)
-        if kind != CMD_HANDLE:
-            raise OSError(f"the SFTP server did not open {path}")
-        return SFTPFile(sftp, msg.get_binary(), "wb", -1)
-    except AttributeError:  # a paramiko without these internals: open, then chmod at once
-        f = sftp.open(path, "xb")
-        sftp.chmod(path, mode)
-        return f
