@@ -7,8 +7,7 @@ with TLS, or over SSH, made from the options the docker SDK takes, for
 
 Commands, files and the bridge's port all go through the engine's API, as with the local
 engine: the port through the exec tunnel, so nothing of the container is published on the
-remote machine. See the *Scaling* guide (docs/scaling.md) and the *Docker* guide
-(docs/docker.md).
+remote machine. See :doc:`scaling` and :doc:`docker`.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ on the remote machine's loopback only::
 The remote machine needs ``/bin/sh`` with a POSIX login shell, ``python3`` (3.9 or newer;
 the bridge template copies this package in as wheels), an SFTP subsystem and TCP forwarding
 to its loopback (``AllowTcpForwarding local`` or ``yes`` in ``sshd_config``). The server's host
-key must be in ``known_hosts``. See the *Scaling* guide (docs/scaling.md).
+key must be in ``known_hosts``. See :doc:`scaling`.
 """
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ class SSHSandbox:
             raise SandboxGone(f"SSHSandbox {self._target.name}:{self._workdir} was closed")
 
     def _check_alive(self) -> None:
-        """The remote folder must still be there (C15: a removed folder is a gone sandbox)."""
+        """The remote folder must still be there (a removed folder is a gone sandbox)."""
         try:
             self._link.sftp_call(lambda s: s.stat(self._workdir), "looking at the sandbox folder")
         except FileNotFoundError:

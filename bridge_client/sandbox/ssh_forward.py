@@ -5,7 +5,7 @@
 remote machine, and bytes are copied both ways. So the bridge listens on the remote loopback
 only and nothing else of the remote machine is reachable. When the transport drops, the open
 connections end (their readers see the drop and resend); the next connection accepted opens
-its channel on the link's new transport. See the *Scaling* guide (docs/scaling.md).
+its channel on the link's new transport. See :doc:`scaling`.
 """
 from __future__ import annotations
 

@@ -7,11 +7,10 @@ authentication. When the transport drops (the network, the server, a killed sshd
 next operation connects again, with backoff, for up to ``reconnect_window`` seconds; only
 then is the host :class:`~bridge_client.errors.SandboxGone`. What was in flight on the old
 transport fails: the session layer resends its requests and reads on from their offsets
-(see the *Resilience* guide, docs/resilience.md).
+(see :doc:`resilience`).
 
 Host keys are checked against ``known_hosts`` (the user's ``~/.ssh/known_hosts`` by default)
-and an unknown or changed key is refused, never added. See the *Scaling* guide
-(docs/scaling.md).
+and an unknown or changed key is refused, never added. See :doc:`scaling`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sandboxes named by URL, as the CLI's ``--sandbox`` takes them (docs/cli.md, docs/scaling.md).
+"""Sandboxes named by URL, as the CLI's ``--sandbox`` takes them (:doc:`cli`, :doc:`scaling`).
 
 =============================================  ===============================================
 ``ssh://[USER@]HOST[:PORT]/PATH``              :class:`~bridge_client.sandbox.ssh.SSHSandbox` on
