@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-for _path in (_HERE, os.path.join(os.path.dirname(_HERE), "resilience")):
+for _path in (_HERE, os.path.dirname(_HERE), os.path.join(os.path.dirname(_HERE), "resilience")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -22,6 +22,12 @@ from sshd_server import SSHServer, why_not  # noqa: E402
 def sshd() -> Iterator[SSHServer]:
     """A running test sshd and its login user (skips where that cannot be had)."""
     reason = why_not()
+    if reason and os.geteuid() == 0:
+        # A fresh machine: Debian's OpenSSH server, installed here once (as .ci/run does not).
+        from prerequisites import apt_install
+
+        failed = apt_install(["openssh-server", "openssh-client"])
+        reason = why_not() if failed is None else f"{reason} ({failed})"
     if reason:
         pytest.skip(reason)
     try:
