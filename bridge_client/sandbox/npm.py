@@ -6,7 +6,7 @@ other sandbox (a container) into that sandbox's global npm prefix. Every install
 stderr, in one line, what it installs and where.
 
 The drivers find the private copy themselves when the program is not on ``PATH`` (see the
-*Drivers* guide, docs/drivers/index.md). A driver given an ``executable`` gets no install
+*Drivers* page, ``drivers/index``). A driver given an ``executable`` gets no install
 step at all (:func:`bridge_client.template.agent_cli_steps`).
 """
 
@@ -45,7 +45,7 @@ AGENT_CLIS = {
     "pi": ("the pi coding agent (pi)", "pi", "@mariozechner/pi-coding-agent", "0.73.1"),
 }
 """Driver name to (what, program, npm package, version): the versions proven with each
-driver (docs/drivers/index.md), which the template installs."""
+driver (the *Drivers* page, ``drivers/index``), which the template installs."""
 
 _TAIL_BYTES = 2000
 
