@@ -160,10 +160,12 @@ def bridge_options(
     (see the *Concepts* guide, ``concepts``, "Bridge").
 
     Args:
-        driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or
-            ``"module:callable"`` (a driver factory). The template installs the bridge
-            program, and the agent's CLI for ``claude-code`` and ``codex`` when the sandbox
-            lacks it (npm).
+        driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"``,
+            ``"gemini"``, ``"qwen"``, ``"pi"`` or ``"module:callable"`` (a driver factory).
+            The template installs the bridge program, and the agent's CLI for the CLI
+            drivers when the sandbox lacks it and no ``executable`` is given (npm; for a
+            ``LocalSandbox`` into a private prefix, see the *Drivers* page,
+            ``drivers/index``).
         agent_options: plain JSON for the driver (part of the bridge id: other options, another bridge).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
             for ``module:callable`` drivers unless it is the same string).
@@ -203,7 +205,7 @@ def bridge_options(
         token = hmac_token(secret if secret is not None else default_secret())
     return BridgeOptions(
         id=agent_id or driver,
-        template=Template(bridge_template(python).steps + agent_cli_steps(driver)),
+        template=Template(bridge_template(python).steps + agent_cli_steps(driver, agent_options)),
         command=python,
         args=("-m", "bridge_client.bridge", "--driver", driver),
         token=token,

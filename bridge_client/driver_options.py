@@ -206,6 +206,7 @@ _CLAUDE_CODE_OPTIONS = (
     "extra_args",
     "continue_prompt",
     "interrupt_grace",
+    "include_partial_messages",
 )
 
 
@@ -219,6 +220,7 @@ def _claude_code(options: Any) -> Dict[str, Any]:
     str_list_option(opts, "claude-code", "extra_args")
     number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
     number_option(opts, "claude-code", "interrupt_grace", minimum=0)
+    bool_option(opts, "claude-code", "include_partial_messages")
     return opts
 
 
@@ -245,12 +247,75 @@ def _codex(options: Any) -> Dict[str, Any]:
     return opts
 
 
+_STREAM_CLI_OPTIONS = (
+    "executable",
+    "model",
+    "approval_mode",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _qwen(options: Any) -> Dict[str, Any]:
+    modes = ("plan", "default", "auto-edit", "auto", "yolo")
+    opts = _stream_cli("qwen", options, modes, extra=("append_system_prompt", "include_partial_messages"))
+    bool_option(opts, "qwen", "include_partial_messages")
+    return opts
+
+
+def _gemini(options: Any) -> Dict[str, Any]:
+    return _stream_cli("gemini", options, ("default", "auto_edit", "yolo", "plan"))
+
+
+def _stream_cli(driver: str, options: Any, modes: Sequence[str], extra: Sequence[str] = ()) -> Dict[str, Any]:
+    opts = options_object(options, driver, _STREAM_CLI_OPTIONS + tuple(extra))
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, driver, key)
+    for key in ("model", "approval_mode", "append_system_prompt"):
+        str_option(opts, driver, key, allow_none=True)
+    mode = opts.get("approval_mode")
+    if mode is not None and mode not in modes:
+        raise ValueError(f"{driver} option 'approval_mode' must be one of {', '.join(modes)}, got {mode!r}")
+    str_list_option(opts, driver, "extra_args")
+    number_option(opts, driver, "interrupt_grace", minimum=0)
+    return opts
+
+
+_PI_OPTIONS = (
+    "executable",
+    "provider",
+    "model",
+    "thinking",
+    "tools",
+    "append_system_prompt",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _pi(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "pi", _PI_OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "pi", key)
+    for key in ("provider", "model", "thinking", "append_system_prompt"):
+        str_option(opts, "pi", key, allow_none=True)
+    str_list_option(opts, "pi", "tools")
+    str_list_option(opts, "pi", "extra_args")
+    number_option(opts, "pi", "interrupt_grace", minimum=0)
+    return opts
+
+
 _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "echo": _echo,
     "shell": _shell,
     "openai": _openai,
     "claude-code": _claude_code,
     "codex": _codex,
+    "gemini": _gemini,
+    "qwen": _qwen,
+    "pi": _pi,
 }
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)

@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any, Dict, NamedTuple, Optional, Sequence, cast
 
+from .. import drivers
 from ..drivers import BUILTIN_DRIVERS
 from ..errors import InvalidToken, ProtocolError, UntrustedFile
 from ..private_files import check_folder, check_stat, open_private, read_private
@@ -200,6 +201,7 @@ def _prepare(driver_spec: str) -> _Launch:
         token = check_token(Redacted(text), f"the token in {token_path}")
     except InvalidToken as exc:
         raise LaunchError(str(exc)) from None
+    drivers.STATE_DIR = state  # the CLI drivers find their private installs from it
     driver = load_driver(driver_spec, info.agent_options)
     if driver.agent_id != info.agent_id:
         raise LaunchError(
