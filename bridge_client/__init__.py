@@ -42,7 +42,7 @@ from .errors import (
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
 from .redacted import Redacted, hmac_token
-from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox
+from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox, SSHSandbox
 from .template import Template, TemplateStep, bridge_template
 from .wire.parts import (
     Data,
@@ -116,6 +116,7 @@ __all__ = [
     "Sandbox",
     "LocalSandbox",
     "DockerSandbox",
+    "SSHSandbox",
     "Endpoint",
     "ExecResult",
     "Template",

@@ -34,7 +34,10 @@ def create_session(
     Two forms. The short one takes a driver name and a folder::
 
         with bc.create_session("shell", "./repo") as session:
-            print(session.turn("ls").text())
+            turn = session.turn("ls")
+            for part in turn:     # read the turn to its end
+                pass
+            print(turn.text())
 
     The full one takes what the short one builds for you, so every option can be set::
 

@@ -97,9 +97,10 @@ def _turn_status(store: str, turn_id: str) -> Optional[str]:
     return str(row[0]) if row else None
 
 
-def _bridge_folders(home: str) -> Dict[str, str]:
-    """Every local bridge's state directory, by bridge id."""
-    found: Dict[str, str] = {}
+def _bridge_folders(home: str) -> Dict[str, List[str]]:
+    """Every local bridge's state directory, by bridge id (one id may have a folder in each
+    of several sandboxes)."""
+    found: Dict[str, List[str]] = {}
     for root in local_state_roots(home):
         bridges = os.path.join(root, "bridges")
         try:
@@ -108,7 +109,7 @@ def _bridge_folders(home: str) -> Dict[str, str]:
             continue
         for name in names:
             if os.path.isdir(os.path.join(bridges, name)):
-                found[name] = os.path.join(bridges, name)
+                found.setdefault(name, []).append(os.path.join(bridges, name))
     return found
 
 
@@ -118,7 +119,7 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
     folders = _bridge_folders(home)
     now = time.time()
     dead = {
-        bid: folder for bid, folder in folders.items()
+        folder for group in folders.values() for folder in group
         if _lock_is_free(folder) and now - _newest_change(folder) >= min_age
     }
     files: List[Tuple[str, str]] = []
@@ -134,15 +135,16 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
             continue  # not a state file of ours: left alone
         if isinstance(where, str) and not where.startswith("/"):
             continue  # a turn in a container: its bridge is not looked at from here
-        folder = folders.get(bridge_id)
-        if folder is None or bridge_id in dead:
-            why = "its bridge's state is gone" if folder is None else "its bridge is not running"
+        group = folders.get(bridge_id, [])
+        live = [folder for folder in group if folder not in dead]
+        if not live:
+            why = "its bridge's state is gone" if not group else "its bridge is not running"
             files.append((path, why))
             continue
-        status = _turn_status(os.path.join(folder, identity.STORE_FILE), turn_id)
-        if status == "finished":
+        statuses = [_turn_status(os.path.join(f, identity.STORE_FILE), turn_id) for f in live]
+        if "finished" in statuses:
             files.append((path, "the turn finished"))
-    dirs = [(folder, "no bridge runs there") for _, folder in sorted(dead.items())]
+    dirs = [(folder, "no bridge runs there") for folder in sorted(dead)]
     return files, dirs
 
 

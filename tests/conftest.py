@@ -11,7 +11,9 @@ both folders are put on the import path here, once, for every test module."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from typing import Any, Callable, Iterator, List
 
@@ -27,6 +29,18 @@ import bridge_client as bc  # noqa: E402
 from bridge_harness import BridgeProcess, prepare_state  # noqa: E402
 from host_support import SECRET, kill_all_under  # noqa: E402
 from prerequisites import DockerEngine  # noqa: E402
+
+
+def pytest_configure(config: Any) -> None:
+    # No test writes into the user's own home: a test that forgets the ``home`` fixture still
+    # gets a private BRIDGE_CLIENT_HOME for the run (the fixture gives each test its own).
+    os.environ["BRIDGE_CLIENT_HOME"] = tempfile.mkdtemp(prefix="bridge-client-tests-home-")
+
+
+def pytest_unconfigure(config: Any) -> None:
+    folder = os.environ.get("BRIDGE_CLIENT_HOME", "")
+    if os.path.basename(folder).startswith("bridge-client-tests-home-"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

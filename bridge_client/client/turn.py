@@ -275,7 +275,11 @@ class Turn:
         return StartTurnResult.from_dict(value)
 
     def text(self) -> str:
-        """The text of the text-delta parts yielded so far, with reset attempts removed."""
+        """The text of the text-delta parts yielded so far, with reset attempts removed.
+
+        It never reads: iterate the turn to its end first (``for part in turn: ...``) for the
+        whole text. Before the first part is yielded it is ``""``.
+        """
         texts, st = self._texts, self._st
         parts, taken = st[0], st[1]
         if texts and taken < len(parts) and texts[-1] is parts[taken]:

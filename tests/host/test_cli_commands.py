@@ -172,6 +172,22 @@ def test_prune_removes_dead_bridges_and_finished_turns_state_and_dry_run_removes
     assert cli("run", "hi again", "--agent", "echo", "--sandbox", workspace).returncode == 0
 
 
+def test_prune_removes_every_dead_folder_of_one_bridge_id_in_one_run(home):
+    # The same bridge id (same options and token) has a state directory in each sandbox.
+    bridge_id = "0" * 32
+    made = []
+    for n in range(3):
+        folder = os.path.join(home, "sandboxes", f"local-{n:016x}", "bridges", bridge_id)
+        os.makedirs(folder, mode=0o700)
+        with open(os.path.join(folder, "launch.json"), "w") as f:
+            f.write("{}")
+        made.append(folder)
+    done = cli("prune", "--min-age", "0")
+    assert done.returncode == 0, done.stderr
+    assert [folder for folder in made if os.path.exists(folder)] == []
+    assert cli("prune", "--min-age", "0").stdout.startswith("nothing to prune")
+
+
 # ------------------------------------------------------------------------------ last resort
 
 
