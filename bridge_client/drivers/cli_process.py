@@ -22,6 +22,8 @@ import threading
 import time
 from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
 
+from ..bridge.driver import process_group_ended, process_group_started
+
 __all__ = ["JsonLinesProcess", "Event", "cli_env", "CLIStartError", "summarize", "join_text"]
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"
@@ -90,6 +92,7 @@ class JsonLinesProcess:
             )
         except OSError as exc:
             raise CLIStartError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from None
+        process_group_started(self.proc.pid)  # the bridge kills it if the turn ignores a cancel
         self._stdin_lock = threading.Lock()
         self._queue: "queue.Queue[object]" = queue.Queue()
         self._stderr: Deque[str] = collections.deque(maxlen=_STDERR_LINES)
@@ -263,6 +266,8 @@ class JsonLinesProcess:
     def close(self) -> None:
         """Release the pipes and the reader threads (after the CLI exited). Also kills any
         process of its group that still holds stdout open."""
+        if self.proc.returncode is not None:
+            process_group_ended(self.proc.pid)
         self.close_stdin()
         deadline = time.monotonic() + 1.0
         for t in self._threads:
