@@ -17,6 +17,7 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import resource
 import select
 import socket
@@ -72,6 +73,8 @@ __all__ = [
     "Limits",
     "default_limits",
     "default_max_connections",
+    "task_limit",
+    "streams_per_connection",
 ]
 
 log = logging.getLogger("bridge_client.bridge.server")
@@ -137,24 +140,69 @@ class Limits(NamedTuple):
     turns: int
 
 
-def default_limits() -> Limits:
-    """The default bounds: from the open-files limit (``RLIMIT_NOFILE``) for connections, and,
-    when the task limit (``RLIMIT_NPROC``, soft) is finite and small, shared out of what it
-    leaves so that no honest load runs the bridge out of threads: a sixteenth each to streams
-    and turns, the rest to connections (two threads each). With 128 tasks: 51 connections,
-    7 streams, 7 running turns; requests beyond get ``Overloaded`` and are resent."""
-    connections = default_max_connections()
-    streams, turns = MAX_STREAMS, 256
+def task_limit() -> Optional[int]:
+    """The number of tasks (threads and processes) this bridge may have at most, when it is
+    limited: the cgroup's ``pids.max`` (a container's ``--pids-limit``) or, for a user other
+    than root, ``RLIMIT_NPROC`` (soft). ``None`` when neither limits it."""
+    limits: List[int] = []
     try:
         nproc, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        if os.geteuid() != 0 and nproc != resource.RLIM_INFINITY and nproc > 0:
+            limits.append(int(nproc))
     except (OSError, ValueError, AttributeError):  # pragma: no cover
-        nproc = resource.RLIM_INFINITY
-    if nproc != resource.RLIM_INFINITY and nproc > 0:
-        budget = max(8, nproc - _TASKS_SPARE)
+        pass
+    pids = _cgroup_pids_max()
+    if pids is not None:
+        limits.append(pids)
+    return min(limits) if limits else None
+
+
+def _cgroup_pids_max() -> Optional[int]:
+    """``pids.max`` of this process's cgroup (v1 ``pids`` controller or v2), or ``None``."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "pids":
+            candidate = os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"), "pids.max")
+        elif controllers == "":
+            candidate = os.path.join("/sys/fs/cgroup", path.lstrip("/"), "pids.max")
+        else:
+            continue
+        try:
+            with open(candidate, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
+
+
+def default_limits() -> Limits:
+    """The default bounds: from the open-files limit (``RLIMIT_NOFILE``) for connections, and,
+    when the task limit (:func:`task_limit`) is finite, shared out of what it leaves so that no
+    honest load runs the bridge out of threads: a sixteenth each to streams and turns, the rest
+    to connections (two threads each). With 128 tasks: 51 connections, 7 streams, 7 running
+    turns; requests beyond get ``Overloaded`` and are resent."""
+    connections = default_max_connections()
+    streams, turns = MAX_STREAMS, 256
+    tasks = task_limit()
+    if tasks is not None:
+        budget = max(8, tasks - _TASKS_SPARE)
         share = max(2, budget // 16)
         streams, turns = min(streams, share), min(turns, share)
         connections = max(4, min(connections, (budget - streams - turns) // _THREADS_PER_CONNECTION))
     return Limits(connections, streams, turns)
+
+
+def streams_per_connection(max_streams: int) -> int:
+    """The default bound of streams on one connection: a quarter of ``max_streams`` (so that
+    one connection cannot take them all), from 1 to :data:`MAX_STREAMS_PER_CONNECTION`."""
+    return max(1, min(MAX_STREAMS_PER_CONNECTION, max_streams // 4))
 
 
 def _set_send_timeout(sock: socket.socket, seconds: float) -> None:
@@ -457,7 +505,8 @@ class BridgeServer:
             connection beyond drops the oldest unfinished one (B08).
         handshake_timeout: seconds a connection has to send its whole HTTP request (B08).
         max_streams: ReadTurn streams at once in all; beyond, ``Overloaded`` (B09).
-        max_streams_per_connection: of them, at most this many on one connection.
+        max_streams_per_connection: of them, at most this many on one connection (``None``:
+            :func:`streams_per_connection`).
         send_timeout: seconds a frame may take to go into a socket before its connection is
             dropped (B09: a peer that does not read cannot hold the bridge).
     """
@@ -476,7 +525,7 @@ class BridgeServer:
         max_handshakes: int = MAX_HANDSHAKES,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         max_streams: int = MAX_STREAMS,
-        max_streams_per_connection: int = MAX_STREAMS_PER_CONNECTION,
+        max_streams_per_connection: Optional[int] = None,
         send_timeout: float = SEND_TIMEOUT,
     ) -> None:
         self.manager = manager
@@ -491,7 +540,12 @@ class BridgeServer:
             max_connections if max_connections is not None else default_max_connections(), max_handshakes
         )
         self.max_streams = max(1, max_streams)
-        self.max_streams_per_connection = max(1, max_streams_per_connection)
+        self.max_streams_per_connection = max(
+            1,
+            max_streams_per_connection
+            if max_streams_per_connection is not None
+            else streams_per_connection(self.max_streams),
+        )
         self.send_timeout = send_timeout
         self._numbers = itertools.count(1)
         self._server: Optional[Server] = None
@@ -811,11 +865,13 @@ class _Connection:
                 self._ws.send(text)
                 return True
             except ConnectionClosed as exc:
-                if isinstance(exc.__cause__, OSError) and not self._closed:
+                cause = exc.__cause__
+                if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out
                     log.warning(
-                        "connection %d: a send did not complete (%s); connection dropped",
+                        "connection %d: a send did not complete within %g s (the peer does not "
+                        "read); connection dropped",
                         self.number,
-                        exc.__cause__.strerror or exc.__cause__,
+                        self.server.send_timeout,
                     )
                 return False
             finally:
