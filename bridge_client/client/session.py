@@ -211,6 +211,7 @@ class Session:
             after_step=steps,
             link=link,
         )
+        turn._known_generation = state.generation  # never spliced with another store's log (B10)
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":

@@ -145,6 +145,9 @@ class Turn:
         self._texts: List[TextDelta] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
         self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
+        # The store generation of the turn state continue_turn() was given (B10), until a
+        # turn-start says which log is read.
+        self._known_generation: Optional[str] = None
 
     # ------------------------------------------------------------------ public
 
@@ -318,7 +321,7 @@ class Turn:
         turn's log (it was emptied, damaged or replaced): never splice the two logs. The turn
         is read from the start of that store's log (a fresh run from the prompt, under a new
         ``turn-start``), as for a bridge of other options that is gone."""
-        known = self._state.generation if self._state is not None else None
+        known = self._state.generation if self._state is not None else self._known_generation
         now = self._bridge_generation()
         if known is None or now is None or known == now:
             return
