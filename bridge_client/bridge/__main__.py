@@ -250,14 +250,15 @@ class _Bridge:
         bounds = default_limits()  # B09: from the open-files and task limits
         cancel_grace = limits.pop("cancel_grace", None)
         max_turns = limits.pop("max_turns", None) or bounds.turns
+        synchronous = limits.pop("synchronous", None) or "FULL"
         limits.setdefault("max_connections", bounds.connections)
         limits.setdefault("max_streams", bounds.streams)
         try:
             # A damaged store is moved aside and a fresh one started (B10); named in the log.
-            self.store = open_store(store_path, on_fatal=self._store_failed).store
+            self.store = open_store(store_path, on_fatal=self._store_failed, synchronous=synchronous).store
         except (sqlite3.Error, OSError, StoreError) as exc:  # StoreError: a newer schema
             raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
-        log.info("store %s: generation %s", store_path, self.store.generation)
+        log.info("store %s: generation %s, synchronous=%s", store_path, self.store.generation, synchronous)
         self.idle = IdleWatcher(info.idle_timeout, lambda: self.stop("idle"))
         turn_options: Dict[str, Any] = {} if cancel_grace is None else {"cancel_grace": cancel_grace}
         self.manager = TurnManager(
@@ -503,6 +504,13 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "(default 256, less under a small task limit)",
     )
     parser.add_argument(
+        "--synchronous",
+        choices=("FULL", "NORMAL"),
+        default=None,
+        help="the store's fsync level: FULL (default) fsyncs every commit, so what a reader saw "
+        "survives a power loss; NORMAL is faster, and a power loss may lose the last parts",
+    )
+    parser.add_argument(
         "--max-turns",
         type=_positive_int,
         default=None,
@@ -544,6 +552,7 @@ def _limits(args: argparse.Namespace) -> Dict[str, Any]:
         "cancel_grace": args.cancel_grace,
         "max_streams": args.max_streams,
         "max_turns": args.max_turns,
+        "synchronous": args.synchronous,
     }
     return {key: value for key, value in given.items() if value is not None}
 
