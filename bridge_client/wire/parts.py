@@ -207,7 +207,7 @@ class TurnState(_Value):
     generation: Optional[str] = None
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object (``generation`` only when known)."""
+        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
         d: Dict[str, Any] = {
             "protocol": self.protocol,
             "agentId": self.agent_id,
@@ -217,8 +217,7 @@ class TurnState(_Value):
             "prompt": self.prompt,
             "startedAt": self.started_at,
         }
-        if self.generation is not None:
-            d["generation"] = self.generation
+        d["generation"] = self.generation
         return d
 
     @classmethod
@@ -252,7 +251,7 @@ class HelloResult(_Value):
     generation: Optional[str] = None
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object (``generation`` only when known)."""
+        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
         d: Dict[str, Any] = {
             "agentId": self.agent_id,
             "bridgeId": self.bridge_id,
@@ -261,8 +260,7 @@ class HelloResult(_Value):
             "pid": self.pid,
             "startedAt": self.started_at,
         }
-        if self.generation is not None:
-            d["generation"] = self.generation
+        d["generation"] = self.generation
         return d
 
     @classmethod
