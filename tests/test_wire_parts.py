@@ -196,6 +196,7 @@ def test_values_use_camel_case_keys_on_the_wire():
         "protocol": 1,
         "pid": 2,
         "startedAt": "t",
+        "generation": None,
     }
 
 
