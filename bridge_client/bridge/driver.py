@@ -43,7 +43,7 @@ def process_group_started(pgid: int) -> None:
     When the turn ignores a cancel beyond the bridge's grace period, the bridge ends the turn
     itself and kills the groups its driver reported (SIGKILL). Call :func:`process_group_ended`
     once the process was reaped. Harmless outside a turn's thread (nothing is recorded).
-    See the *Resilience* guide (docs/resilience.md).
+    See :doc:`resilience`.
     """
     ctx = getattr(_current, "ctx", None)
     if ctx is not None:

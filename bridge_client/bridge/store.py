@@ -17,7 +17,7 @@ its parts) and queues the buffer once until the writer drains it.
 Group commit instead of a commit per part: batching what queued up meanwhile keeps a fast
 driver's stream cheap. The store runs with ``synchronous=FULL`` (WAL mode): every commit is
 fsynced before its parts reach a reader, so what a reader saw survives a power loss (the cost
-per part is measured in ``benchmarks``, see docs/resilience.md); ``NORMAL`` may be chosen.
+per part is measured in ``benchmarks``, see :doc:`resilience`); ``NORMAL`` may be chosen.
 
 Each store file has a *generation* (a random id in its ``meta`` table, new with the file;
 B10), carried in ``Hello`` and every turn state, and a ``dirty`` mark, set while a bridge has

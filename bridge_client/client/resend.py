@@ -28,7 +28,7 @@ MAX_BACKOFF = 2.0
 
 def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
     """Return the policy that sends a request again after ``ConnectionLost`` (C08) or
-    ``Overloaded`` (B09).
+    ``Overloaded`` (the bridge is at a bound of its work).
 
     Args:
         window: seconds, from the first attempt, during which attempts may start.
