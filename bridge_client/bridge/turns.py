@@ -1007,15 +1007,16 @@ class TurnManager:
             with self._grace_cond:
                 while True:
                     if self._closing:
+                        self._grace_thread = None
                         return
-                    if self._grace:
-                        wait = self._grace[0][0] - time.monotonic()
-                        if wait <= 0:
-                            _, _, turn, thread = heapq.heappop(self._grace)
-                            break
-                        self._grace_cond.wait(wait)
-                    else:
-                        self._grace_cond.wait()
+                    if not self._grace:
+                        self._grace_thread = None  # nothing to watch: the next cancel starts one
+                        return
+                    wait = self._grace[0][0] - time.monotonic()
+                    if wait <= 0:
+                        _, _, turn, thread = heapq.heappop(self._grace)
+                        break
+                    self._grace_cond.wait(wait)
             try:
                 self._abandon(turn, thread)
             except Exception:
