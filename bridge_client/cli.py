@@ -2,7 +2,7 @@
 
 ::
 
-    bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE] [--agent NAME|MODULE:CALLABLE]
+    bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE|URL] [--agent NAME|MODULE:CALLABLE]
                       [--option KEY=VALUE]... [--json]
     bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
     bridge-client cancel TURN_STATE_FILE [--sandbox DIR] [--timeout SECONDS]
@@ -72,6 +72,7 @@ try:
     from .redacted import hmac_token
     from .sandbox.base import Sandbox
     from .sandbox.local import LocalSandbox
+    from .sandbox.urls import is_sandbox_url, sandbox_from_url
     from .template import Template, TemplateStep
     from .terminal import Colours, Progress, colour_enabled, is_terminal
     from .wire.parts import (
@@ -135,14 +136,22 @@ def _parse_options(pairs: Sequence[str]) -> Dict[str, Any]:
 
 _DOCKER_PREFIX = "docker:"
 _SANDBOX_HELP = (
-    "the workspace folder (default: the current folder), or docker:IMAGE for a container of "
-    "IMAGE (made once, then reused; see the Docker sandbox guide)"
+    "the workspace folder (default: the current folder), docker:IMAGE for a container of "
+    "IMAGE (made once, then reused; see the Docker sandbox guide), ssh://USER@HOST[:PORT]/PATH "
+    "for a folder on another machine, or docker+tcp://HOST:PORT/NAME, docker+ssh://USER@HOST/NAME "
+    "for a container on another machine's engine (see the Scaling guide)"
 )
 
 
 def _sandbox(folder: Optional[str]) -> Sandbox:
     """``DIR`` -> a LocalSandbox; ``docker:IMAGE`` -> the running container made earlier for
-    IMAGE, or a new one (see :doc:`docker`)."""
+    IMAGE, or a new one (see :doc:`docker`); an ``ssh://``, ``docker+tcp://`` or
+    ``docker+ssh://`` URL -> a sandbox on another machine (see :doc:`scaling`)."""
+    if is_sandbox_url(folder):
+        try:
+            return sandbox_from_url(str(folder))
+        except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
+            raise UsageError(f"--sandbox {folder}: {exc}") from None
     if folder and folder.startswith(_DOCKER_PREFIX):
         image = folder[len(_DOCKER_PREFIX):]
         if not image:
@@ -159,8 +168,8 @@ def _sandbox(folder: Optional[str]) -> Sandbox:
 def _sandbox_label(folder: Optional[str]) -> str:
     """How a sandbox is named in a saved turn state and a printed command: ``docker:IMAGE`` as
     given, a folder as its absolute real path."""
-    if folder and folder.startswith(_DOCKER_PREFIX):
-        return folder
+    if (folder and folder.startswith(_DOCKER_PREFIX)) or is_sandbox_url(folder):
+        return str(folder)
     return os.path.realpath(folder or ".")
 
 
@@ -313,7 +322,7 @@ def _session_options(
         raise UsageError(
             f"unknown agent {args.agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE"
         )
-    python = "python3" if (args.sandbox or "").startswith(_DOCKER_PREFIX) else sys.executable
+    python = sys.executable if isinstance(sandbox, LocalSandbox) else "python3"
     try:  # bridge_options checks a built-in agent's options too (ValueError)
         options = bridge_options(args.agent, python=python, agent_options=agent_options or None)
     except ValueError as exc:

@@ -95,13 +95,16 @@ class BridgeUnavailable(HarnessError):
 
 
 class Unauthorized(HarnessError, PermissionError):
-    """The bridge answered HTTP 401: the token is missing or wrong. Never retried."""
+    """The bridge answered HTTP 401: the token is missing or wrong; or an SSH server refused
+    the credentials of an SSH sandbox or engine. Never retried."""
 
 
 class UntrustedEndpoint(HarnessError):
     """A ``wss://`` endpoint's TLS certificate did not verify: not signed by a trusted CA
     (the system's, or ``CreateSessionOptions.ca_bundle``), expired, or issued for another
-    host name. Never retried, and verification is never turned off."""
+    host name; or an SSH server's host key is not in known_hosts, or differs from it (or a
+    remote Docker engine's TLS options are incomplete). Never retried, and verification is
+    never turned off."""
 
 
 class BridgeMismatch(HarnessError):
