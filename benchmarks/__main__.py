@@ -191,6 +191,10 @@ def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Row:
         return product.recovery(env, sizes, product_of("cold-start"))
     if name == "scale":
         return product.scale(env, sizes, product_of("throughput"))
+    if name == "durability":
+        from .durability import durability
+
+        return durability(env, sizes)
     return peer.swe_rex(env, sizes)
 
 

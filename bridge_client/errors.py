@@ -16,7 +16,9 @@
     │   ├── BadRequest
     │   ├── SessionNotFound
     │   ├── TurnNotFound
-    │   └── TurnConflict
+    │   ├── TurnConflict
+    │   ├── Overloaded             the bridge is at its bound of streams or turns (retryable)
+    │   └── RevisionExhausted      a session state's revision leaves no room to grow
     ├── SessionReleased            a call on a session after ``release()``
     ├── TurnInProgress (RuntimeError)
     │                              a second turn while one is being read on the same session
@@ -28,7 +30,7 @@
     └── TemplateError              an install step of a template failed
 
 Typed RPC failures, ``Unauthorized`` and ``ProtocolError`` are never retried; only
-``ConnectionLost`` is (``retryable`` says so on every class).
+``ConnectionLost`` and ``Overloaded`` are (``retryable`` says so on every class).
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ __all__ = [
     "SessionNotFound",
     "TurnNotFound",
     "TurnConflict",
+    "Overloaded",
+    "RevisionExhausted",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",
@@ -177,6 +181,24 @@ class TurnConflict(RpcError):
     tag = "TurnConflict"
 
 
+class Overloaded(RpcError):
+    """The bridge is at its bound of concurrent streams or running turns (or cannot start a
+    thread): nothing was started, and the same request may be sent again later. The host
+    resends it with backoff within ``resend_window`` seconds, and raises this only when the
+    window ran out. See :doc:`resilience`."""
+
+    tag = "Overloaded"
+    retryable = True
+
+
+class RevisionExhausted(RpcError):
+    """``OpenSession`` was given (or the bridge holds) a session state whose ``revision`` is so
+    close to 2**53-1 that the session could not change much longer: refused at once rather
+    than failing turns later. Start a new session (its revision begins at 0)."""
+
+    tag = "RevisionExhausted"
+
+
 class SessionReleased(HarnessError):
     """The session was released; only ``release()`` may be called again."""
 
@@ -249,7 +271,10 @@ class TemplateError(HarnessError):
         super().__init__(message if not output else f"{message}\n{output}")
 
 
-_RPC_ERRORS = {cls.tag: cls for cls in (BadRequest, SessionNotFound, TurnNotFound, TurnConflict)}
+_RPC_ERRORS = {
+    cls.tag: cls
+    for cls in (BadRequest, SessionNotFound, TurnNotFound, TurnConflict, Overloaded, RevisionExhausted)
+}
 
 
 def rpc_error_from_wire(error: Dict[str, Any]) -> RpcError:

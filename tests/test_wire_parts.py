@@ -174,6 +174,7 @@ def test_values_use_camel_case_keys_on_the_wire():
         "turnId": "t",
         "prompt": "p",
         "startedAt": "2024-01-01T00:00:00Z",
+        "generation": None,  # unknown: a state from before store generations (B10)
     }
     assert SessionState("s", 2, {"k": [1]}).to_dict() == {"sessionId": "s", "revision": 2, "data": {"k": [1]}}
     assert ToolResult(3, 0, 1, "c", "n", None, True).to_dict() == {
@@ -195,6 +196,7 @@ def test_values_use_camel_case_keys_on_the_wire():
         "protocol": 1,
         "pid": 2,
         "startedAt": "t",
+        "generation": None,
     }
 
 

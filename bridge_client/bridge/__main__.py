@@ -247,8 +247,9 @@ class _Bridge:
 
     def __init__(self, launch: _Launch, limits: Optional[Dict[str, Any]] = None) -> None:
         # Imported here so that ``load_driver`` and the startup checks work without websockets.
-        from .server import BridgeServer, IdleWatcher
-        from .store import Store, StoreError
+        from .recovery import open_store
+        from .server import BridgeServer, IdleWatcher, default_limits
+        from .store import StoreError
         from .turns import TurnManager, iso_now
 
         self.launch = launch
@@ -260,20 +261,39 @@ class _Bridge:
         self._stopped = threading.Event()
         info = launch.info
         store_path = os.path.join(launch.state, identity.STORE_FILE)
+        limits = dict(limits or {})
+        bounds = default_limits()  # B09: from the open-files and task limits
+        cancel_grace = limits.pop("cancel_grace", None)
+        max_turns = limits.pop("max_turns", None) or bounds.turns
+        synchronous = limits.pop("synchronous", None) or "FULL"
+        limits.setdefault("max_connections", bounds.connections)
+        limits.setdefault("max_streams", bounds.streams)
         try:
-            self.store = Store(store_path, on_fatal=self._store_failed)
+            # A damaged store is moved aside and a fresh one started (B10); named in the log.
+            self.store = open_store(store_path, on_fatal=self._store_failed, synchronous=synchronous).store
         except (sqlite3.Error, OSError, StoreError) as exc:  # StoreError: a newer schema
             raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
+        log.info("store %s: generation %s, synchronous=%s", store_path, self.store.generation, synchronous)
         self.idle = IdleWatcher(info.idle_timeout, lambda: self.stop("idle"))
+        turn_options: Dict[str, Any] = {} if cancel_grace is None else {"cancel_grace": cancel_grace}
         self.manager = TurnManager(
             self.store,
             launch.driver,
             agent_id=info.agent_id,
             bridge_id=info.bridge_id,
             on_running=self.idle.set_running,
+            generation=self.store.generation,
+            max_running=max_turns,
+            **turn_options,
         )
         hello = HelloResult(
-            info.agent_id, info.bridge_id, self.instance, PROTOCOL_VERSION, os.getpid(), self.started_at
+            info.agent_id,
+            info.bridge_id,
+            self.instance,
+            PROTOCOL_VERSION,
+            os.getpid(),
+            self.started_at,
+            self.store.generation,
         )
         self.server = BridgeServer(
             self.manager,
@@ -281,7 +301,7 @@ class _Bridge:
             hello=hello.to_dict(),
             bind=info.bind,
             idle=self.idle,
-            **(limits or {}),  # max_connections, max_handshakes, handshake_timeout (B08)
+            **limits,  # max_connections, max_handshakes, handshake_timeout (B08), B09 bounds
         )
         self.listening_path = os.path.join(launch.state, identity.LISTENING_FILE)
 
@@ -481,6 +501,45 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         metavar="SECONDS",
         help="seconds a new connection has to send its whole HTTP request (default 5)",
     )
+    parser.add_argument(
+        "--send-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds one frame may take to go into a connection's socket; a peer that reads "
+        "nothing for that long is dropped (default 30)",
+    )
+    parser.add_argument(
+        "--cancel-grace",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a driver has to end a cancelled turn; then the bridge ends it as "
+        "cancelled and kills the processes the driver reported (default 5)",
+    )
+    parser.add_argument(
+        "--max-streams",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="turn reads (ReadTurn) at once in all; beyond, a retryable Overloaded failure "
+        "(default 256, less under a small task limit)",
+    )
+    parser.add_argument(
+        "--synchronous",
+        choices=("FULL", "NORMAL"),
+        default=None,
+        help="the store's fsync level: FULL (default) fsyncs every commit, so what a reader saw "
+        "survives a power loss; NORMAL is faster, and a power loss may lose the last parts",
+    )
+    parser.add_argument(
+        "--max-turns",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="turns running at once; beyond, StartTurn gets a retryable Overloaded failure "
+        "(default 256, less under a small task limit)",
+    )
     return parser.parse_args(argv)
 
 
@@ -505,11 +564,17 @@ def _positive_seconds(text: str) -> float:
 
 
 def _limits(args: argparse.Namespace) -> Dict[str, Any]:
-    """The B08 limits given on the command line, as BridgeServer keywords."""
+    """The limits given on the command line, as BridgeServer keywords (and ``cancel_grace``,
+    ``max_turns`` for the turn manager)."""
     given = {
         "max_connections": args.max_connections,
         "max_handshakes": args.max_handshakes,
         "handshake_timeout": args.handshake_timeout,
+        "send_timeout": args.send_timeout,
+        "cancel_grace": args.cancel_grace,
+        "max_streams": args.max_streams,
+        "max_turns": args.max_turns,
+        "synchronous": args.synchronous,
     }
     return {key: value for key, value in given.items() if value is not None}
 

@@ -12,15 +12,52 @@ the context then says how many steps are already complete, and the driver goes o
 """
 from __future__ import annotations
 
+import os
+import signal
 import threading
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple, Union
 
 # options_object lives with the built-in drivers' option checks, which the host imports too
 # (bridge_options checks options at once); re-exported here for drivers (docs/writing-a-driver.md).
 from ..driver_options import options_object
 from ..wire.parts import Part, SessionState
 
-__all__ = ["Driver", "DriverFactory", "TurnResult", "TurnContext", "TurnSink", "options_object"]
+__all__ = [
+    "Driver",
+    "DriverFactory",
+    "TurnResult",
+    "TurnContext",
+    "TurnSink",
+    "options_object",
+    "process_group_started",
+    "process_group_ended",
+]
+
+_current = threading.local()  # .ctx: the TurnContext whose run_turn this thread runs
+
+
+def process_group_started(pgid: int) -> None:
+    """Tell the bridge that the turn this thread runs has a child in process group ``pgid``
+    (a process started with ``start_new_session=True`` leads its own group; pass its pid).
+
+    When the turn ignores a cancel beyond the bridge's grace period, the bridge ends the turn
+    itself and kills the groups its driver reported (SIGKILL). Call :func:`process_group_ended`
+    once the process was reaped. Harmless outside a turn's thread (nothing is recorded).
+    See :doc:`resilience`.
+    """
+    ctx = getattr(_current, "ctx", None)
+    if ctx is not None:
+        with ctx._groups_lock:
+            ctx._groups.add(pgid)
+
+
+def process_group_ended(pgid: int) -> None:
+    """The process that leads group ``pgid`` was reaped: the bridge must no longer kill that
+    group (its id may be reused). Harmless for a group never reported."""
+    ctx = getattr(_current, "ctx", None)
+    if ctx is not None:
+        with ctx._groups_lock:
+            ctx._groups.discard(pgid)
 
 
 class TurnResult(NamedTuple):
@@ -171,6 +208,9 @@ class TurnContext:
         self._step: Optional[int] = None
         self._attempt = 1
         self._call_ids: List[str] = []  # tool-call ids of the open attempt, for reset_step()
+        # Process groups the driver reported from this turn's thread (process_group_started).
+        self._groups_lock = threading.Lock()
+        self._groups: Set[int] = set()
 
     # ------------------------------------------------------------------ read-only views
 
@@ -405,6 +445,25 @@ class TurnContext:
             return state
 
     # ------------------------------------------------------------------ used by the runner
+
+    def bind_thread(self) -> None:
+        """Make this context the current thread's turn (the runner calls it first thing in
+        the turn's thread), so that :func:`process_group_started` records there."""
+        _current.ctx = self
+
+    def kill_process_groups(self) -> List[int]:
+        """SIGKILL every process group the driver reported and did not report ended (the
+        bridge abandons the turn). Returns the groups signalled; from any thread."""
+        with self._groups_lock:
+            groups, self._groups = sorted(self._groups), set()
+        killed = []
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+                killed.append(group)
+            except OSError:  # gone already, or not ours any more
+                pass
+        return killed
 
     def close(self) -> Optional[Tuple[int, int]]:
         """End the context (the runner calls it once ``run_turn`` returned).

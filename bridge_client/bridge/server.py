@@ -17,18 +17,20 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import resource
 import select
 import socket
+import struct
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
 
-from ..errors import BadRequest, RpcError
+from ..errors import BadRequest, Overloaded, RpcError
 from ..redacted import Redacted
 from ..wire.frames import (
     Ack,
@@ -65,7 +67,14 @@ __all__ = [
     "HEALTHZ_PATH",
     "HANDSHAKE_TIMEOUT",
     "MAX_HANDSHAKES",
+    "MAX_STREAMS",
+    "MAX_STREAMS_PER_CONNECTION",
+    "SEND_TIMEOUT",
+    "Limits",
+    "default_limits",
     "default_max_connections",
+    "task_limit",
+    "streams_per_connection",
 ]
 
 log = logging.getLogger("bridge_client.bridge.server")
@@ -88,6 +97,19 @@ MAX_HANDSHAKES = 64
 """TCP connections at most still in their opening handshake; a new one beyond this drops the
 oldest of them (a half-sent request cannot lock newcomers out)."""
 
+MAX_STREAMS = 256
+"""ReadTurn streams at once in the whole bridge, at most (each has a thread); beyond, the
+request is answered with the retryable ``Overloaded``."""
+
+MAX_STREAMS_PER_CONNECTION = 32
+"""ReadTurn streams at once on one connection, at most (a host reads one per turn)."""
+
+SEND_TIMEOUT = 30.0
+"""Seconds one frame may take to go into a connection's socket; a peer that reads nothing
+for that long has its connection dropped (its send is not waited for)."""
+
+_TASKS_SPARE = 12  # threads kept for the store, the watchers, the shutdown and the driver
+_THREADS_PER_CONNECTION = 2  # websockets' sync server: the handler and its frame reader
 _FDS_PER_CONNECTION = 4  # the socket and websockets' own per-connection files, with some slack
 _FDS_SPARE = 64  # files kept for the store, the log, the driver's commands
 _MAX_CONNECTIONS_CAP = 512
@@ -108,6 +130,100 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return _MAX_CONNECTIONS_CAP
     return max(8, min(_MAX_CONNECTIONS_CAP, (soft - _FDS_SPARE) // _FDS_PER_CONNECTION))
+
+class Limits(NamedTuple):
+    """The bridge's bounds on work (B09): ``connections`` (TCP), ``streams`` (ReadTurns in all)
+    and ``turns`` (running at once)."""
+
+    connections: int
+    streams: int
+    turns: int
+
+
+def task_limit() -> Optional[int]:
+    """The number of tasks (threads and processes) this bridge may have at most, when it is
+    limited: the cgroup's ``pids.max`` (a container's ``--pids-limit``) or, for a user other
+    than root, ``RLIMIT_NPROC`` (soft). ``None`` when neither limits it."""
+    limits: List[int] = []
+    try:
+        nproc, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        if os.geteuid() != 0 and nproc != resource.RLIM_INFINITY and nproc > 0:
+            limits.append(int(nproc))
+    except (OSError, ValueError, AttributeError):  # pragma: no cover
+        pass
+    pids = _cgroup_pids_max()
+    if pids is not None:
+        limits.append(pids)
+    return min(limits) if limits else None
+
+
+def _cgroup_pids_max() -> Optional[int]:
+    """``pids.max`` of this process's cgroup (v1 ``pids`` controller or v2), or ``None``."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "pids":
+            candidate = os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"), "pids.max")
+        elif controllers == "":
+            candidate = os.path.join("/sys/fs/cgroup", path.lstrip("/"), "pids.max")
+        else:
+            continue
+        try:
+            with open(candidate, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
+
+
+def default_limits() -> Limits:
+    """The default bounds: from the open-files limit (``RLIMIT_NOFILE``) for connections, and,
+    when the task limit (:func:`task_limit`) is finite, shared out of what it leaves so that no
+    honest load runs the bridge out of threads: a sixteenth each to streams and turns, the rest
+    to connections (two threads each). With 128 tasks: 51 connections, 7 streams, 7 running
+    turns; requests beyond get ``Overloaded`` and are resent."""
+    connections = default_max_connections()
+    streams, turns = MAX_STREAMS, 256
+    tasks = task_limit()
+    if tasks is not None:
+        budget = max(8, tasks - _TASKS_SPARE)
+        share = max(2, budget // 16)
+        streams, turns = min(streams, share), min(turns, share)
+        connections = max(4, min(connections, (budget - streams - turns) // _THREADS_PER_CONNECTION))
+    return Limits(connections, streams, turns)
+
+
+def streams_per_connection(max_streams: int) -> int:
+    """The default bound of streams on one connection: a quarter of ``max_streams`` (so that
+    one connection cannot take them all), from 1 to :data:`MAX_STREAMS_PER_CONNECTION`."""
+    return max(1, min(MAX_STREAMS_PER_CONNECTION, max_streams // 4))
+
+
+def _set_send_timeout(sock: socket.socket, seconds: float) -> None:
+    """Bound every send on ``sock`` (``SO_SNDTIMEO``): a blocked ``send`` fails after
+    ``seconds``, and websockets then drops the connection instead of holding its lock."""
+    whole = int(seconds)
+    try:
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        )
+    except (OSError, struct.error):  # pragma: no cover - not on this platform: shutdown still aborts
+        pass
+
+
+def _abort(sock: Any) -> None:
+    """Shut ``sock`` down both ways without any lock: a send blocked in it returns at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+
 
 _SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
 _STREAM_JOIN_TIMEOUT = 2.0
@@ -306,6 +422,7 @@ class _ListeningSocket(socket.socket):
 
     gate: _ConnectionGate
     _accept_warning: _RateLimitedWarning
+    send_timeout: float
 
     def accept(self) -> Tuple[socket.socket, Any]:
         """Wait for a connection the gate admits.
@@ -343,12 +460,15 @@ class _ListeningSocket(socket.socket):
                 continue
             sock = socket.socket(self.family, self.type, self.proto, fileno=conn_fd)
             sock.setblocking(True)
+            _set_send_timeout(sock, self.send_timeout)
             if self.gate.admit(sock):
                 return sock, address
             _refuse(sock)
 
 
-def _listening_socket(bind: str, gate: _ConnectionGate) -> _ListeningSocket:
+def _listening_socket(
+    bind: str, gate: _ConnectionGate, send_timeout: float = SEND_TIMEOUT
+) -> _ListeningSocket:
     """Bind ``bind`` on a port the system picks, and listen.
 
     Raises:
@@ -358,6 +478,7 @@ def _listening_socket(bind: str, gate: _ConnectionGate) -> _ListeningSocket:
     listening = _ListeningSocket(fileno=plain.detach())
     listening.setblocking(False)
     listening.gate = gate
+    listening.send_timeout = send_timeout
     listening._accept_warning = _RateLimitedWarning("accept() failed")
     return listening
 
@@ -383,6 +504,11 @@ class BridgeServer:
         max_handshakes: of them, at most this many still in their opening handshake; a new
             connection beyond drops the oldest unfinished one (B08).
         handshake_timeout: seconds a connection has to send its whole HTTP request (B08).
+        max_streams: ReadTurn streams at once in all; beyond, ``Overloaded`` (B09).
+        max_streams_per_connection: of them, at most this many on one connection (``None``:
+            :func:`streams_per_connection`).
+        send_timeout: seconds a frame may take to go into a socket before its connection is
+            dropped (B09: a peer that does not read cannot hold the bridge).
     """
 
     def __init__(
@@ -398,6 +524,9 @@ class BridgeServer:
         max_connections: Optional[int] = None,
         max_handshakes: int = MAX_HANDSHAKES,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_streams: int = MAX_STREAMS,
+        max_streams_per_connection: Optional[int] = None,
+        send_timeout: float = SEND_TIMEOUT,
     ) -> None:
         self.manager = manager
         self._token = token
@@ -410,10 +539,25 @@ class BridgeServer:
         self.gate = _ConnectionGate(
             max_connections if max_connections is not None else default_max_connections(), max_handshakes
         )
+        self.max_streams = max(1, max_streams)
+        self.max_streams_per_connection = max(
+            1,
+            max_streams_per_connection
+            if max_streams_per_connection is not None
+            else streams_per_connection(self.max_streams),
+        )
+        self.send_timeout = send_timeout
         self._numbers = itertools.count(1)
         self._server: Optional[Server] = None
+        self._listening: Optional[_ListeningSocket] = None
         self._lock = threading.Lock()
-        self._live: Set[ServerConnection] = set()  # open connections, guarded by _lock
+        self._live: Dict[ServerConnection, "_Connection"] = {}  # open connections, guarded by _lock
+        self._streams = 0  # ReadTurn streams in all, guarded by _lock
+        self._handlers: Set[threading.Thread] = set()  # connection threads, guarded by _lock
+        self._stopping = threading.Event()
+        self._accepting = threading.Event()  # serve_forever's loop is running
+        self._accept_ended = threading.Event()
+        self._thread_warning = _RateLimitedWarning("cannot start a connection's thread; refused it (503)")
         # /healthz names who answers (no secret: the id and instance are in listening.json), so
         # that a reader of a stale listening file tells this bridge from the one it names.
         self._healthz_body = json.dumps(
@@ -443,7 +587,7 @@ class BridgeServer:
         options: Dict[str, Any] = {}
         if "ping_interval" in _SERVE_PARAMETERS:  # websockets >= 15 pings by default; < 15 never
             options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
-        listening = _listening_socket(self.bind, self.gate)
+        listening = _listening_socket(self.bind, self.gate, self.send_timeout)
         try:
             self._server = serve(
                 self._handle,
@@ -470,37 +614,136 @@ class BridgeServer:
                 gate.release(sock)
 
         self._server.handler = counted
+        self._listening = listening
         return int(listening.getsockname()[1])
 
     def serve_forever(self) -> None:
-        """Accept connections until :meth:`shutdown` (called from another thread)."""
-        assert self._server is not None, "call start() first"
-        self._server.serve_forever()
+        """Accept connections until :meth:`shutdown` (called from another thread).
 
-    def shutdown(self) -> None:
-        """Stop listening, close every connection (1001) and wait for their threads. Idempotent;
-        call it from a thread that is not a connection's."""
+        Our own loop instead of websockets' ``serve_forever``: a connection's thread that
+        cannot be started (the task limit) refuses that connection with 503 and the loop goes
+        on (B09), where websockets' loop would end; and the threads are daemons, so a peer
+        that never reads cannot keep the process from exiting."""
+        assert self._server is not None and self._listening is not None, "call start() first"
+        handler = self._server.handler
+        self._accepting.set()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    sock, address = self._listening.accept()
+                except OSError:
+                    break  # closed by shutdown() (or an error that is not a shortage)
+                thread = threading.Thread(
+                    target=self._run_handler,
+                    args=(handler, sock, address),
+                    name="bridge-connection",
+                    daemon=True,
+                )
+                with self._lock:
+                    self._handlers.add(thread)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # "can't start new thread"
+                    with self._lock:
+                        self._handlers.discard(thread)
+                    self._thread_warning(str(exc))
+                    self.gate.release(sock)
+                    _refuse(sock)
+                    time.sleep(_ACCEPT_BACKOFF)
+        finally:
+            self._accept_ended.set()
+
+    def _run_handler(self, handler: Callable[..., None], sock: socket.socket, address: Any) -> None:
+        try:
+            handler(sock, address)
+        except Exception:  # websockets logs its own; a failure here ends this connection only
+            log.exception("a connection's handler failed")
+            try:
+                sock.close()
+            except OSError:
+                pass
+        finally:
+            with self._lock:
+                self._handlers.discard(threading.current_thread())
+
+    def shutdown(self, timeout: float = _CLOSE_TIMEOUT + 2.0) -> None:
+        """Stop listening, close every connection (1001) and wait for their threads, in at most
+        about ``timeout`` seconds in all, whatever the peers do (B09): a connection whose peer
+        does not read (a send blocked in its socket) or does not answer the close is shut down
+        at the socket. Idempotent; call it from a thread that is not a connection's."""
         if self._server is None:
             return
-        # websockets' shutdown closes OPEN connections, but waits without end for one left
-        # CLOSING by a peer that never closes TCP (after a 1009, say); close() on it gives up
-        # after close_timeout. So close them all first, in parallel.
-        self._close_live()
-        self._server.socket.close()  # no new connection from here on (accept() then raises)...
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        server = self._server
+        # Hand-shaking connections are answered 503 by websockets once socket_closed is set.
+        closed = getattr(server, "socket_closed", None)
+        if closed is not None:
+            closed.set()
+        self._close_live(deadline)
+        if self._listening is not None:
+            self._listening.close()  # no new connection from here on (accept() then raises)...
         self.gate.drop_pending()  # ...and none left waiting out its handshake timeout
-        self._server.shutdown()
-        # websockets < 14 only stops accepting: close what opened meanwhile.
-        self._close_live()
-
-    def _close_live(self) -> None:
+        if self._accepting.is_set():
+            self._accept_ended.wait(max(0.0, min(1.0, deadline - time.monotonic())))
+        self._close_live(deadline)  # what opened meanwhile
         with self._lock:
-            live = list(self._live)
-        closers = [threading.Thread(target=_close_quietly, args=(ws,), daemon=True) for ws in live]
-        for thread in closers:
-            thread.start()
-        deadline = time.monotonic() + _CLOSE_TIMEOUT + 1.0
-        for thread in closers:
+            handlers = list(self._handlers)
+        for thread in handlers:
             thread.join(max(0.0, deadline - time.monotonic()))
+        for name in ("shutdown_notifier", "shutdown_watcher"):  # websockets' own loop's pair
+            pair = getattr(server, name, None)
+            if pair is not None:
+                try:
+                    pair.close()
+                except OSError:
+                    pass
+        left = [t for t in handlers if t.is_alive()]
+        if left:
+            log.warning("shutdown: %d connection thread(s) still running; leaving them", len(left))
+
+    def _close_live(self, deadline: float) -> None:
+        """Close every open connection with 1001, in parallel; abort at once those whose send
+        is blocked (their close would wait for it), and any that has not closed by the
+        close timeout or ``deadline``."""
+        with self._lock:
+            live = list(self._live.items())
+        closers = []
+        for ws, conn in live:
+            if conn.send_blocked():
+                log.warning("connection %d: its peer does not read; dropping it", conn.number)
+                _abort(ws.socket)
+            thread = threading.Thread(target=_close_quietly, args=(ws,), daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:
+                _abort(ws.socket)  # no thread to close it politely
+                continue
+            closers.append((ws, thread))
+        end = min(deadline, time.monotonic() + _CLOSE_TIMEOUT + 0.5)
+        for _, thread in closers:
+            thread.join(max(0.0, end - time.monotonic()))
+        for ws, thread in closers:
+            if thread.is_alive():
+                _abort(ws.socket)
+        end = min(deadline, time.monotonic() + 0.5)
+        for _, thread in closers:
+            thread.join(max(0.0, end - time.monotonic()))
+
+    # ------------------------------------------------------------------ stream bounds
+
+    def take_stream(self) -> bool:
+        """Count a new ReadTurn stream in the total; False when at ``max_streams``."""
+        with self._lock:
+            if self._streams >= self.max_streams:
+                return False
+            self._streams += 1
+            return True
+
+    def give_stream(self) -> None:
+        """A stream counted by :meth:`take_stream` ended."""
+        with self._lock:
+            self._streams -= 1
 
     # ------------------------------------------------------------------ HTTP, before the upgrade
 
@@ -537,15 +780,18 @@ class BridgeServer:
     def _handle(self, ws: ServerConnection) -> None:
         number = next(self._numbers)
         log.info("connection %d opened from %s", number, _peer(ws))
+        conn = _Connection(self, ws, number)
         with self._lock:
-            self._live.add(ws)
+            self._live[ws] = conn
         if self._idle is not None:
             self._idle.connection_opened()
         try:
-            _Connection(self, ws, number).serve()
+            if self._stopping.is_set():
+                _close_quietly(ws)
+            conn.serve()
         finally:
             with self._lock:
-                self._live.discard(ws)
+                self._live.pop(ws, None)
             if self._idle is not None:
                 self._idle.connection_closed()
             log.info("connection %d closed", number)
@@ -600,17 +846,36 @@ class _Connection:
         self._lock = threading.Lock()
         self._streams: Dict[Tuple[type, RequestId], _ReadStream] = {}
         self._closed = False
+        self._sending_since: Optional[float] = None  # monotonic start of the send under way
 
     # ------------------------------------------------------------------ sending
 
+    def send_blocked(self, after: float = 0.5) -> bool:
+        """True when a send has been under way for ``after`` seconds or more (the peer does
+        not read): a polite close would wait for it."""
+        since = self._sending_since
+        return since is not None and time.monotonic() - since >= after
+
     def send(self, text: str) -> bool:
-        """Send one text frame; return False when the connection is closed."""
+        """Send one text frame; return False when the connection is closed. A send that the
+        socket does not take within the server's ``send_timeout`` drops the connection."""
         with self._send_lock:
+            self._sending_since = time.monotonic()
             try:
                 self._ws.send(text)
                 return True
-            except ConnectionClosed:
+            except ConnectionClosed as exc:
+                cause = exc.__cause__
+                if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out
+                    log.warning(
+                        "connection %d: a send did not complete within %g s (the peer does not "
+                        "read); connection dropped",
+                        self.number,
+                        self.server.send_timeout,
+                    )
                 return False
+            finally:
+                self._sending_since = None
 
     def send_exit(self, request_id: RequestId, value: Any) -> None:
         """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
@@ -708,10 +973,13 @@ class _Connection:
             return self._streams.get(_key(request_id))
 
     def forget(self, stream: "_ReadStream") -> None:
-        """Remove a finished stream from the in-flight requests (before its Exit goes out)."""
+        """Remove a finished stream from the in-flight requests (before its Exit goes out),
+        and from the bridge's count of streams."""
         with self._lock:
-            if self._streams.get(_key(stream.request_id)) is stream:
-                del self._streams[_key(stream.request_id)]
+            if self._streams.get(_key(stream.request_id)) is not stream:
+                return
+            del self._streams[_key(stream.request_id)]
+        self.server.give_stream()
 
     # ------------------------------------------------------------------ requests
 
@@ -726,7 +994,7 @@ class _Connection:
         try:
             args = rpc.decode_payload(request.payload)
             _check_unicode(request.payload)
-        except BadRequest as exc:
+        except RpcError as exc:  # BadRequest, RevisionExhausted
             self.send_fail(request.id, exc.to_wire())
             return
         if rpc.stream:
@@ -755,8 +1023,27 @@ class _Connection:
         with self._lock:
             if self._closed:
                 return
-            self._streams[_key(request_id)] = stream
-        stream.start()
+            if len(self._streams) >= self.server.max_streams_per_connection:
+                busy = f"{len(self._streams)} streams are open on this connection, the most it may have"
+            elif not self.server.take_stream():
+                busy = f"{self.server.max_streams} streams are open in this bridge, the most it serves"
+            else:
+                busy = ""
+                self._streams[_key(request_id)] = stream
+        if busy:
+            self.send_fail(request_id, Overloaded(f"{busy}: try again later", turnId=turn_id).to_wire())
+            return
+        try:
+            stream.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            self.forget(stream)
+            log.warning(
+                "connection %d: cannot start a stream's thread (%s): answered Overloaded", self.number, exc
+            )
+            self.send_fail(
+                request_id,
+                Overloaded(f"the bridge cannot start a thread now ({exc}): try again later").to_wire(),
+            )
 
 
 class _ReadStream:

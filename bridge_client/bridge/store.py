@@ -14,8 +14,15 @@ offset (:meth:`Store.load_parts`). Parts reach the writer without the store's lo
 :meth:`PartBuffer.add` appends to the turn's own buffer (under the turn's lock, which orders
 its parts) and queues the buffer once until the writer drains it.
 
-Group commit instead of a commit per part: in WAL mode with ``synchronous=NORMAL`` a commit
-does not fsync, and batching what queued up meanwhile keeps a fast driver's stream cheap.
+Group commit instead of a commit per part: batching what queued up meanwhile keeps a fast
+driver's stream cheap. The store runs with ``synchronous=FULL`` (WAL mode): every commit is
+fsynced before its parts reach a reader, so what a reader saw survives a power loss (the cost
+per part is measured in ``benchmarks``, see :doc:`resilience`); ``NORMAL`` may be chosen.
+
+Each store file has a *generation* (a random id in its ``meta`` table, new with the file;
+B10), carried in ``Hello`` and every turn state, and a ``dirty`` mark, set while a bridge has
+it open and cleared by :meth:`Store.close`: a dirty file without its ``-wal`` lost writes
+(see :mod:`bridge_client.bridge.recovery`).
 
 Schema versions (``PRAGMA user_version``): 0 is a new file, or the first layout (a ``parts``
 table, one row per part), which :class:`Store` migrates in one transaction when it opens it;
@@ -34,6 +41,7 @@ import re
 import sqlite3
 import threading
 import urllib.parse
+import uuid
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
@@ -62,6 +70,7 @@ __all__ = [
     "text_parts",
     "summary",
     "read_parts",
+    "SYNCHRONOUS",
 ]
 
 log = logging.getLogger("bridge_client.bridge.store")
@@ -98,6 +107,12 @@ _SCHEMA = [
 )""",
     "CREATE UNIQUE INDEX IF NOT EXISTS segments_by_turn ON segments (turn_id, first_idx)",
 ]
+
+SYNCHRONOUS = "FULL"
+"""The store's ``PRAGMA synchronous``: ``FULL`` fsyncs every commit (what a reader saw
+survives a power loss); ``NORMAL`` does not (faster; a power loss may drop the last commits)."""
+
+_META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 MAX_PENDING = 65536
 """Parts (or ops) waiting for the writer before an appender blocks (back-pressure on a driver
@@ -409,15 +424,41 @@ def finish_op(turn_id: str, finish: Any) -> Op:
     return Op(_FINISH_SQL, (_dumps(finish), turn_id))
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, synchronous: str = SYNCHRONOUS) -> sqlite3.Connection:
     # Create the file 0600 first: it holds prompts and output, and SQLite gives its -wal and
     # -shm files the database file's mode.
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # isolation_level=None: transactions are explicit (BEGIN/COMMIT in the writer).
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+        raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
+
+
+def _open_meta(conn: sqlite3.Connection) -> Tuple[str, bool]:
+    """Read (or make) the file's generation and mark it dirty (open by a bridge), in one
+    transaction, then checkpoint so that the main file holds both. Returns
+    ``(generation, whether it was dirty already)``."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_META)
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        generation = rows.get("generation")
+        if not generation:
+            generation = uuid.uuid4().hex
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('generation', ?)", (generation,))
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('dirty', '1')")
+        conn.execute("COMMIT")
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return str(generation), rows.get("dirty") == "1"
 
 
 def _open_schema(conn: sqlite3.Connection, path: str) -> None:
@@ -481,6 +522,11 @@ class Store:
             when of the first layout.
         on_fatal: called once, from the writer thread, when a write fails; the store refuses
             every later write with :class:`StoreError`. ``None``: only log it.
+        synchronous: ``FULL`` (default, :data:`SYNCHRONOUS`) or ``NORMAL``.
+
+    Attributes:
+        generation: the file's generation id (32 hex digits; new with a new file, B10).
+        was_dirty: the file was marked open by a bridge that did not close it (it died).
 
     Raises:
         StoreError: the file is of a newer schema version. sqlite3.Error / OSError: it cannot
@@ -491,13 +537,20 @@ class Store:
     thread (``bridge-store-writer``) runs the writes; :meth:`close` joins it.
     """
 
-    def __init__(self, path: str, on_fatal: Optional[Callable[[BaseException], None]] = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        on_fatal: Optional[Callable[[BaseException], None]] = None,
+        synchronous: str = SYNCHRONOUS,
+    ) -> None:
         self.path = path
+        self.synchronous = synchronous
         self._on_fatal = on_fatal
-        self._conn = _connect(path)
+        self._conn = _connect(path, synchronous)
         try:
             _open_schema(self._conn, path)
-            self._reader = _connect(path)
+            self.generation, self.was_dirty = _open_meta(self._conn)
+            self._reader = _connect(path, synchronous)
         except BaseException:
             self._conn.close()
             raise
@@ -749,6 +802,11 @@ class Store:
             return
         with self._read_lock:
             self._reader.close()
+        if self._failed is None:
+            try:  # closed cleanly: the next bridge need not look for lost writes
+                self._conn.execute("UPDATE meta SET value = '0' WHERE key = 'dirty'")
+            except sqlite3.Error as exc:
+                log.warning("store %s: cannot clear its open mark: %s", self.path, exc)
         self._conn.close()
 
     # ------------------------------------------------------------------ reads

@@ -20,6 +20,7 @@ beyond the string and its ``(step, attempt, type)``).
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import threading
@@ -28,8 +29,17 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..errors import SessionNotFound, TurnConflict, TurnNotFound
-from ..wire.parts import FINISH_REASONS, PROTOCOL_VERSION, Part, SessionState, TurnState, part_from_dict
+from ..errors import Overloaded, RevisionExhausted, SessionNotFound, TurnConflict, TurnNotFound
+from ..wire.parts import (
+    FINISH_REASONS,
+    MAX_OPEN_REVISION,
+    MAX_SAFE_INTEGER,
+    PROTOCOL_VERSION,
+    Part,
+    SessionState,
+    TurnState,
+    part_from_dict,
+)
 from .driver import Driver, TurnContext, TurnResult
 from .store import (
     MAX_PENDING,
@@ -57,6 +67,8 @@ __all__ = [
     "STEP_RESET_REASON",
     "MAX_CHUNK_VALUES",
     "MAX_CHUNK_BYTES",
+    "CANCEL_GRACE",
+    "MAX_RUNNING_TURNS",
 ]
 
 log = logging.getLogger("bridge_client.bridge.turns")
@@ -69,6 +81,13 @@ MAX_CHUNK_VALUES = 256
 
 MAX_CHUNK_BYTES = 256 * 1024
 """Characters of part JSON per Chunk, about (a single larger part still goes alone)."""
+
+CANCEL_GRACE = 5.0
+"""Seconds a driver has to end a cancelled turn; then the bridge ends it (``cancelled``),
+abandons the driver's thread and kills the process groups it reported."""
+
+MAX_RUNNING_TURNS = 256
+"""Turns running at once, at most (each has a thread); beyond, ``StartTurn`` is ``Overloaded``."""
 
 _MAX_CACHED_FINISHED = 32
 """Finished turns whose log stays in memory; older ones are read back from the store."""
@@ -149,6 +168,10 @@ class Turn:
         self.buffer: Optional[PartBuffer] = None  # set by the manager: where appends go
         self.max_attempt: Dict[int, int] = {}
         self.abandoned = False
+        # The cancel grace ran out: the manager finished the turn itself; the driver's thread
+        # (still running, maybe) writes nothing more and changes no status.
+        self.forced = False
+        self.ctx: Optional[TurnContext] = None
         # Committed side (published by the store's writer): _cond.
         self._cond = threading.Condition()
         self.texts: List[str] = []
@@ -306,6 +329,29 @@ def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
     return reason, usage, error
 
 
+class _Launch(NamedTuple):
+    """A turn's thread, started and waiting: ``box`` holds the thread, then the context once
+    :meth:`TurnManager._launch` ran; ``ready`` lets it go (to run, or to end at once)."""
+
+    ready: threading.Event
+    box: List[Any]
+
+
+def _check_room(session: Session) -> None:
+    """Refuse a change that would take a session's revision past 2**53-1.
+
+    Raises:
+        RevisionExhausted: the revision is at the limit.
+    """
+    if session.revision >= MAX_SAFE_INTEGER:
+        raise RevisionExhausted(
+            f"session {session.id!r} is at revision {session.revision}, the largest JSON peers read "
+            "exactly: it cannot change any more; start a new session",
+            sessionId=session.id,
+            revision=session.revision,
+        )
+
+
 class _Sink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
@@ -379,6 +425,9 @@ class TurnManager:
         on_running: called with the number of running turns whenever it changes (the idle
             watcher, B06); called with a lock held, so it must only record and notify.
         commit_timeout: seconds an RPC waits for its writes to be committed.
+        generation: the store's generation id, carried in every ``turn-start`` (B10).
+        cancel_grace: seconds a driver has to end a cancelled turn before the bridge ends it.
+        max_running: turns running at once, at most; beyond, ``StartTurn`` is ``Overloaded``.
 
     Every public method may be called from any thread.
     """
@@ -392,6 +441,9 @@ class TurnManager:
         bridge_id: str,
         on_running: Optional[Callable[[int], None]] = None,
         commit_timeout: float = 30.0,
+        generation: Optional[str] = None,
+        cancel_grace: float = CANCEL_GRACE,
+        max_running: int = MAX_RUNNING_TURNS,
     ) -> None:
         self._store = store
         self._driver = driver
@@ -399,6 +451,15 @@ class TurnManager:
         self._bridge_id = bridge_id
         self._on_running = on_running
         self._commit_timeout = commit_timeout
+        self._generation = generation
+        self.cancel_grace = cancel_grace
+        self.max_running = max(1, max_running)
+        # Cancelled turns' deadlines: (deadline, sequence, turn, its thread), a heap watched by
+        # one thread started with the first cancel.
+        self._grace_cond = threading.Condition(threading.Lock())
+        self._grace: List[Tuple[float, int, Turn, threading.Thread]] = []
+        self._grace_seq = 0
+        self._grace_thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._sessions: Dict[str, Session] = {}
         self._turns: Dict[str, Turn] = {}
@@ -415,6 +476,10 @@ class TurnManager:
 
         Returns:
             The SessionState JSON object.
+
+        Raises:
+            RevisionExhausted: the bridge's own copy is above ``MAX_OPEN_REVISION`` (the host's
+                is checked when the payload is decoded).
         """
         with self._lock:
             self._check_open()
@@ -426,6 +491,13 @@ class TurnManager:
                     session = Session(session_id, 0, self._initial_data())
                 self._sessions[session_id] = session
             else:
+                if session.revision > MAX_OPEN_REVISION:
+                    raise RevisionExhausted(
+                        f"session {session_id!r} is at revision {session.revision}: too little "
+                        "room to grow; start a new session",
+                        sessionId=session_id,
+                        revision=session.revision,
+                    )
                 if state is not None and state.revision > session.revision:
                     session.revision, session.data = state.revision, state.data
                 session.closed = False
@@ -461,6 +533,8 @@ class TurnManager:
         Raises:
             SessionNotFound: no such session, or it is closed.
             TurnConflict: the turn id is taken by another prompt or another session.
+            Overloaded: ``max_running`` turns run already, or no thread can be started (nothing
+                was written; send it again later).
         """
         with self._lock:
             self._check_open()
@@ -511,7 +585,10 @@ class TurnManager:
     def cancel_turn(self, session_id: str, turn_id: str) -> Dict[str, Any]:
         """``CancelTurn``: set the driver's cancel event; the turn ends with
         ``turn-finish{finishReason: "cancelled"}``. A turn a restart left unfinished is
-        finished as cancelled at once.
+        finished as cancelled at once. A driver that has not ended the turn within
+        ``cancel_grace`` seconds is abandoned: the bridge writes the ``turn-finish`` itself,
+        nothing the driver emits later reaches the log, and the process groups it reported
+        (:func:`~bridge_client.bridge.driver.process_group_started`) are killed.
 
         Returns:
             ``{"turnId", "status"}``: ``running`` (it is stopping) or ``finished``.
@@ -527,6 +604,8 @@ class TurnManager:
                 raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
             if turn.status == "running":
                 turn.cancelled.set()
+                if turn.thread is not None:
+                    self._watch_grace(turn, turn.thread)
             elif turn.status == "orphan":
                 session = self._get_session(session_id)
                 self._reset_open_step(turn, session)
@@ -557,6 +636,9 @@ class TurnManager:
                 return
             self._closing = True
             turns = [t for t in self._turns.values() if t.status == "running"]
+        with self._grace_cond:
+            self._grace.clear()
+            self._grace_cond.notify_all()
         for turn in turns:
             with turn.append_lock:
                 turn.abandoned = True
@@ -636,14 +718,16 @@ class TurnManager:
         attempt: int,
         fields: Dict[str, Any],
         extra: Sequence[Op] = (),
+        force: bool = False,
     ) -> Tuple[int, Ticket]:
         """Append one part (and ``extra`` ops, in the same transaction); return
         ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
-        and _Abandoned when the bridge is shutting down."""
+        and _Abandoned when the bridge is shutting down. ``force``: the manager's own end of
+        an abandoned turn (written although its driver may write no more)."""
         buffer = turn.buffer
         assert buffer is not None
         with turn.append_lock:
-            if turn.abandoned:
+            if turn.abandoned and not force:
                 raise _Abandoned()
             index = turn.next_index
             text = part_text(kind, index, step, attempt, fields)
@@ -684,6 +768,7 @@ class TurnManager:
         data = json.loads(_dumps(data))  # check it is JSON, and keep a copy the driver cannot change
         with self._lock:
             session = self._sessions[turn.session_id]
+            _check_room(session)
             state = SessionState(session.id, session.revision + 1, data)
             op = session_op(session.id, state.revision, data, session.closed)
             self._append(turn, "session-state", step, attempt, {"state": state.to_dict()}, (op,))
@@ -691,12 +776,23 @@ class TurnManager:
             return state
 
     def _finish_turn(
-        self, turn: Turn, open_step: Optional[Tuple[int, int]], reason: str, usage: Any, error: Optional[str]
+        self,
+        turn: Turn,
+        open_step: Optional[Tuple[int, int]],
+        reason: str,
+        usage: Any,
+        error: Optional[str],
+        force: bool = False,
     ) -> Ticket:
         """Close a step left open, then append ``turn-finish`` with the turn's status."""
         if open_step is not None:
             self._append(
-                turn, "step-finish", open_step[0], open_step[1], {"finishReason": reason, "usage": None}
+                turn,
+                "step-finish",
+                open_step[0],
+                open_step[1],
+                {"finishReason": reason, "usage": None},
+                force=force,
             )
         fields = {"finishReason": reason, "usage": usage, "error": error}
         try:
@@ -707,22 +803,34 @@ class TurnManager:
                 "usage": None,
                 "error": "driver returned usage that is not JSON",
             }
-        return self._append(turn, "turn-finish", None, 1, fields, (finish_op(turn.id, fields),))[1]
+        ops = (finish_op(turn.id, fields),)
+        return self._append(turn, "turn-finish", None, 1, fields, ops, force=force)[1]
 
     # ------------------------------------------------------------------ starting and continuing (lock held)
 
     def _create(self, session: Session, turn_id: str, prompt: str) -> Ticket:
         started_at = iso_now()
         turn_state = TurnState(
-            PROTOCOL_VERSION, self._agent_id, self._bridge_id, session.id, turn_id, prompt, started_at
+            PROTOCOL_VERSION,
+            self._agent_id,
+            self._bridge_id,
+            session.id,
+            turn_id,
+            prompt,
+            started_at,
+            self._generation,
         ).to_dict()
         checkpoint = session.state()
         turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
-        turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
-        row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
-        _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
-        self._turns[turn_id] = turn
-        self._launch(turn, 0, [], checkpoint)
+        launch = self._spawn(turn)  # first: a turn that cannot run is not written (Overloaded)
+        try:
+            turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
+            row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
+            _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
+            self._turns[turn_id] = turn
+            self._launch(turn, 0, [], checkpoint, launch)
+        finally:
+            launch.ready.set()  # the thread runs the turn, or (nothing launched) ends at once
         log.info("turn %s started (session %s)", turn_id, session.id)
         return ticket
 
@@ -751,6 +859,7 @@ class TurnManager:
             _, ticket = self._append(turn, "step-reset", step, attempt, fields)
             log.info("turn %s: step %d attempt %d discarded (%s)", turn.id, step, attempt, STEP_RESET_REASON)
         if session is not None and not _same_json(session.data, turn.checkpoint.data):
+            _check_room(session)
             state = SessionState(session.id, session.revision + 1, turn.checkpoint.data)
             op = session_op(session.id, state.revision, state.data, session.closed)
             _, ticket = self._append(turn, "session-state", None, 1, {"state": state.to_dict()}, (op,))
@@ -758,6 +867,13 @@ class TurnManager:
         return progress, ticket
 
     def _continue(self, turn: Turn, session: Session) -> Optional[Ticket]:
+        launch = self._spawn(turn)
+        try:
+            return self._continue_with(turn, session, launch)
+        finally:
+            launch.ready.set()
+
+    def _continue_with(self, turn: Turn, session: Session, launch: "_Launch") -> Optional[Ticket]:
         progress, ticket = self._reset_open_step(turn, session)
         steps: List[List[Part]] = []
         with turn._cond:
@@ -767,11 +883,44 @@ class TurnManager:
             steps.append(
                 [part_from_dict(json.loads(t)) for (s, a, _), t in pairs if s == number and a == attempt]
             )
-        self._launch(turn, progress.completed, steps, session.state())
+        self._launch(turn, progress.completed, steps, session.state(), launch)
         log.info("turn %s continued after %d complete step(s) (B05)", turn.id, progress.completed)
         return ticket
 
-    def _launch(self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState) -> None:
+    def _spawn(self, turn: Turn) -> "_Launch":
+        """Start the thread that will run ``turn`` (it waits for :meth:`_launch`), before
+        anything is written or marked running (B09). Lock held.
+
+        Raises:
+            Overloaded: ``max_running`` turns run already, or the thread cannot be started.
+        """
+        if self._running >= self.max_running:
+            raise Overloaded(
+                f"{self._running} turns are running, the most this bridge runs at once: try again later",
+                turnId=turn.id,
+            )
+        launch = _Launch(threading.Event(), [])
+        thread = threading.Thread(
+            target=self._run_launched, args=(turn, launch), name=f"bridge-turn-{turn.id}", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": out of tasks or memory
+            log.warning("turn %s: cannot start its thread (%s): answered Overloaded", turn.id, exc)
+            raise Overloaded(
+                f"the bridge cannot start a thread now ({exc}): try again later", turnId=turn.id
+            ) from None
+        launch.box.append(thread)
+        return launch
+
+    def _run_launched(self, turn: Turn, launch: "_Launch") -> None:
+        launch.ready.wait()
+        if len(launch.box) > 1:  # (thread, ctx): _launch ran; else the start was given up
+            self._run(turn, launch.box[1])
+
+    def _launch(
+        self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState, launch: "_Launch"
+    ) -> None:
         ctx = TurnContext(
             prompt=turn.prompt,
             session_id=turn.session_id,
@@ -783,17 +932,16 @@ class TurnManager:
             sink=_Sink(self, turn),
         )
         turn.status = "running"
+        turn.ctx = ctx
+        turn.thread = launch.box[0]
         self._running += 1
-        thread = threading.Thread(
-            target=self._run, args=(turn, ctx), name=f"bridge-turn-{turn.id}", daemon=True
-        )
-        turn.thread = thread
-        thread.start()
+        launch.box.append(ctx)
         self._notify_running(self._running)
 
     # ------------------------------------------------------------------ the turn's thread
 
     def _run(self, turn: Turn, ctx: TurnContext) -> None:
+        ctx.bind_thread()
         finished = False
         try:
             reason, usage, error = self._drive(turn, ctx)
@@ -801,17 +949,22 @@ class TurnManager:
             finished = True
             log.info("turn %s finished: %s%s", turn.id, reason, f" ({error})" if error else "")
         except _Abandoned:
-            log.info("turn %s left unfinished: the bridge is shutting down", turn.id)
+            if turn.forced:
+                log.info("turn %s: its abandoned driver thread ended; nothing it wrote was kept", turn.id)
+            else:
+                log.info("turn %s left unfinished: the bridge is shutting down", turn.id)
         except Exception:
             log.exception("turn %s: could not write its end", turn.id)
         finally:
             ctx.close()
             with self._lock:
-                turn.status = "finished" if finished else "orphan"
-                if finished:
-                    self._finished[turn.id] = None
-                self._running -= 1
-                self._notify_running(self._running)
+                # A forced turn was finished and counted out by the manager (cancel grace).
+                if not turn.forced:
+                    turn.status = "finished" if finished else "orphan"
+                    if finished:
+                        self._finished[turn.id] = None
+                    self._running -= 1
+                    self._notify_running(self._running)
 
     def _drive(self, turn: Turn, ctx: TurnContext) -> Tuple[str, Any, Optional[str]]:
         try:
@@ -828,6 +981,78 @@ class TurnManager:
         if ctx.cancelled.is_set():
             return "cancelled", None, None
         return _outcome(result)
+
+    # ------------------------------------------------------------------ the cancel grace
+
+    def _watch_grace(self, turn: Turn, thread: threading.Thread) -> None:
+        """Give a cancelled turn ``cancel_grace`` seconds (lock held)."""
+        with self._grace_cond:
+            self._grace_seq += 1
+            deadline = time.monotonic() + self.cancel_grace
+            heapq.heappush(self._grace, (deadline, self._grace_seq, turn, thread))
+            self._grace_cond.notify_all()
+            if self._grace_thread is None:
+                watcher = threading.Thread(target=self._grace_loop, name="bridge-cancel-grace", daemon=True)
+                try:
+                    watcher.start()
+                except RuntimeError as exc:
+                    # No thread for the watcher now: the next cancel tries again; until then
+                    # this turn gets only the cancel event (logged, never a failed RPC).
+                    log.warning("cannot start the cancel-grace watcher (%s); will try again", exc)
+                    return
+                self._grace_thread = watcher
+
+    def _grace_loop(self) -> None:
+        while True:
+            with self._grace_cond:
+                while True:
+                    if self._closing:
+                        self._grace_thread = None
+                        return
+                    if not self._grace:
+                        self._grace_thread = None  # nothing to watch: the next cancel starts one
+                        return
+                    wait = self._grace[0][0] - time.monotonic()
+                    if wait <= 0:
+                        _, _, turn, thread = heapq.heappop(self._grace)
+                        break
+                    self._grace_cond.wait(wait)
+            try:
+                self._abandon(turn, thread)
+            except Exception:
+                log.exception("turn %s: ending it after the cancel grace failed", turn.id)
+
+    def _abandon(self, turn: Turn, thread: threading.Thread) -> None:
+        """The cancel grace of ``turn`` ran out: if the same run still runs, end the turn as
+        ``cancelled`` here, abandon the driver's thread and kill its reported process groups."""
+        with self._lock:
+            if self._closing or turn.status != "running" or turn.thread is not thread:
+                return
+            with turn.append_lock:
+                if turn.abandoned:
+                    return  # shutting down: left unfinished for a restart (B05)
+                turn.abandoned = True  # from here no emit of the driver reaches the log
+            turn.forced = True
+            last = turn.next_index - 1
+        buffer = turn.buffer
+        assert buffer is not None
+        self._store.wait(buffer.ticket(last), self._commit_timeout)  # the committed log is whole
+        with self._lock:
+            with turn._cond:
+                progress = _progress(list(turn.metas), set(turn.discarded))
+            ticket = self._finish_turn(turn, progress.open_step, "cancelled", None, None, force=True)
+            turn.status = "finished"
+            self._finished[turn.id] = None
+            self._running -= 1
+            self._notify_running(self._running)
+        killed = turn.ctx.kill_process_groups() if turn.ctx is not None else []
+        log.warning(
+            "turn %s ignored its cancel for %g s: ended as cancelled, its driver thread abandoned%s",
+            turn.id,
+            self.cancel_grace,
+            f", process groups {killed} killed" if killed else "",
+        )
+        self._store.wait(ticket, self._commit_timeout)
 
     def _notify_running(self, count: int) -> None:
         if self._on_running is not None:

@@ -4,8 +4,9 @@ A request dropped with its connection is sent again over a new connection with e
 backoff and jitter, for at most ``window`` seconds in total, measured on the monotonic clock
 from the first attempt. ``stop_before_delay`` ends the policy *before* an attempt that would
 start past the window, so the window is never overshot by a sleep. Only
-:class:`~bridge_client.errors.ConnectionLost` is retried: ``Unauthorized``, typed RPC failures
-and protocol errors are final. Backoff sleeps wait on an Event, so releasing the session cuts
+:class:`~bridge_client.errors.ConnectionLost` and :class:`~bridge_client.errors.Overloaded` (the
+bridge is at its bound of work and started nothing) are retried: ``Unauthorized``, other typed
+RPC failures and protocol errors are final. Backoff sleeps wait on an Event, so releasing the session cuts
 them short.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 
 import tenacity
 
-from ..errors import ConnectionLost
+from ..errors import ConnectionLost, Overloaded
 
 __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "resend_policy", "backoff", "Backoff"]
 
@@ -57,7 +58,8 @@ class Backoff:
 
 
 def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
-    """Return the policy that sends a request again after ``ConnectionLost`` (C08).
+    """Return the policy that sends a request again after ``ConnectionLost`` (C08) or
+    ``Overloaded`` (the bridge is at a bound of its work).
 
     Args:
         window: seconds, from the first attempt, during which attempts may start.
@@ -65,7 +67,7 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
             pause ends at once.
 
     Returns:
-        A ``tenacity.Retrying`` that re-raises the last ``ConnectionLost`` when it gives up.
+        A ``tenacity.Retrying`` that re-raises the last error when it gives up.
     """
     def pause(seconds: float) -> None:
         cancelled.wait(seconds)
@@ -76,7 +78,7 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
         # (composed, because wait_exponential_jitter's arguments differ across tenacity 8/9).
         wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
         + tenacity.wait_random(0, FIRST_BACKOFF),
-        retry=tenacity.retry_if_exception_type(ConnectionLost),
+        retry=tenacity.retry_if_exception_type((ConnectionLost, Overloaded)),
         sleep=pause,
         reraise=True,
     )

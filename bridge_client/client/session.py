@@ -218,6 +218,7 @@ class Session:
             after_step=steps,
             link=link,
         )
+        turn._known_generation = state.generation  # never spliced with another store's log (B10)
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":
@@ -328,6 +329,7 @@ class Session:
                 with self._cond:
                     if self._released:
                         raise SessionReleased(f"session {self.id} was released")
+                    _log_new_generation(self.id, self.bridge_id, self._hello, hello)
                     self._conn, self._hello, self._state = conn, hello, state
                     self._last_use = time.monotonic()
                     self._ever_connected = True
@@ -547,6 +549,25 @@ class Session:
                 self._idle_thread = None
         if conn is not None:
             conn.close()
+
+
+def _log_new_generation(
+    session_id: str, bridge_id: str, old: Optional[HelloResult], new: HelloResult
+) -> None:
+    """Say so when the bridge's store is not the one this session used before (B10): it was
+    damaged, emptied or lost writes, and the bridge started a fresh one (its log names the old
+    file). The session goes on from this host's session state (C07)."""
+    if old is None or old.generation is None or new.generation is None or old.generation == new.generation:
+        return
+    log.warning(
+        "session %s: bridge %s has a new store (generation %s, was %s): its earlier store was "
+        "damaged or lost writes (see its bridge.log); the session goes on from this host's state, "
+        "and a turn of the old store runs again from its prompt",
+        session_id,
+        bridge_id,
+        new.generation,
+        old.generation,
+    )
 
 
 def _close_all(conns: Iterable[Connection]) -> None:

@@ -31,7 +31,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
 
-from ..errors import ConnectionLost, HarnessError, ProtocolError, SessionNotFound, TurnNotFound
+from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, SessionNotFound, TurnNotFound
 from ..errors import TurnStalled
 from ..wire import rpcs
 from ..wire.parts import (
@@ -48,6 +48,7 @@ from ..wire.parts import (
 )
 from .connection import END, Connection, Stream, StreamClosed
 from .foreign import ForeignBridge, ForeignBridgeGone
+from .resend import FIRST_BACKOFF, MAX_BACKOFF
 
 if TYPE_CHECKING:
     from .session import Session
@@ -146,6 +147,10 @@ class Turn:
         # an interrupted __next__: text() leaves it out, the next __next__ does not add it again).
         self._texts: List[TextDelta] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
+        self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
+        # The store generation of the turn state continue_turn() was given (B10), until a
+        # turn-start says which log is read.
+        self._known_generation: Optional[str] = None
 
     # ------------------------------------------------------------------ public
 
@@ -317,6 +322,29 @@ class Turn:
         """The instance id of the bridge this turn is read from now (``None``: not connected)."""
         return self._link.instance if self._link is not None else self._session.instance
 
+    def _bridge_generation(self) -> Optional[str]:
+        """The store generation of the bridge this turn is read from now (``None``: unknown)."""
+        hello = self._link._hello if self._link is not None else self._session._hello
+        return hello.generation if hello is not None else None
+
+    def _check_generation(self) -> None:
+        """B10: the bridge's store is of another generation than the one that holds this
+        turn's log (it was emptied, damaged or replaced): never splice the two logs. The turn
+        is read from the start of that store's log (a fresh run from the prompt, under a new
+        ``turn-start``), as for a bridge of other options that is gone."""
+        known = self._state.generation if self._state is not None else self._known_generation
+        now = self._bridge_generation()
+        if known is None or now is None or known == now:
+            return
+        log.warning(
+            "turn %s: the bridge's store is of another generation (%s; the turn's log was in %s): "
+            "its log is gone, so the turn runs again from its prompt, under a new turn-start",
+            self.id,
+            now,
+            known,
+        )
+        self._set_cursor(offset=0, after_step=0, steps=0, done=False)
+
     def _start_turn(self, conn: Connection) -> None:
         payload = {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt}
         try:
@@ -355,6 +383,7 @@ class Turn:
                 self._check_restart_bound()
                 rx = self._st[5]
                 self._set_cursor(after_step=rx.steps)
+            self._check_generation()
             self._start_turn(conn)
         rx = self._st[5]
         # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
@@ -504,6 +533,23 @@ class Turn:
                 self._forget_stream(stream)
                 self._run_again_here(exc)
                 continue
+            except Overloaded as exc:
+                # The bridge serves as many reads as it can (B09): read again after a pause,
+                # within the resend window, on the same connection.
+                self._dirty = False
+                self._forget_stream(stream)
+                now = time.monotonic()
+                if self._lost_since is None:
+                    self._lost_since = now
+                if now - self._lost_since > session._opts.resend_window:
+                    raise
+                self._overloaded = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._overloaded * 2))
+                log.debug(
+                    "turn %s: bridge overloaded, reading again in %.2f s: %s", self.id, self._overloaded, exc
+                )
+                session._closing.wait(self._overloaded)
+                session._check_open()
+                continue
             if values is END:
                 self._dirty = False
                 self._forget_stream(stream)
@@ -578,6 +624,7 @@ class Turn:
                 self._checkpoint = (seq, len(parts), pos, offset, steps, done)
         if parts:
             self._lost_since = None
+            self._overloaded = 0.0
         if steps > rx.steps or done:
             self._restarted_since = None
         st = self._st

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
 
+from ..bridge.driver import process_group_ended, process_group_started
 from .shell import _Keeper
 
 __all__ = [
@@ -170,6 +171,7 @@ class JsonLinesProcess:
             raise CLIStartError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from None
         _keeper().started(self.proc.pid)  # its group: start_new_session made it the leader
         self._reaped = False
+        process_group_started(self.proc.pid)  # the bridge kills it if the turn ignores a cancel
         self._stdin_lock = threading.Lock()
         self._queue: "queue.Queue[object]" = queue.Queue()
         self._stderr: Deque[str] = collections.deque(maxlen=_STDERR_LINES)
@@ -352,6 +354,8 @@ class JsonLinesProcess:
     def close(self) -> None:
         """Release the pipes and the reader threads (after the CLI exited). Also kills any
         process of its group that still holds stdout open."""
+        if self.proc.returncode is not None:
+            process_group_ended(self.proc.pid)
         self.close_stdin()
         deadline = time.monotonic() + 1.0
         for t in self._threads:

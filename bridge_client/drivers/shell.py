@@ -38,7 +38,7 @@ import threading
 import time
 from typing import IO, Any, List, NamedTuple, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult
+from ..bridge.driver import TurnContext, TurnResult, process_group_ended, process_group_started
 from ..driver_options import check_agent_options
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
@@ -245,6 +245,7 @@ class ShellDriver:
         with self._lock:
             self._procs.add(proc)
         self._keeper.started(proc.pid)  # its process group: start_new_session made it the leader
+        process_group_started(proc.pid)  # the bridge kills it if the turn ignores a cancel
         try:
             timed_out, cancelled = self._pump(ctx, proc)
             if timed_out or cancelled:
@@ -260,6 +261,7 @@ class ShellDriver:
                 self._procs.discard(proc)
             if proc.returncode is not None:  # reaped: the keeper must not kill a reused pid
                 self._keeper.ended(proc.pid)
+                process_group_ended(proc.pid)
 
     def _pump(self, ctx: TurnContext, proc: "subprocess.Popen[bytes]") -> "tuple[bool, bool]":
         """Copy output to text deltas until EOF; return ``(timed_out, cancelled)``."""

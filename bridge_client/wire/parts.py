@@ -21,6 +21,8 @@ from ..errors import ProtocolError
 __all__ = [
     "PROTOCOL_VERSION",
     "MAX_SAFE_INTEGER",
+    "MAX_OPEN_REVISION",
+    "REVISION_HEADROOM",
     "FINISH_REASONS",
     "TURN_STATUSES",
     "SessionState",
@@ -90,6 +92,13 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str) -> Optional[str]:
 MAX_SAFE_INTEGER = 2**53 - 1
 """The largest integer every JSON peer reads exactly (JavaScript's Number.MAX_SAFE_INTEGER);
 offsets, steps, attempts and revisions must stay at or below it."""
+
+REVISION_HEADROOM = 2**32
+"""Revisions a session must have room for: ``OpenSession`` refuses a state whose revision is
+above ``MAX_SAFE_INTEGER - REVISION_HEADROOM`` (it could not change for long)."""
+
+MAX_OPEN_REVISION = MAX_SAFE_INTEGER - REVISION_HEADROOM
+"""The highest revision ``OpenSession`` accepts."""
 
 
 def _int(d: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
@@ -182,8 +191,10 @@ class SessionState(_Value):
 class TurnState(_Value):
     """Enough for any host to continue a turn: what ``turn-start`` carries.
 
-    ``{protocol, agentId, bridgeId, sessionId, turnId, prompt, startedAt}``; ``startedAt`` is
-    an ISO 8601 UTC timestamp. Safe to store and move between hosts.
+    ``{protocol, agentId, bridgeId, sessionId, turnId, prompt, startedAt, generation}``;
+    ``startedAt`` is an ISO 8601 UTC timestamp. ``generation`` names the bridge store that
+    holds the turn's log (``None`` in states written before stores had one). Safe to store and
+    move between hosts.
     """
 
     protocol: int
@@ -193,10 +204,11 @@ class TurnState(_Value):
     turn_id: str
     prompt: str
     started_at: str
+    generation: Optional[str] = None
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object."""
-        return {
+        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
+        d: Dict[str, Any] = {
             "protocol": self.protocol,
             "agentId": self.agent_id,
             "bridgeId": self.bridge_id,
@@ -205,6 +217,8 @@ class TurnState(_Value):
             "prompt": self.prompt,
             "startedAt": self.started_at,
         }
+        d["generation"] = self.generation
+        return d
 
     @classmethod
     def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "TurnState":
@@ -219,12 +233,15 @@ class TurnState(_Value):
             _str(d, "turnId", w),
             _str(d, "prompt", w),
             _str(d, "startedAt", w),
+            _opt_str(d, "generation", w),
         )
 
 
 @dataclass(frozen=True)
 class HelloResult(_Value):
-    """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol)."""
+    """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol), and
+    the generation of its store (``None`` from a bridge that does not say; see
+    ``TurnState``)."""
 
     agent_id: str
     bridge_id: str
@@ -232,10 +249,11 @@ class HelloResult(_Value):
     protocol: int
     pid: int
     started_at: str
+    generation: Optional[str] = None
 
     def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object."""
-        return {
+        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
+        d: Dict[str, Any] = {
             "agentId": self.agent_id,
             "bridgeId": self.bridge_id,
             "instance": self.instance,
@@ -243,6 +261,8 @@ class HelloResult(_Value):
             "pid": self.pid,
             "startedAt": self.started_at,
         }
+        d["generation"] = self.generation
+        return d
 
     @classmethod
     def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "HelloResult":
@@ -256,6 +276,7 @@ class HelloResult(_Value):
             _int(d, "protocol", w),
             _int(d, "pid", w),
             _str(d, "startedAt", w),
+            _opt_str(d, "generation", w),
         )
 
 

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from ..errors import BadRequest
-from .parts import MAX_SAFE_INTEGER, SessionState
+from ..errors import BadRequest, RevisionExhausted
+from .parts import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, SessionState
 
 __all__ = [
     "Rpc",
@@ -78,8 +78,13 @@ def _open_session(payload: Any) -> Dict[str, Any]:
             raise BadRequest(f"state: {exc}") from None
         if state.session_id != session_id:
             raise BadRequest("state.sessionId differs from sessionId")
-        if state.revision >= MAX_SAFE_INTEGER:
-            raise BadRequest("state.revision leaves no room to grow")
+        if state.revision > MAX_OPEN_REVISION:
+            raise RevisionExhausted(
+                f"state.revision {state.revision} leaves too little room to grow (at most "
+                f"{MAX_OPEN_REVISION}, 2**53-1 less 2**32): start a new session",
+                sessionId=session_id,
+                revision=state.revision,
+            )
     return {"session_id": session_id, "state": state}
 
 
@@ -162,7 +167,8 @@ class Rpc:
         """Check ``payload`` and return its fields as snake_case keyword arguments.
 
         Raises:
-            BadRequest: the payload is not of this RPC's shape.
+            BadRequest: the payload is not of this RPC's shape. RevisionExhausted: an
+                ``OpenSession`` state whose revision is above ``MAX_OPEN_REVISION``.
         """
         return self.check(payload)
 

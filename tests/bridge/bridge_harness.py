@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import websocket
 
@@ -58,11 +58,19 @@ class BridgeProcess:
     """One ``python -m bridge_client.bridge`` process with its state directory and workspace."""
 
     def __init__(
-        self, state: str, workspace: str, driver: str = "echo", env: Optional[Dict[str, str]] = None
+        self,
+        state: str,
+        workspace: str,
+        driver: str = "echo",
+        env: Optional[Dict[str, str]] = None,
+        args: Sequence[str] = (),
+        preexec: Optional[Callable[[], None]] = None,
     ) -> None:
         self.state = state
         self.workspace = workspace
         self.driver = driver
+        self.args = list(args)
+        self.preexec = preexec
         self.log_path = os.path.join(state, identity.LOG_FILE)
         self.extra_env = env or {}
         self.proc: Optional[subprocess.Popen] = None
@@ -83,8 +91,9 @@ class BridgeProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge_client.bridge", "--driver", self.driver],
+                [sys.executable, "-m", "bridge_client.bridge", "--driver", self.driver, *self.args],
                 cwd=self.workspace,
+                preexec_fn=self.preexec,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

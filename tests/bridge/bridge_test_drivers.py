@@ -2,9 +2,13 @@
 ``bridge_test_drivers:make_stateful`` (the harness puts this folder on PYTHONPATH)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from typing import Any
 
 from bridge_client.bridge import TurnContext
+from bridge_client.bridge.driver import process_group_started
 
 
 class StatefulDriver:
@@ -57,3 +61,33 @@ class MisuseDriver:
 
 def make_misuse(options: Any) -> MisuseDriver:
     return MisuseDriver()
+
+
+class StubbornDriver:
+    """Ignores its cancel event. Each turn: a text, then a ``sleep 60`` child in its own process
+    group (reported to the bridge; its pid written to ``stubborn.pid`` in the workspace), then
+    ``hold`` seconds of not looking at the cancel, then a late text (``late.marker`` is
+    written just before it) and the end of the step."""
+
+    agent_id = "echo"
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+
+    def run_turn(self, ctx: TurnContext) -> None:
+        ctx.start_step()
+        ctx.text("before ")
+        child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        process_group_started(child.pid)
+        with open("stubborn.pid.tmp", "w") as f:
+            f.write(str(child.pid))
+        os.replace("stubborn.pid.tmp", "stubborn.pid")
+        time.sleep(self.hold)  # the cancel event is not looked at
+        with open("late.marker", "w") as f:
+            f.write("late")
+        ctx.text("late ")
+        ctx.finish_step()
+
+
+def make_stubborn(options: Any) -> StubbornDriver:
+    return StubbornDriver(float((options or {}).get("hold", 3.0)))

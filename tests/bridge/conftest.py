@@ -13,8 +13,9 @@ from bridge_harness import BridgeProcess, prepare_state
 @pytest.fixture
 def make_bridge(tmp_path) -> Iterator[Callable[..., BridgeProcess]]:
     """Return ``make(driver="echo", options=None, idle_timeout=30, agent_id=None, start=True,
-    state=None)``: prepares a state directory (launch.json, token) and starts a bridge in a
-    workspace folder. Every bridge made is stopped by pid at teardown."""
+    state=None, args=())``: prepares a state directory (launch.json, token) and starts a bridge
+    in a workspace folder, with ``args`` as more command-line arguments. Every bridge made is
+    stopped by pid at teardown."""
     made: List[BridgeProcess] = []
 
     def make(
@@ -24,6 +25,7 @@ def make_bridge(tmp_path) -> Iterator[Callable[..., BridgeProcess]]:
         agent_id: Any = None,
         start: bool = True,
         state: Any = None,
+        args: Any = (),
         **launch: Any,
     ) -> BridgeProcess:
         state = state or str(tmp_path / f"state-{len(made)}")
@@ -31,7 +33,7 @@ def make_bridge(tmp_path) -> Iterator[Callable[..., BridgeProcess]]:
             agent_id = driver if driver in ("echo", "shell") else "echo"
         if not os.path.exists(os.path.join(state, "launch.json")):
             prepare_state(state, agent_id=agent_id, options=options, idle_timeout=idle_timeout, **launch)
-        bridge = BridgeProcess(state, str(tmp_path / "workspace"), driver)
+        bridge = BridgeProcess(state, str(tmp_path / "workspace"), driver, args=args)
         made.append(bridge)
         return bridge.start() if start else bridge.spawn()
 

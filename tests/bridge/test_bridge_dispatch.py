@@ -30,6 +30,7 @@ def test_b07_hello_answers_with_agent_bridge_and_instance_ids(shared_echo):
     with shared_echo.connect() as c:
         hello = c.value("Hello")
     info = shared_echo.info
+    assert len(hello.pop("generation")) == 32  # the store's generation (B10)
     assert hello == {
         "agentId": "echo",
         "bridgeId": BRIDGE_ID,

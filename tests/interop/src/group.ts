@@ -27,6 +27,19 @@ export class TurnConflict extends Schema.TaggedError<TurnConflict>()("TurnConfli
   turnId: Schema.optional(Schema.String)
 }) {}
 
+// B09: the bridge is at a bound of its work (streams, running turns); retryable.
+export class Overloaded extends Schema.TaggedError<Overloaded>()("Overloaded", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String)
+}) {}
+
+// B03: a session state whose revision is too close to 2**53-1 to grow.
+export class RevisionExhausted extends Schema.TaggedError<RevisionExhausted>()("RevisionExhausted", {
+  message: Schema.String,
+  sessionId: Schema.optional(Schema.String),
+  revision: Schema.optional(Schema.Number)
+}) {}
+
 export const SessionState = Schema.Struct({
   sessionId: Schema.String,
   revision: Schema.Number,
@@ -40,7 +53,9 @@ export const Hello = Schema.Struct({
   instance: Schema.String,
   protocol: Schema.Number,
   pid: Schema.Number,
-  startedAt: Schema.String
+  startedAt: Schema.String,
+  // B10: the store generation; bridges from before it (and the TypeScript one) leave it out.
+  generation: Schema.optional(Schema.String)
 })
 
 export const TurnStatus = Schema.Struct({
@@ -60,12 +75,12 @@ export const BridgeRpcs = RpcGroup.make(
   Rpc.make("OpenSession", {
     payload: { sessionId: Schema.String, state: Schema.NullOr(SessionState) },
     success: SessionState,
-    error: BadRequest
+    error: Schema.Union([BadRequest, RevisionExhausted])
   }),
   Rpc.make("StartTurn", {
     payload: { sessionId: Schema.String, turnId: Schema.String, prompt: Schema.String },
     success: TurnStatus,
-    error: Schema.Union([SessionNotFound, TurnConflict, BadRequest])
+    error: Schema.Union([SessionNotFound, TurnConflict, Overloaded, BadRequest])
   }),
   Rpc.make("ReadTurn", {
     payload: {
@@ -75,7 +90,7 @@ export const BridgeRpcs = RpcGroup.make(
       afterStep: Schema.Number
     },
     success: Part,
-    error: Schema.Union([SessionNotFound, TurnNotFound, BadRequest]),
+    error: Schema.Union([SessionNotFound, TurnNotFound, Overloaded, BadRequest]),
     stream: true
   }),
   Rpc.make("CancelTurn", {
