@@ -1,9 +1,9 @@
 """The bridge program: ``python -m bridge_client.bridge --driver NAME_OR_MODULE:CALLABLE``.
 
 Reads its state directory from ``BRIDGE_CLIENT_STATE_DIR``, then ``launch.json`` and
-``token`` there; makes the driver; takes the lock (B02: a second bridge on the same state
-directory exits 0 quietly, C05); opens the store; listens; writes ``listening.json`` (B01);
-serves until SIGTERM/SIGINT or idle (B06); then removes ``listening.json`` (only if it still
+``token`` there; makes the driver; takes the lock (a second bridge on the same state
+directory exits 0 quietly); opens the store; listens; writes ``listening.json``;
+serves until SIGTERM/SIGINT or idle; then removes ``listening.json`` (only if it still
 names this instance), releases the lock and exits 0.
 
 Exit codes: 0 clean exit, or another bridge holds the lock; 1 the store failed or the
@@ -586,7 +586,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         argv: the arguments (without the program name); ``None`` reads ``sys.argv``.
 
     Returns:
-        The exit code: 0 clean, or another bridge holds the lock (C05); 1 the store or server
+        The exit code: 0 clean, or another bridge holds the lock; 1 the store or server
         failed; 2 a launch problem.
     """
     args = _parse(argv)

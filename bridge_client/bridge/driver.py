@@ -3,11 +3,11 @@
 
 Pure Python: no sockets, no store, no websockets. The bridge's turn runner
 (``bridge_client.bridge.turns``) builds a :class:`TurnContext` over a :class:`TurnSink` and
-calls :meth:`Driver.run_turn` in the turn's own thread (B04).
+calls :meth:`Driver.run_turn` in the turn's own thread, whether or not a host reads the turn.
 
 A turn is a sequence of steps (one model call and the tool calls it makes). A driver opens a
 step with :meth:`TurnContext.start_step`, emits parts into it, and closes it with
-:meth:`TurnContext.finish_step`. After a restart the bridge continues an unfinished turn (B05):
+:meth:`TurnContext.finish_step`. After a restart the bridge continues an unfinished turn:
 the context then says how many steps are already complete, and the driver goes on from there.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Driver(Protocol):
 
     Attributes:
         agent_id: the agent's id; it must equal ``agentId`` in ``launch.json`` and is what
-            ``Hello`` answers with (B07).
+            ``Hello`` answers with.
 
     Optional methods, looked up with ``getattr``:
         ``initial_state() -> JSON``: the ``data`` of a new session (``None`` without it).
@@ -125,7 +125,8 @@ class TurnSink(Protocol):
         ...
 
     def finish_step(self, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
-        """Append ``step-finish`` and checkpoint the session state with it, atomically (B05)."""
+        """Append ``step-finish`` and checkpoint the session state with it, atomically, so a
+        restart continues after this step."""
         ...
 
     def set_state(self, data: Any, step: Optional[int], attempt: int) -> SessionState:
@@ -160,7 +161,7 @@ _HINTS = {
 
 class TurnContext:
     """What a turn runs with: its prompt, the session state, the steps already complete, a
-    cancel event, and the methods that emit parts (docs/protocol.md, "Values").
+    cancel event, and the methods that emit parts (see :doc:`protocol`, "Values").
 
     Built by the bridge, one per run of a turn; a driver never constructs one. Methods may be
     called from any thread of the driver (a lock orders them). Emitting in the wrong place
@@ -171,7 +172,7 @@ class TurnContext:
         prompt: the turn's prompt.
         session_id, turn_id: the ids the host picked.
         completed_steps: how many steps are already complete (0 for a new turn; more when the
-            bridge continues a turn after a restart, B05). The next ``start_step()`` opens
+            bridge continues a turn after a restart). The next ``start_step()`` opens
             step number ``completed_steps``.
         steps: the parts of each completed step (its latest attempt), ``step-start`` to
             ``step-finish``, for drivers that rebuild their conversation from them.
@@ -216,7 +217,7 @@ class TurnContext:
 
     @property
     def state(self) -> SessionState:
-        """The session state as this turn knows it: as of the last completed step (B05) or the
+        """The session state as this turn knows it, as of the last completed step or the
         turn's start, then whatever :meth:`set_state` stored."""
         return self._state
 
@@ -227,7 +228,7 @@ class TurnContext:
 
     @property
     def attempt(self) -> int:
-        """The attempt of the open (or last) step: 1, or more when a step is run again (B05)."""
+        """The attempt of the open (or last) step, 1 or more when a step is run again."""
         return self._attempt
 
     # ------------------------------------------------------------------ the state machine
@@ -255,7 +256,7 @@ class TurnContext:
 
         Returns:
             The step number (``completed_steps`` for the first call, then one more each time).
-            The step's attempt is 1, or one more than a discarded attempt of it (B05).
+            The step's attempt is 1, or one more than a discarded attempt of it.
 
         Raises:
             RuntimeError: a step is already open, or the turn is over.
@@ -378,7 +379,7 @@ class TurnContext:
 
     def finish_step(self, finish_reason: str = "stop", usage: Any = None) -> None:
         """Close the open step: emit ``step-finish`` and checkpoint the session state, so a
-        restart continues after this step (B05).
+        restart continues after this step.
 
         Args:
             finish_reason: why the step ended (``stop``, ``tool-calls``, ... free text).
@@ -397,10 +398,10 @@ class TurnContext:
             self._step = None
 
     def reset_step(self, reason: str) -> None:
-        """Abandon the open attempt of the step: emit ``step-reset`` (docs/protocol.md, "Values"), so
+        """Abandon the open attempt of the step: emit ``step-reset`` (:doc:`protocol`, "Values"), so
         readers drop its parts; the next :meth:`start_step` opens the same step again with its
         attempt raised. For a driver that must run a step again itself (a model stream cut
-        mid-answer), as the bridge does after a restart (B05).
+        mid-answer), as the bridge does after a restart.
 
         The session state is not touched: a driver that changed it inside the step puts it
         back itself.
@@ -435,7 +436,9 @@ class TurnContext:
             The new :class:`SessionState`.
 
         Raises:
-            TypeError / ValueError: ``data`` is not JSON. RuntimeError: the turn is over.
+            TypeError: ``data`` is not JSON.
+            ValueError: ``data`` is not JSON.
+            RuntimeError: the turn is over.
         """
         with self._lock:
             self._check("set_state", "set_state")

@@ -1,5 +1,5 @@
-"""Who a bridge is and where it lives: the bridge id (C03), the state directory, and the
-files in it (docs/protocol.md, "Writing a bridge: the state directory"; B01).
+"""Who a bridge is and where it lives: the bridge id, the state directory, and the
+files in it (:doc:`protocol`, "Writing a bridge: the state directory").
 
 The host imports this module (and only this one) from ``bridge_client.bridge``: computing the
 id and parsing the listening and launch files are pure functions. Writing files is done by
@@ -73,7 +73,7 @@ def bridge_id(
     agent_options: Any,
     token: Redacted,
 ) -> str:
-    """Compute the bridge id (C03): HMAC-SHA256, keyed by the token, of the canonical JSON of
+    """Compute the bridge id: HMAC-SHA256, keyed by the token, of the canonical JSON of
     ``{"id", "command", "args", "agentOptions"}``, as 32 hex characters.
 
     Hosts that launch a bridge alike (same options, same sandbox token) get the same id and
@@ -130,7 +130,7 @@ def _load_object(data: bytes, where: str) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class ListeningInfo:
-    """The content of ``listening.json`` (B01): where a running bridge listens.
+    """The content of ``listening.json``: where a running bridge listens.
 
     Attributes:
         protocol: protocol version; agent_id, bridge_id: who listens; host, port: where
@@ -191,9 +191,9 @@ class LaunchInfo:
     """The content of ``launch.json``: what the host asks the bridge to be.
 
     Attributes:
-        agent_id: the id the driver must have; bridge_id: the bridge's id (C03);
+        agent_id: the id the driver must have; bridge_id: the bridge's id;
         agent_options: JSON for the driver factory; idle_timeout: seconds with no connection
-        and no running turn before the bridge exits (B06); bind: the address to listen on.
+        and no running turn before the bridge exits; bind: the address to listen on.
     """
 
     agent_id: str
@@ -292,7 +292,7 @@ def _chain(folder: str, root: Optional[str]) -> List[str]:
 def secure_write(path: str, data: bytes, mode: int = 0o600, root: Optional[str] = None) -> None:
     """Write ``data`` to ``path`` atomically with ``mode``: a temporary file in the same
     folder, fsync, then rename over the target. Readers see the old file or the new one,
-    never half of one (B01). Parent folders are created with mode 0700 and checked as
+    never half of one. Parent folders are created with mode 0700 and checked as
     :func:`make_private_dirs` does (from ``root``). The rename replaces a symlink at ``path``
     rather than writing through it.
 

@@ -1,12 +1,13 @@
-"""Opening the bridge's store when the file on disk cannot be trusted (B10, C07).
+"""Opening the bridge's store when the file on disk cannot be trusted.
 
 A store that SQLite refuses (``database disk image is malformed``, ``file is not a
 database``), or one that a bridge left open (it died) whose write-ahead log (``-wal``) is now
 gone (so writes that readers may have seen are lost), is moved aside, kept for inspection
 with its ``-wal`` and ``-shm`` files, and named in ``bridge.log``; the bridge starts with a
 fresh file, which has a new generation. Sessions come back from the hosts' session states
-(every connection opens its session from the state the host holds, C07), and a host that
-resumes a turn of the old generation runs it again from its prompt (B10).
+(every connection opens its session from the state the host holds), and a host that
+resumes a turn of the old generation runs it again from its prompt, never
+splicing the logs of two generations.
 
 A store of a newer layout (:class:`~bridge_client.bridge.store.StoreError`) and errors of the
 file system (permissions, a full disk: ``sqlite3.OperationalError``) are not damage: they are

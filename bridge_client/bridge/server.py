@@ -1,11 +1,11 @@
-"""The bridge's WebSocket server: the token check before the upgrade (C17), the RPC dispatch
-over Effect RPC's envelope (docs/protocol.md), ReadTurn streams with acks, and the idle watcher
-(B06).
+"""The bridge's WebSocket server: the token check before the upgrade, the RPC dispatch
+over Effect RPC's envelope (:doc:`protocol`), ReadTurn streams with acks, and the idle watcher
+(the bridge exits when unused).
 
 Built on websockets' sync server: one thread per connection reads frames and answers the
 quick RPCs itself; each ``ReadTurn`` gets its own thread; every send goes through the
 connection's send lock. A bad frame is answered alone and never ends the connection or the
-bridge (B08).
+bridge.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ HEALTHZ_PATH = "/healthz"
 
 HANDSHAKE_TIMEOUT = 5.0
 """Seconds a new TCP connection has to send its whole HTTP request (upgrade or ``/healthz``);
-then it is closed (B08: a slowloris peer holds a slot this long at most)."""
+then it is closed (a slowloris peer holds a slot this long at most)."""
 
 MAX_HANDSHAKES = 64
 """TCP connections at most still in their opening handshake; a new one beyond this drops the
@@ -132,7 +132,7 @@ def default_max_connections() -> int:
     return max(8, min(_MAX_CONNECTIONS_CAP, (soft - _FDS_SPARE) // _FDS_PER_CONNECTION))
 
 class Limits(NamedTuple):
-    """The bridge's bounds on work (B09): ``connections`` (TCP), ``streams`` (ReadTurns in all)
+    """The bridge's bounds on work: ``connections`` (TCP), ``streams`` (ReadTurns in all)
     and ``turns`` (running at once)."""
 
     connections: int
@@ -232,7 +232,7 @@ _CLOSE_TIMEOUT = 2.0  # seconds a closing handshake may take before the socket i
 
 class IdleWatcher:
     """Calls ``on_idle`` once, after ``idle_timeout`` seconds with no connection open and no
-    turn running (B06). Its thread waits on a condition that every change notifies; it never
+    turn running. Its thread waits on a condition that every change notifies; it never
     polls.
 
     Args:
@@ -493,22 +493,23 @@ class BridgeServer:
 
     Args:
         manager: sessions and turns.
-        token: the bearer token every upgrade must carry (C17); never logged.
-        hello: the ``Hello`` answer (B07).
+        token: the bearer token every upgrade must carry (a missing or wrong one gets HTTP 401);
+            never logged.
+        hello: the ``Hello`` answer (agent id, bridge id, instance id).
         bind: the address to listen on (port 0: the system picks).
         idle: the idle watcher told about connections, or ``None``.
         max_size: the largest frame, in bytes.
         silence_timeout: seconds without a frame before a connection is closed.
         max_connections: TCP connections at most at once (``None``: from the open-files
-            limit, :func:`default_max_connections`); beyond, 503 (B08).
+            limit, :func:`default_max_connections`); beyond, 503.
         max_handshakes: of them, at most this many still in their opening handshake; a new
-            connection beyond drops the oldest unfinished one (B08).
-        handshake_timeout: seconds a connection has to send its whole HTTP request (B08).
-        max_streams: ReadTurn streams at once in all; beyond, ``Overloaded`` (B09).
+            connection beyond drops the oldest unfinished one.
+        handshake_timeout: seconds a connection has to send its whole HTTP request.
+        max_streams: ReadTurn streams at once in all; beyond, ``Overloaded`` (which the host resends).
         max_streams_per_connection: of them, at most this many on one connection (``None``:
             :func:`streams_per_connection`).
         send_timeout: seconds a frame may take to go into a socket before its connection is
-            dropped (B09: a peer that does not read cannot hold the bridge).
+            dropped (a peer that does not read cannot hold the bridge).
     """
 
     def __init__(
@@ -622,7 +623,7 @@ class BridgeServer:
 
         Our own loop instead of websockets' ``serve_forever``: a connection's thread that
         cannot be started (the task limit) refuses that connection with 503 and the loop goes
-        on (B09), where websockets' loop would end; and the threads are daemons, so a peer
+        on, where websockets' loop would end; and the threads are daemons, so a peer
         that never reads cannot keep the process from exiting."""
         assert self._server is not None and self._listening is not None, "call start() first"
         handler = self._server.handler
@@ -668,7 +669,7 @@ class BridgeServer:
 
     def shutdown(self, timeout: float = _CLOSE_TIMEOUT + 2.0) -> None:
         """Stop listening, close every connection (1001) and wait for their threads, in at most
-        about ``timeout`` seconds in all, whatever the peers do (B09): a connection whose peer
+        about ``timeout`` seconds in all, whatever the peers do: a connection whose peer
         does not read (a send blocked in its socket) or does not answer the close is shut down
         at the socket. Idempotent; call it from a thread that is not a connection's."""
         if self._server is None:

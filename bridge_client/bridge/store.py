@@ -1,9 +1,9 @@
-"""The bridge's durable log (B03): sessions, turns and parts in SQLite, in the state directory.
+"""The bridge's durable log: sessions, turns and parts in SQLite, in the state directory.
 
 Writes are data: each is an :class:`Op` (SQL and parameters), or a part added to a turn's
 :class:`PartBuffer`. One writer thread takes everything queued, runs it in one transaction,
 commits, and only then hands the committed parts to their sink (the turn's in-memory log,
-which wakes its readers). So every part is committed before any reader sees it (B03), and
+which wakes its readers). So every part is committed before any reader sees it, and
 what is queued together lands in the same transaction (a ``step-finish`` and its checkpoint,
 ``turn-finish`` and the turn's status).
 
@@ -19,8 +19,8 @@ driver's stream cheap. The store runs with ``synchronous=FULL`` (WAL mode): ever
 fsynced before its parts reach a reader, so what a reader saw survives a power loss (the cost
 per part is measured in ``benchmarks``, see :doc:`resilience`); ``NORMAL`` may be chosen.
 
-Each store file has a *generation* (a random id in its ``meta`` table, new with the file;
-B10), carried in ``Hello`` and every turn state, and a ``dirty`` mark, set while a bridge has
+Each store file has a *generation* (a random id in its ``meta`` table, new with the file),
+carried in ``Hello`` and every turn state, and a ``dirty`` mark, set while a bridge has
 it open and cleared by :meth:`Store.close`: a dirty file without its ``-wal`` lost writes
 (see :mod:`bridge_client.bridge.recovery`).
 
@@ -123,7 +123,8 @@ Meta = Tuple[Optional[int], int, str]
 
 
 class StoreError(RuntimeError):
-    """The store is closed, a write failed (the bridge cannot keep B03 any more), or the file
+    """The store is closed, a write failed (the bridge can no longer store every part before a
+    reader sees it), or the file
     is of a layout this bridge does not know."""
 
 
@@ -152,7 +153,8 @@ class StoredTurn(NamedTuple):
     Attributes:
         status: ``running`` (unfinished: running, or orphaned by a restart) or ``finished``.
         turn_state: the TurnState JSON object. finish: the ``turn-finish`` fields or ``None``.
-        checkpoint: the SessionState JSON object as of the last completed step (B05).
+        checkpoint: the SessionState JSON object as of the last completed step (where a
+            restart continues from).
     """
 
     turn_id: str
@@ -390,7 +392,7 @@ _FINISH_SQL = "UPDATE turns SET status = 'finished', finish = ? WHERE id = ?"
 
 def session_op(session_id: str, revision: int, data: Any, closed: bool) -> Op:
     """Write a session. A revision lower than the stored one changes nothing (revisions only
-    grow, B03). Raises TypeError/ValueError when ``data`` is not JSON."""
+    grow). Raises TypeError/ValueError when ``data`` is not JSON."""
     return Op(_SESSION_SQL, (session_id, revision, _dumps(data), 1 if closed else 0))
 
 
@@ -415,7 +417,7 @@ def part_op(sink: Optional[PartSink], turn_id: str, part: StoredPart) -> Op:
 
 
 def checkpoint_op(turn_id: str, checkpoint: Any) -> Op:
-    """Record the session state (JSON object) as of the turn's last completed step (B05)."""
+    """Record the session state (JSON object) as of the turn's last completed step."""
     return Op(_CHECKPOINT_SQL, (_dumps(checkpoint), turn_id))
 
 
@@ -515,7 +517,7 @@ def _stored_part(index: int, text: str) -> StoredPart:
 
 
 class Store:
-    """The SQLite store of one bridge (B03).
+    """The SQLite store of one bridge: every part is committed before any reader sees it.
 
     Args:
         path: the database file (``<state>/bridge.sqlite3``); created when missing, migrated
@@ -525,7 +527,7 @@ class Store:
         synchronous: ``FULL`` (default, :data:`SYNCHRONOUS`) or ``NORMAL``.
 
     Attributes:
-        generation: the file's generation id (32 hex digits; new with a new file, B10).
+        generation: the file's generation id (32 hex digits; new with a new file).
         was_dirty: the file was marked open by a bridge that did not close it (it died).
 
     Raises:
@@ -913,7 +915,7 @@ def summary(path: str) -> Dict[str, int]:
     """Count what a bridge's store holds, without a running bridge and without writing to it.
 
     ``running`` counts unfinished turns (running now, or left unfinished by a bridge that
-    died; the next ``StartTurn`` continues those, B05).
+    died; the next ``StartTurn`` continues those).
 
     Args:
         path: a ``bridge.sqlite3`` file.

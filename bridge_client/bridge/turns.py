@@ -1,11 +1,11 @@
 """Sessions and turns inside the bridge: runs each turn in its own thread, appends its parts
 to the store, wakes its readers, and continues turns a restart left unfinished.
 
-- B03: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
+- Stored first: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
   calls after the commit.
-- B04: a turn runs in its thread whoever reads it; readers read the in-memory committed log
+- Turns outlive readers: a turn runs in its thread whoever reads it; readers read the in-memory committed log
   (:meth:`Turn.take`) from their own offsets, as many at once as like.
-- B05: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
+- After a restart: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
   running appends a ``step-reset`` for its unfinished step, resets the session state to the
   checkpoint of the last completed step, and runs the driver from there.
 
@@ -74,7 +74,7 @@ __all__ = [
 log = logging.getLogger("bridge_client.bridge.turns")
 
 STEP_RESET_REASON = "bridge restarted"
-"""The ``reason`` of the ``step-reset`` the bridge writes when it continues a turn (B05)."""
+"""The ``reason`` of the ``step-reset`` the bridge writes when it continues a turn after a restart."""
 
 MAX_CHUNK_VALUES = 256
 """Parts per Chunk, at most."""
@@ -113,7 +113,7 @@ class _Abandoned(BaseException):
 
 
 class Session:
-    """A session as this bridge holds it (the store keeps a copy; revisions only grow, B03).
+    """A session as this bridge holds it (the store keeps a copy; revisions only grow).
 
     Attributes:
         id: the session id; revision, data: its state; closed: closed by ``CloseSession``.
@@ -140,7 +140,7 @@ class Turn:
     """One turn's log and status.
 
     The committed log (``texts`` and their ``(step, attempt, type)``) grows only through
-    :meth:`publish`, after the store committed the parts (B03); readers wait on it with
+    :meth:`publish`, after the store committed the parts; readers wait on it with
     :meth:`wait_for_parts` and take chunks with :meth:`take`.
 
     Attributes:
@@ -148,7 +148,7 @@ class Turn:
         status: ``running`` (its thread runs), ``finished``, or ``orphan`` (unfinished and
             not running: left by a restart; the next StartTurn continues it). Guarded by the
             manager's lock.
-        checkpoint: the session state as of the last completed step (B05).
+        checkpoint: the session state as of the last completed step (where a continue starts).
         cancelled: the driver's cancel event.
     """
 
@@ -421,11 +421,11 @@ class TurnManager:
     Args:
         store: the bridge's :class:`~bridge_client.bridge.store.Store`.
         driver: the agent.
-        agent_id, bridge_id: carried in every ``turn-start`` (C10).
+        agent_id, bridge_id: carried in every ``turn-start``.
         on_running: called with the number of running turns whenever it changes (the idle
-            watcher, B06); called with a lock held, so it must only record and notify.
+            watcher); called with a lock held, so it must only record and notify.
         commit_timeout: seconds an RPC waits for its writes to be committed.
-        generation: the store's generation id, carried in every ``turn-start`` (B10).
+        generation: the store's generation id, carried in every ``turn-start``.
         cancel_grace: seconds a driver has to end a cancelled turn before the bridge ends it.
         max_running: turns running at once, at most; beyond, ``StartTurn`` is ``Overloaded``.
 
@@ -524,7 +524,7 @@ class TurnManager:
         return result
 
     def start_turn(self, session_id: str, turn_id: str, prompt: str) -> Dict[str, Any]:
-        """``StartTurn``: start a new turn, or report on (or continue, B05) an existing one.
+        """``StartTurn``: start a new turn, or report on (or continue, after a restart) an existing one.
         Sending it twice is harmless.
 
         Returns:
@@ -625,8 +625,8 @@ class TurnManager:
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop for shutdown: refuse new RPCs, leave running turns unfinished in the store
-        (abandon their writes, set their cancel events so drivers stop; B05 continues them
-        after a restart), call the driver's ``close()``. Idempotent.
+        (abandon their writes, set their cancel events so drivers stop; the next ``StartTurn``
+        after a restart continues them), call the driver's ``close()``. Idempotent.
 
         Args:
             timeout: seconds to wait, in all, for turn threads to end.

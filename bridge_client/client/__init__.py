@@ -1,4 +1,4 @@
-"""The host side: find or launch the bridge, connect, and read turns (docs/concepts.md)."""
+"""The host side: find or launch the bridge, connect, and read turns (see :doc:`concepts`)."""
 from .session import Session
 from .turn import Turn
 

@@ -1,12 +1,12 @@
 """One WebSocket connection to a bridge: a reader thread, request routing, acks, pings.
 
-A :class:`Connection` never reconnects (C08): when it drops, every pending request fails with
+A :class:`Connection` never reconnects: when it drops, every pending request fails with
 :class:`~bridge_client.errors.ConnectionLost` and the object is finished. The session decides
 whether to send a request again over a new one.
 
 Threads: the caller's threads send requests and read their answers; one daemon reader thread
 (``bridge-client-reader-<id>``) alone reads the socket, routes Chunks and Exits by request id,
-acks Chunks while the request's buffer has room (docs/protocol.md, "Streams and acks"), sends ``Ping``
+acks Chunks while the request's buffer has room (:doc:`protocol`, "Streams and acks"), sends ``Ping``
 every ``ping_interval`` seconds, and declares the connection lost after
 ``ping_interval + ping_timeout`` seconds of silence, even on a half-open socket.
 """
@@ -132,7 +132,7 @@ class Stream:
 
 
 class Connection:
-    """One WebSocket connection to a bridge (C06, C08, C17; docs/protocol.md).
+    """One WebSocket connection to a bridge (see :doc:`protocol`).
 
     Opening it performs the upgrade with ``Authorization: Bearer <token>`` and the endpoint's
     own headers, then starts the reader thread.
@@ -160,7 +160,7 @@ class Connection:
     ``ConnectionLost``) and the interrupt goes on up; the session's next call opens a new one.
 
     Raises:
-        Unauthorized: the bridge answered 401 (C17).
+        Unauthorized: the bridge answered 401 (a missing or wrong token; never retried).
         UntrustedEndpoint: the ``wss://`` endpoint's certificate did not verify.
         ConnectionLost: nothing answered, the upgrade failed, or it took longer than
             ``open_timeout`` (nothing usable listens there).

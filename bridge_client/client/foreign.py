@@ -1,4 +1,4 @@
-"""The bridge of a turn started under other options than its session's (C14).
+"""The bridge of a turn started under other options than its session's.
 
 ``Session.continue_turn`` reads such a turn from the bridge that runs it, found by its id's
 state directory in the session's sandbox and reached with the session's token; later turns
@@ -30,7 +30,7 @@ __all__ = ["ForeignBridge", "ForeignBridgeGone"]
 log = logging.getLogger("bridge_client")
 
 class ForeignBridgeGone(HarnessError):
-    """Internal (C14): the bridge of another session's options that runs a turn is gone (its
+    """Internal: the bridge of another session's options that runs a turn is gone (its
     state directory or its copy of the turn is lost, or it cannot be launched). The turn then
     runs again from its prompt in the session's own bridge; callers never see this error."""
 
@@ -39,14 +39,14 @@ _BRIDGE_ID = re.compile(f"[0-9a-f]{{{identity.BRIDGE_ID_LENGTH}}}")
 
 
 class ForeignBridge:
-    """The bridge of a turn started under other options than its session's (C14).
+    """The bridge of a turn started under other options than its session's.
 
     Found by its id's state directory in the session's sandbox, reached with the session's
     token, and relaunched with the session's command and arguments (and the agent options its
     ``launch.json`` records) when it does not answer. Only the one turn is read there; the
     session's own connection, idle timer and later turns are not touched. Its connection is
     closed when the turn ends, is suspended, or the session is released, and once it has gone
-    unused for the session's ``idle_timeout`` (C06; a read in progress is use). Its idle timer
+    unused for the session's ``idle_timeout`` (a read in progress is use). Its idle timer
     is a daemon thread (``bridge-client-idle-turn-<bridge id>``) that lives while the
     connection is open.
 
@@ -74,7 +74,7 @@ class ForeignBridge:
 
     @contextlib.contextmanager
     def use(self) -> Iterator[None]:
-        """Count a read or a request in progress as use of the connection (C06)."""
+        """Count a read or a request in progress as use of the connection, so it is not closed as idle."""
         with self._cond:
             self._busy += 1
         try:

@@ -1,4 +1,4 @@
-"""Find the bridge, or launch it (C04, C05, B07).
+"""Find the bridge, or launch it.
 
 :func:`connect` reads the listening file, exposes its port, connects and checks with
 ``Hello`` that the bridge of this agent id and bridge id answers. When none answers (no
@@ -117,13 +117,13 @@ class LaunchPlan:
 
     Attributes:
         sandbox: where the bridge lives.
-        agent_id: the agent id the bridge must answer with (B07).
-        bridge_id: the bridge id (C03).
+        agent_id: the agent id the bridge must answer ``Hello`` with.
+        bridge_id: the bridge id (a digest of the launch options and the token).
         command, args: how to run the bridge program in the sandbox.
         template: install steps run before a launch.
         agent_options: JSON for the driver.
         token: the sandbox's token.
-        bridge_idle_timeout: seconds the bridge waits unused before it exits (B06).
+        bridge_idle_timeout: seconds the bridge waits unused before it exits.
         bind: the address the bridge listens on inside the sandbox.
         launch_timeout: seconds to wait for a launched bridge to answer.
         open_timeout, ping_interval, ping_timeout, ca_bundle: passed to :class:`Connection`.
@@ -199,7 +199,7 @@ def find(
         ``(connection, hello)``, or ``None`` when no bridge of ours answers there.
 
     Raises:
-        Unauthorized: the bridge there refused the token (C17; never retried).
+        Unauthorized: the bridge there refused the token (a 401 is never retried).
         SandboxGone: the sandbox is gone.
     """
     info = _read_listening(plan)
@@ -291,7 +291,7 @@ def launch(plan: LaunchPlan) -> Any:
 def connect(
     plan: LaunchPlan, timeout: Optional[float] = None, holder: Optional[List[Connection]] = None
 ) -> Tuple[Connection, HelloResult]:
-    """Find the bridge or launch it, and return a connection to it (C04, C05).
+    """Find the bridge or launch it, and return a connection to it.
 
     Waits up to ``plan.launch_timeout`` seconds for a launched bridge (monotonic clock). With
     ``timeout`` (the rest of a resend window), the whole call, the look before the launch and

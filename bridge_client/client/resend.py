@@ -1,4 +1,4 @@
-"""The resend policy (C08), as one tenacity value.
+"""The resend policy, as one tenacity value.
 
 A request dropped with its connection is sent again over a new connection with exponential
 backoff and jitter, for at most ``window`` seconds in total, measured on the monotonic clock
@@ -58,7 +58,7 @@ class Backoff:
 
 
 def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
-    """Return the policy that sends a request again after ``ConnectionLost`` (C08) or
+    """Return the policy that sends a request again after ``ConnectionLost`` or
     ``Overloaded`` (the bridge is at a bound of its work).
 
     Args:

@@ -46,7 +46,7 @@ What each message becomes:
 Cancel: the interrupt control request on stdin; the CLI's process group is killed when it
 has not ended ``interrupt_grace`` seconds later.
 
-What survives a restart (C07, B05): the session state holds the CLI's session id, so a fresh
+What survives a restart: the session state holds the CLI's session id, so a fresh
 bridge resumes the same Claude Code session (``--resume``). A turn continued after a restart
 with completed steps resumes that session with ``continue_prompt``; one with none runs its
 prompt again.
@@ -54,7 +54,7 @@ prompt again.
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
         ``claude`` on ``PATH``, else the copy the template installed in the sandbox's private
-        prefix (docs/drivers/claude-code.md).
+        prefix (:doc:`drivers/claude-code`).
     model: ``--model`` (default: the CLI's).
     permission_mode: ``--permission-mode``. Default: in an isolated sandbox (a container, as
         the template records), ``bypassPermissions`` (the container is the boundary;
@@ -97,7 +97,7 @@ DEFAULT_CONTINUE_PROMPT = (
     "Your previous run was interrupted (the process running you restarted). "
     "Continue the task where you left off."
 )
-"""What a turn continued after a restart sends to the resumed session (B05)."""
+"""What a turn continued after a restart sends to the resumed session."""
 
 _ROOT_HINT = (
     " (the bridge runs as root, where claude refuses the skipped permission checks of"
@@ -266,7 +266,7 @@ class StreamJsonDriver:
         return ""
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run the CLI once for the turn (or resume it after a restart, B05).
+        """Run the CLI once for the turn (or resume it after a restart).
 
         Returns:
             ``stop`` with the result's usage; ``error`` when the CLI reports one, cannot be

@@ -10,13 +10,13 @@ Events are yielded as :class:`Event`: a parsed JSON object, or a line that is no
 drivers report those as ``data`` parts named ``<driver>-unparsed`` and go on).
 
 A bridge that is SIGKILLed cannot end its CLI, whose own session outlives it; the turn then
-goes on in the next bridge (B05) while the abandoned CLI could still be working. Every CLI is
+goes on in the next bridge while the abandoned CLI could still be working. Every CLI is
 therefore listed with the shell driver's keeper process, which SIGKILLs the groups still
 listed when the bridge's end of its pipe closes, however the bridge died.
 
 :func:`find_cli` finds the program: the ``executable`` option as given, else the program on
 ``PATH``, else the copy the template installed into the sandbox's private prefix
-(``<state root>/agents/<package>@<version>``, see *Drivers* in docs/drivers/index.md).
+(``<state root>/agents/<package>@<version>``, see the *Drivers* guide, :doc:`drivers/index`).
 """
 
 from __future__ import annotations

@@ -37,14 +37,14 @@ What each event becomes:
 Cancel: SIGINT to the CLI's process group (what Ctrl-C does: Codex interrupts its turn and
 exits); the group is killed when it has not ended ``interrupt_grace`` seconds later.
 
-What survives a restart (C07, B05): the session state holds the thread id, so a fresh bridge
+What survives a restart: the session state holds the thread id, so a fresh bridge
 resumes the same Codex thread (``resume``). A turn continued after a restart with completed
 steps resumes the thread with ``continue_prompt``; one with none runs its prompt again.
 
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
         ``codex`` on ``PATH``, else the copy the template installed in the sandbox's private
-        prefix (docs/drivers/codex.md).
+        prefix (:doc:`drivers/codex`).
     model: ``--model`` (default: the CLI's).
     sandbox: ``--sandbox`` mode. Default: ``workspace-write`` (Codex's own sandbox: its
         commands may write only in the workspace), also on a ``LocalSandbox``; in an
@@ -232,7 +232,7 @@ class CodexDriver:
         return argv + ["-"]
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run the CLI once for the turn (or resume its thread after a restart, B05).
+        """Run the CLI once for the turn (or resume its thread after a restart).
 
         Returns:
             ``stop`` with the turn's usage; ``error`` for ``turn.failed``, a CLI that cannot

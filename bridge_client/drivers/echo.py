@@ -74,7 +74,7 @@ class EchoDriver:
         return ctx.cancelled.is_set()
 
     def run_turn(self, ctx: TurnContext) -> None:
-        """Echo the prompt in ``steps`` steps, continuing after ``ctx.completed_steps`` (B05).
+        """Echo the prompt in ``steps`` steps, continuing after ``ctx.completed_steps`` (a continued turn).
 
         Raises:
             RuntimeError: at step ``fail_at``, as asked.

@@ -39,7 +39,7 @@ What survives a restart: the session state holds the CLI's session id, resumed w
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
         ``gemini`` on ``PATH``, else the copy the template installed in the sandbox's
-        private prefix (docs/drivers/gemini.md).
+        private prefix (:doc:`drivers/gemini`).
     model: ``--model`` (default: the CLI's).
     approval_mode: ``--approval-mode`` (``default``, ``auto_edit``, ``yolo``, ``plan``).
         Default: ``yolo`` in an isolated sandbox (a container, as the template records: it

@@ -33,7 +33,7 @@ mid-answer (no ``finish_reason``, or a broken connection) abandons the step's at
 ``step-reset`` and runs the step again (at most ``max_retries`` times). Cancel closes the
 model stream, or kills a running command, at once.
 
-What survives a restart (C07, B05): the conversation (``{"messages": [...]}``, without the
+What survives a restart: the conversation (``{"messages": [...]}``, without the
 system prompt) is the session state, stored before each ``step-finish``, so a fresh bridge
 goes on with the same conversation, and a turn continued after a restart re-runs only its
 unfinished step.

@@ -10,7 +10,7 @@ prompt)::
 The model endpoint comes from pi's own configuration (``~/.pi/agent/models.json`` for a
 custom provider, or a built-in provider's key in the environment).
 
-Where the format comes from: pi's ``docs/json.md`` (``AgentSessionEvent``: the ``session``
+Where the format comes from: pi's JSON mode documentation (``AgentSessionEvent``: the ``session``
 header, ``turn_start``/``turn_end``, ``message_start``/``message_update``/``message_end``,
 ``tool_execution_start``/``_end``, ``agent_end``) and ``pi-ai``'s
 ``AssistantMessageEvent`` (``text_delta``, ``thinking_delta``, ...).
@@ -42,7 +42,7 @@ What survives a restart: the session state holds pi's session id, resumed with
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default: ``pi``
         on ``PATH``, else the copy the template installed in the sandbox's private prefix
-        (docs/drivers/pi.md).
+        (:doc:`drivers/pi`).
     provider: ``--provider``; model: ``--model``; thinking: ``--thinking`` (default: pi's).
     tools: a list of tool names for ``--tools`` (default: pi's, which include ``bash``).
     append_system_prompt: ``--append-system-prompt``.

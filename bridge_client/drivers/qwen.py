@@ -20,7 +20,7 @@ completed steps resumes it with ``continue_prompt``, one with none runs its prom
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
         ``qwen`` on ``PATH``, else the copy the template installed in the sandbox's private
-        prefix (docs/drivers/qwen.md).
+        prefix (:doc:`drivers/qwen`).
     model: ``--model`` (default: the CLI's).
     approval_mode: ``--approval-mode`` (``plan``, ``default``, ``auto-edit``, ``auto``,
         ``yolo``). Default: ``yolo`` in an isolated sandbox (a container, as the template

@@ -12,7 +12,7 @@ Commands get no stdin, run in a new session (process group) so that a timeout or
 kills the whole group, and never see a ``BRIDGE_CLIENT_*`` variable.
 
 A bridge that is SIGKILLed cannot kill its commands, and a command in its own session
-outlives it; the turn's step then runs again in the next bridge (B05) while the abandoned
+outlives it; the turn's step then runs again in the next bridge while the abandoned
 attempt's command may still be writing files. So the driver starts a *keeper* process with its
 first command: a small Python process in its own session that reads the process group of
 every running command from a pipe (``+PGID`` when it starts, ``-PGID`` once reaped). When the
@@ -192,7 +192,7 @@ class ShellDriver:
         return {"commands": 0}
 
     def run_turn(self, ctx: TurnContext) -> Optional[TurnResult]:
-        """Run the prompt's commands from ``ctx.completed_steps`` on (B05), one per step."""
+        """Run the prompt's commands from ``ctx.completed_steps`` on, one per step."""
         commands = [line for line in ctx.prompt.splitlines() if line.strip()]
         data = ctx.state.data
         previous = data.get("commands", 0) if isinstance(data, dict) else 0

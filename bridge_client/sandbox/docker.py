@@ -13,7 +13,8 @@ container may have no network at all (``network_mode="none"``).
 
 Commands need ``/bin/sh`` in the image; the tunnel and the bridge need Python 3.9 or newer
 (``python=``). A container that was removed, or is not running, is :class:`SandboxGone`, so a
-session ends as C15 says.
+session is released with the last session state the bridge gave
+(:class:`~bridge_client.BridgeUnavailable`).
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ class DockerSandbox:
             folder, else ``/``).
 
     Attributes:
-        id: the container's full id (the sandbox id, C01).
+        id: the container's full id (the sandbox id, which the token is made from).
         python: the interpreter the tunnel's forwarders run with.
 
     Raises:
@@ -205,7 +206,7 @@ class DockerSandbox:
             workdir: the agent's folder, created by the engine.
             command: what the container runs to stay up (with ``init=True``: a small init
                 reaps the processes the bridge leaves).
-            labels: extra labels; :data:`LABEL` is always set.
+            labels: extra labels; ``LABEL`` (``io.bridge-client.sandbox``) is always set.
             python, state_root: as for the constructor.
             run_options: more keyword arguments for ``client.containers.run`` (``user``,
                 ``volumes``, ``mem_limit``...).
