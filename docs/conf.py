@@ -127,20 +127,6 @@ def _stdlib_inventory(path: str) -> str:
 _INVENTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build", "python-objects.inv")
 intersphinx_mapping = {"python": (_PY_DOCS, _stdlib_inventory(_INVENTORY))}
 
-# --- Nitpicky builds (-n): every reference must resolve. These few come from docstrings in
-# modules the API page documents but whose wording is fixed in a later pass (bridge/driver.py:
-# property docstrings that napoleon reads as "type: description", a "Raises:" line naming two
-# exceptions at once; sandbox/docker.py: a module constant). Each is named exactly.
-nitpick_ignore = [
-    ("py:data", "LABEL"),
-    ("py:class", "the open"),
-    ("py:class", "last"),
-    ("py:class", "The attempt"),
-    ("py:class", "The session state as this turn knows it"),
-    ("py:class", "session_id"),
-    ("py:exc", "TypeError / ValueError"),
-]
-
 html_theme = "furo"
 html_title = f"bridge-client {release}"
 

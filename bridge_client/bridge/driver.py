@@ -170,7 +170,8 @@ class TurnContext:
 
     Attributes:
         prompt: the turn's prompt.
-        session_id, turn_id: the ids the host picked.
+        session_id: the session's id, as the host picked it.
+        turn_id: the turn's id, as the host picked it.
         completed_steps: how many steps are already complete (0 for a new turn; more when the
             bridge continues a turn after a restart). The next ``start_step()`` opens
             step number ``completed_steps``.
