@@ -101,7 +101,7 @@ def _what_is_wrong(value: str) -> str:
 def check_token(token: object, where: str = "the token") -> Redacted:
     """Check that ``token`` can be sent as ``Authorization: Bearer <token>``, and return it.
 
-    A token is 1 to :data:`MAX_TOKEN_LENGTH` characters of ASCII letters, digits and
+    A token is 1 to 1,024 characters of ASCII letters, digits and
     ``-._~+/``, optionally followed by ``=`` padding (RFC 6750). Nothing is trimmed: a
     trailing newline or a space is an error, so that every host sends the same token and the
     bridge never refuses one for a reason it cannot tell. The message never shows the token.

@@ -63,7 +63,7 @@ class SSHProcess:
 
     def poll(self) -> Optional[int]:
         """The program's exit status once it has ended, else ``None`` (read from
-        :attr:`status_path`, which is removed once read).
+        ``status_path``, which is removed once read).
 
         Raises:
             SandboxGone: the host no longer answers.
