@@ -106,10 +106,9 @@ def bridge_options(
     """Options for a bridge that runs this package's bridge program with ``driver``.
 
     Sessions with the same options (and sandbox token) share one bridge (C03); a bridge that
-    is already running keeps the environment it was launched with, so an environment
-    variable set later (an API key, say) reaches the agent only in a new bridge: stop the
-    running one (``bridge-client stop BRIDGE_ID --sandbox DIR``) or change ``agent_options``
-    (docs/concepts.md, "Bridge").
+    is already running keeps its own environment from its launch, so give a variable that may
+    change (an API key, say) to the session, with ``CreateSessionOptions.env``: it reaches a
+    running bridge at once (docs/concepts.md, "Session environment").
 
     Args:
         driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or

@@ -22,9 +22,10 @@ import threading
 import time
 from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
 
+from ..bridge.driver import child_environ
+
 __all__ = ["JsonLinesProcess", "Event", "cli_env", "CLIStartError", "summarize", "join_text"]
 
-_ENV_PREFIX = "BRIDGE_CLIENT_"
 _STDERR_LINES = 20
 _EOF = object()
 
@@ -48,10 +49,9 @@ class Event(NamedTuple):
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The environment a CLI runs with: the bridge's own, minus every ``BRIDGE_CLIENT_*``
-    variable, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
-    env.update(extra or {})
-    return env
+    variable, then the session's environment of the turn this thread runs
+    (:func:`bridge_client.bridge.driver.session_env`), then ``extra``."""
+    return child_environ(None, extra)
 
 
 class JsonLinesProcess:

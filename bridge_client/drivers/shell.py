@@ -9,7 +9,8 @@ At the end the session state becomes ``{"commands": total run in the session}``.
 command ends the turn with ``error`` unless ``keep_going``.
 
 Commands get no stdin, run in a new session (process group) so that a timeout or a cancel
-kills the whole group, and never see a ``BRIDGE_CLIENT_*`` variable.
+kills the whole group, see the session's environment over the bridge's own (the variables
+the host gave the session), and never see a ``BRIDGE_CLIENT_*`` variable.
 
 A bridge that is SIGKILLed cannot kill its commands, and a command in its own session
 outlives it; the turn's step then runs again in the next bridge (B05) while the abandoned
@@ -232,7 +233,7 @@ class ShellDriver:
         Returns:
             How it ended. On timeout or cancel its process group is killed.
         """
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
+        env = ctx.child_env()  # the bridge's environment, the session's over it
         proc = subprocess.Popen(
             [self.shell, "-c", line],
             cwd=os.getcwd(),
