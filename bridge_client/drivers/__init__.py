@@ -1,7 +1,7 @@
 """Built-in drivers: ``echo`` (deterministic, for demos, tests and benchmarks), ``shell``
 (runs each prompt line as a command in the workspace), and the real coding agents ``openai``
-(any OpenAI-compatible Chat Completions endpoint), ``claude-code`` (the Claude Code CLI) and
-``codex`` (the Codex CLI).
+(any OpenAI-compatible Chat Completions endpoint), ``claude-code`` (the Claude Code CLI),
+``codex`` (the Codex CLI), and ``acp`` (any agent that speaks the Agent Client Protocol).
 
 Each module has ``make_driver(agent_options) -> Driver``; the bridge program loads them by
 name (``--driver echo``) through :data:`BUILTIN_DRIVERS`. The template steps that install the
@@ -20,5 +20,6 @@ BUILTIN_DRIVERS: Dict[str, str] = {
     "openai": "bridge_client.drivers.openai_chat:make_driver",
     "claude-code": "bridge_client.drivers.claude_code:make_driver",
     "codex": "bridge_client.drivers.codex:make_driver",
+    "acp": "bridge_client.drivers.acp:make_driver",
 }
 """Driver name to its factory, as ``MODULE:CALLABLE``."""
