@@ -113,8 +113,9 @@ def bridge_options(
     Args:
         driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or
             ``"module:callable"`` (a driver factory). The template installs the bridge
-            program, and the agent's CLI for ``claude-code`` and ``codex`` when the sandbox
-            lacks it (npm).
+            program, and the agent's CLI for ``claude-code``, ``codex``, ``gemini`` and
+            ``qwen`` when the sandbox lacks it and no ``executable`` is given (npm; for a
+            ``LocalSandbox`` into a private prefix, docs/drivers/index.md).
         agent_options: plain JSON for the driver (part of the bridge id, C03).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
             for ``module:callable`` drivers unless it is the same string).
@@ -154,7 +155,7 @@ def bridge_options(
         token = hmac_token(secret if secret is not None else default_secret())
     return BridgeOptions(
         id=agent_id or driver,
-        template=Template(bridge_template(python).steps + agent_cli_steps(driver)),
+        template=Template(bridge_template(python).steps + agent_cli_steps(driver, agent_options)),
         command=python,
         args=("-m", "bridge_client.bridge", "--driver", driver),
         token=token,

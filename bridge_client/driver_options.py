@@ -284,12 +284,47 @@ def _acp(options: Any) -> Dict[str, Any]:
     return opts
 
 
+_STREAM_CLI_OPTIONS = (
+    "executable",
+    "model",
+    "approval_mode",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _qwen(options: Any) -> Dict[str, Any]:
+    modes = ("plan", "default", "auto-edit", "auto", "yolo")
+    return _stream_cli("qwen", options, modes, extra=("append_system_prompt",))
+
+
+def _gemini(options: Any) -> Dict[str, Any]:
+    return _stream_cli("gemini", options, ("default", "auto_edit", "yolo", "plan"))
+
+
+def _stream_cli(driver: str, options: Any, modes: Sequence[str], extra: Sequence[str] = ()) -> Dict[str, Any]:
+    opts = options_object(options, driver, _STREAM_CLI_OPTIONS + tuple(extra))
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, driver, key)
+    for key in ("model", "approval_mode") + tuple(extra):
+        str_option(opts, driver, key, allow_none=True)
+    mode = opts.get("approval_mode")
+    if mode is not None and mode not in modes:
+        raise ValueError(f"{driver} option 'approval_mode' must be one of {', '.join(modes)}, got {mode!r}")
+    str_list_option(opts, driver, "extra_args")
+    number_option(opts, driver, "interrupt_grace", minimum=0)
+    return opts
+
+
 _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "echo": _echo,
     "shell": _shell,
     "openai": _openai,
     "claude-code": _claude_code,
     "codex": _codex,
+    "gemini": _gemini,
+    "qwen": _qwen,
     "acp": _acp,
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shlex
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from .errors import SandboxGone, TemplateError
 from .sandbox.base import ExecResult, Sandbox
@@ -135,32 +135,30 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
     )
 
 
-_NPM_CLIS = {
-    "claude-code": ("the Claude Code CLI (claude)", "claude", "@anthropic-ai/claude-code"),
-    "codex": ("the Codex CLI (codex)", "codex", "@openai/codex"),
-}
-
-
-def agent_cli_steps(driver: str) -> Tuple[TemplateStep, ...]:
+def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateStep, ...]:
     """The template steps a built-in driver needs besides the bridge program (C01, C04).
 
-    ``claude-code`` and ``codex`` need their CLI: the check is ``command -v PROGRAM``, and
-    only when it fails the install runs ``npm install -g PACKAGE`` (a sandbox that has the
-    CLI, from its image or an earlier run, keeps it as it is). Other drivers need nothing.
+    ``claude-code``, ``codex``, ``gemini`` and ``qwen`` need their CLI: an
+    :class:`~bridge_client.sandbox.npm.NpmCliStep` that installs the proven version from npm
+    only when the sandbox lacks the program, into a private prefix under the state root for
+    a ``LocalSandbox`` (never ``npm install -g`` on your machine), globally inside other
+    sandboxes, saying on stderr what and where. A driver given an ``executable`` option gets
+    no install: that program is used as it is. Before it, an
+    :class:`~bridge_client.sandbox.npm.IsolationStep` records whether the sandbox is isolated
+    (the drivers skip the agent's own permission checks by default only there). Other
+    drivers need nothing.
 
     Args:
         driver: a driver name (``"claude-code"``) or ``MODULE:CALLABLE``.
+        agent_options: the driver's options (a JSON object or ``None``).
 
     Returns:
         The steps (empty for drivers that need none).
     """
-    if driver not in _NPM_CLIS:
+    from .sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep  # imports this module
+
+    if driver not in AGENT_CLIS:
         return ()
-    name, program, package = _NPM_CLIS[driver]
-    return (
-        TemplateStep(
-            name=name,
-            check=("/bin/sh", "-c", f"command -v {program}"),
-            install=("npm", "install", "-g", "--no-fund", "--no-audit", package),
-        ),
-    )
+    if isinstance(agent_options, dict) and agent_options.get("executable"):
+        return (IsolationStep.make(),)
+    return (IsolationStep.make(), NpmCliStep.for_cli(*AGENT_CLIS[driver]))

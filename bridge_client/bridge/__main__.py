@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any, Dict, NamedTuple, Optional, Sequence, cast
 
+from .. import drivers
 from ..drivers import BUILTIN_DRIVERS
 from ..errors import ProtocolError
 from ..redacted import Redacted
@@ -190,6 +191,7 @@ def _prepare(driver_spec: str) -> _Launch:
         raise LaunchError(f"the token file {token_path} is not UTF-8") from None
     if not text:
         raise LaunchError(f"the token file {token_path} is empty")
+    drivers.STATE_DIR = state  # the CLI drivers find their private installs from it
     driver = load_driver(driver_spec, info.agent_options)
     if driver.agent_id != info.agent_id:
         raise LaunchError(

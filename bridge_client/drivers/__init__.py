@@ -1,7 +1,8 @@
 """Built-in drivers: ``echo`` (deterministic, for demos, tests and benchmarks), ``shell``
 (runs each prompt line as a command in the workspace), and the real coding agents ``openai``
 (any OpenAI-compatible Chat Completions endpoint), ``claude-code`` (the Claude Code CLI),
-``codex`` (the Codex CLI), and ``acp`` (any agent that speaks the Agent Client Protocol).
+``codex`` (the Codex CLI), ``gemini`` (the Gemini CLI), ``qwen`` (the Qwen Code CLI), and
+``acp`` (any agent that speaks the Agent Client Protocol).
 
 Each module has ``make_driver(agent_options) -> Driver``; the bridge program loads them by
 name (``--driver echo``) through :data:`BUILTIN_DRIVERS`. The template steps that install the
@@ -10,9 +11,9 @@ agents' CLIs are host code: :func:`bridge_client.template.agent_cli_steps`.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
-__all__ = ["BUILTIN_DRIVERS"]
+__all__ = ["BUILTIN_DRIVERS", "STATE_DIR"]
 
 BUILTIN_DRIVERS: Dict[str, str] = {
     "echo": "bridge_client.drivers.echo:make_driver",
@@ -20,6 +21,12 @@ BUILTIN_DRIVERS: Dict[str, str] = {
     "openai": "bridge_client.drivers.openai_chat:make_driver",
     "claude-code": "bridge_client.drivers.claude_code:make_driver",
     "codex": "bridge_client.drivers.codex:make_driver",
+    "gemini": "bridge_client.drivers.gemini:make_driver",
+    "qwen": "bridge_client.drivers.qwen:make_driver",
     "acp": "bridge_client.drivers.acp:make_driver",
 }
 """Driver name to its factory, as ``MODULE:CALLABLE``."""
+
+STATE_DIR: Optional[str] = None
+"""The bridge's state directory, set by the bridge program before it makes its driver (the
+CLI drivers look for their private installs next to it); ``None`` outside a bridge."""

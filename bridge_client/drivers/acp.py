@@ -39,9 +39,10 @@ What survives a restart: the session state holds the ACP session id. A bridge th
 starts the agent again and loads that session (``session/load``) when the agent can; a turn
 cut by the restart is continued there with ``continue_prompt`` when it had completed steps,
 and runs its prompt again when it had none. An agent without ``loadSession`` starts a new
-ACP session (a ``data`` part ``acp-session-lost`` says so). The agents' process groups are
-listed with a keeper process (:mod:`bridge_client.drivers.keeper`), so a SIGKILLed bridge
-leaves none running.
+ACP session (a ``data`` part ``acp-session-lost`` says so). The agents run in process groups
+of their own, listed with a keeper process (as every CLI of
+:mod:`bridge_client.drivers.cli_process`; see :mod:`bridge_client.drivers.keeper`), so a
+SIGKILLed bridge leaves none running.
 
 Options (``agent_options``, a JSON object):
     command: the agent program (required), looked up on ``PATH``.
@@ -82,7 +83,6 @@ from .acp_rpc import (
     RpcError,
 )
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
-from .keeper import ProcessKeeper
 
 __all__ = ["AcpDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT", "PROTOCOL_VERSION"]
 
@@ -164,7 +164,6 @@ class AcpDriver:
         self.max_agents: int = options.get("max_agents", 8)
         self._lock = threading.Lock()
         self._slots: Dict[str, _Slot] = {}
-        self._keeper = ProcessKeeper("ACP agents")
         self._closed = False
 
     def initial_state(self) -> Any:
@@ -239,7 +238,6 @@ class AcpDriver:
             proc = JsonLinesProcess(self.argv, os.getcwd(), keep_stdin=True, env=env)
         except CLIStartError as exc:
             raise _Failed(f"cannot start the ACP agent: {exc}") from None
-        self._keeper.started(proc.proc.pid)  # its own process group (start_new_session)
         agent = slot.agent = _Agent(proc, env)
         try:
             self._initialize(ctx, agent)
@@ -425,7 +423,6 @@ class AcpDriver:
             return
         agent.proc.close_stdin()
         agent.proc.stop(grace=1.0)
-        self._keeper.ended(agent.proc.proc.pid)
 
     def _make_room(self) -> None:
         """Stop the least recently used idle agents while ``max_agents`` are running."""
@@ -446,7 +443,6 @@ class AcpDriver:
             slots = list(self._slots.values())
         for slot in slots:
             self._stop(slot)
-        self._keeper.close()
 
 
 def _fs(method: str, params: Dict[str, Any]) -> Any:

@@ -47,10 +47,16 @@ with completed steps resumes that session with ``continue_prompt``; one with non
 prompt again.
 
 Options (``agent_options``, a JSON object or null):
-    executable: the CLI program (default ``claude``).
+    executable: the CLI program; given, it is run as is and never installed. Default:
+        ``claude`` on ``PATH``, else the copy the template installed in the sandbox's private
+        prefix (docs/drivers/claude-code.md).
     model: ``--model`` (default: the CLI's).
-    permission_mode: ``--permission-mode`` (default ``bypassPermissions``: the sandbox is the
-        boundary; ``null`` leaves the CLI's default).
+    permission_mode: ``--permission-mode``. Default: in an isolated sandbox (a container, as
+        the template records), ``bypassPermissions`` (the container is the boundary;
+        ``IS_SANDBOX=1`` is set for the CLI so that it accepts this as root); elsewhere (a
+        ``LocalSandbox``: no isolation) none, so the CLI's own permission checks apply (in
+        print mode they refuse the tools that need approval, such as ``Bash``) unless you
+        ask for ``bypassPermissions`` or another mode.
     max_turns: ``--max-turns``, an integer >= 1.
     append_system_prompt: ``--append-system-prompt``.
     allowed_tools: a list of tool names for ``--allowedTools``.
@@ -68,9 +74,17 @@ from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
-from .cli_process import CLIStartError, Event, JsonLinesProcess, join_text, summarize
+from .cli_process import (
+    CLIStartError,
+    Event,
+    JsonLinesProcess,
+    find_cli,
+    join_text,
+    sandbox_isolated,
+    summarize,
+)
 
-__all__ = ["ClaudeCodeDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
+__all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
 
 DEFAULT_CONTINUE_PROMPT = (
     "Your previous run was interrupted (the process running you restarted). "
@@ -88,7 +102,7 @@ _ROOT_HINT = (
 class _Mapper:
     """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
 
-    def __init__(self, driver: "ClaudeCodeDriver", ctx: TurnContext) -> None:
+    def __init__(self, driver: "StreamJsonDriver", ctx: TurnContext) -> None:
         self.driver = driver
         self.ctx = ctx
         self.message_id: Optional[str] = None
@@ -118,7 +132,7 @@ class _Mapper:
         """Map one line; return True for the ``result`` message (the run's last)."""
         ctx, msg = self.ctx, event.obj
         if msg is None:
-            ctx.data("claude-code-unparsed", {"line": event.line[:2000]})
+            ctx.data(f"{self.driver.agent_id}-unparsed", {"line": event.line[:2000]})
             return False
         kind = msg.get("type")
         if kind == "system":
@@ -136,7 +150,7 @@ class _Mapper:
         if msg.get("parent_tool_use_id"):
             if ctx.step is None:
                 self._open(None)
-            ctx.data("claude-code-subagent", msg)
+            ctx.data(f"{self.driver.agent_id}-subagent", msg)
             return False
         content = message.get("content")
         if kind == "assistant":
@@ -174,25 +188,28 @@ class _Mapper:
             self.step_tools = True
             ctx.tool_call(call_id, name, block.get("input"))
         else:
-            ctx.data("claude-code-block", block)
+            self.ctx.data(f"{self.driver.agent_id}-block", block)
 
 
-class ClaudeCodeDriver:
-    """The Claude Code agent (``agent_id`` ``"claude-code"``); see the module docstring.
+class StreamJsonDriver:
+    """A CLI that speaks Claude Code's stream-json on stdin and stdout (Claude Code itself,
+    Qwen Code); subclasses say how to run it. See the module docstring.
 
-    Args:
-        options: the checked options (see :func:`make_driver`).
+    Class attributes: ``agent_id``; ``program``, ``package`` and ``version`` (the CLI, its
+    npm package and the version the template installs); ``label`` (its name in messages).
     """
 
     agent_id = "claude-code"
+    program = "claude"
+    package = "@anthropic-ai/claude-code"
+    version = "2.1.332"
+    label = "claude"
+    install_hint = "is Claude Code installed? the claude-code template installs it"
 
     def __init__(self, options: Dict[str, Any]) -> None:
-        self.executable: str = options.get("executable", "claude")
+        self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))
         self.model: Optional[str] = options.get("model")
-        self.permission_mode: Optional[str] = options.get("permission_mode", "bypassPermissions")
-        self.max_turns: Optional[int] = options.get("max_turns")
         self.append_system_prompt: Optional[str] = options.get("append_system_prompt")
-        self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
@@ -205,28 +222,15 @@ class ClaudeCodeDriver:
 
     def argv(self, session_id: Optional[str]) -> List[str]:
         """The command line of one run (``session_id``: the CLI session to resume)."""
-        argv = [
-            self.executable,
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--input-format",
-            "stream-json",
-        ]
-        if session_id:
-            argv += ["--resume", session_id]
-        if self.model:
-            argv += ["--model", self.model]
-        if self.permission_mode:
-            argv += ["--permission-mode", self.permission_mode]
-        if self.max_turns is not None:
-            argv += ["--max-turns", str(self.max_turns)]
-        if self.append_system_prompt:
-            argv += ["--append-system-prompt", self.append_system_prompt]
-        if self.allowed_tools:
-            argv += ["--allowedTools", ",".join(self.allowed_tools)]
-        return argv + self.extra_args
+        raise NotImplementedError
+
+    def env(self) -> Dict[str, str]:
+        """Extra environment variables for the CLI."""
+        return {}
+
+    def error_hint(self, stderr_tail: str) -> str:
+        """Text added to the error of a CLI that exited early (given its stderr's tail)."""
+        return ""
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume it after a restart, B05).
@@ -248,13 +252,11 @@ class ClaudeCodeDriver:
             "session_id": session_id or "default",
         }
         try:
-            proc = JsonLinesProcess(
-                self.argv(session_id), os.getcwd(), json.dumps(message) + "\n", keep_stdin=True
-            )
+            stdin = json.dumps(message) + "\n"
+            argv, env = self.argv(session_id), self.env()
+            proc = JsonLinesProcess(argv, os.getcwd(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
-            return TurnResult(
-                "error", error=f"{exc} (is Claude Code installed? the claude-code template installs it)"
-            )
+            return TurnResult("error", error=f"{exc} ({self.install_hint})")
         with self._lock:
             self._running.add(proc)
         mapper = _Mapper(self, ctx)
@@ -281,9 +283,9 @@ class ClaudeCodeDriver:
                     tail = proc.stderr_tail()
                     return TurnResult(
                         "error",
-                        error=f"claude exited ({status}) before its result message"
+                        error=f"{self.label} exited ({status}) before its result message"
                         + (f": {summarize(tail)}" if tail else "")
-                        + (_ROOT_HINT if "root/sudo" in (tail or "") else ""),
+                        + self.error_hint(tail or ""),
                     )
         except BaseException:
             proc.stop()
@@ -300,7 +302,7 @@ class ClaudeCodeDriver:
         }
         if result.get("is_error") or result.get("subtype", "success") != "success":
             detail = result.get("result") or result.get("errors") or result.get("subtype")
-            return TurnResult("error", usage or None, f"claude: {summarize(detail)}")
+            return TurnResult("error", usage or None, f"{self.label}: {summarize(detail)}")
         return TurnResult("stop", usage or None)
 
     def close(self) -> None:
@@ -309,6 +311,58 @@ class ClaudeCodeDriver:
             running = list(self._running)
         for proc in running:
             proc.stop()
+
+
+class ClaudeCodeDriver(StreamJsonDriver):
+    """The Claude Code agent (``agent_id`` ``"claude-code"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        super().__init__(options)
+        self.contained = sandbox_isolated()
+        default_mode = "bypassPermissions" if self.contained else None
+        self.permission_mode: Optional[str] = options.get("permission_mode", default_mode)
+        self.max_turns: Optional[int] = options.get("max_turns")
+        self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
+
+    def argv(self, session_id: Optional[str]) -> List[str]:
+        """The command line of one run (``session_id``: the CLI session to resume)."""
+        argv = [
+            self.executable,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+        ]
+        if session_id:
+            argv += ["--resume", session_id]
+        if self.model:
+            argv += ["--model", self.model]
+        if self.permission_mode:
+            argv += ["--permission-mode", self.permission_mode]
+        if self.max_turns is not None:
+            argv += ["--max-turns", str(self.max_turns)]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        if self.allowed_tools:
+            argv += ["--allowedTools", ",".join(self.allowed_tools)]
+        return argv + self.extra_args
+
+    def env(self) -> Dict[str, str]:
+        """In an isolated sandbox with the default bypass, ``IS_SANDBOX=1`` (claude refuses
+        to skip its checks as root without it)."""
+        if self.contained and self.permission_mode == "bypassPermissions" and "IS_SANDBOX" not in os.environ:
+            return {"IS_SANDBOX": "1"}
+        return {}
+
+    def error_hint(self, stderr_tail: str) -> str:
+        """The root hint when claude refused ``bypassPermissions`` as root."""
+        return _ROOT_HINT if "root/sudo" in stderr_tail else ""
 
 
 def make_driver(options: Any) -> ClaudeCodeDriver:

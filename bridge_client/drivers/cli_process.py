@@ -8,6 +8,15 @@ the last lines of stderr for error messages, and kills the group when asked.
 
 Events are yielded as :class:`Event`: a parsed JSON object, or a line that is not one (the
 drivers report those as ``data`` parts named ``<driver>-unparsed`` and go on).
+
+A bridge that is SIGKILLed cannot end its CLI, whose own session outlives it; the turn then
+goes on in the next bridge (B05) while the abandoned CLI could still be working. Every CLI is
+therefore listed with a keeper process (:mod:`bridge_client.drivers.keeper`), which SIGKILLs
+the groups still listed when the bridge's end of its pipe closes, however the bridge died.
+
+:func:`find_cli` finds the program: the ``executable`` option as given, else the program on
+``PATH``, else the copy the template installed into the sandbox's private prefix
+(``<state root>/agents/<package>@<version>``, see *Drivers* in docs/drivers/index.md).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import collections
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import threading
@@ -23,11 +33,78 @@ import time
 from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
 
 from ..bridge.driver import child_environ
+from .keeper import ProcessKeeper
 
-__all__ = ["JsonLinesProcess", "Event", "cli_env", "CLIStartError", "summarize", "join_text"]
+__all__ = [
+    "JsonLinesProcess",
+    "Event",
+    "cli_env",
+    "CLIStartError",
+    "summarize",
+    "join_text",
+    "find_cli",
+    "sandbox_isolated",
+]
 
 _STDERR_LINES = 20
 _EOF = object()
+
+
+_KEEPER: Optional[ProcessKeeper] = None
+_KEEPER_LOCK = threading.Lock()
+
+
+def find_cli(program: str, package: str, version: str, executable: Optional[str]) -> str:
+    """The program to run for a CLI driver.
+
+    Args:
+        program: the CLI's program name (``claude``).
+        package, version: its npm package and the version the template installs.
+        executable: the driver's ``executable`` option (``None`` when not given).
+
+    Returns:
+        ``executable`` when given (never looked up further); else ``program`` when it is on
+        ``PATH``; else the program in the private prefix when installed there; else
+        ``program`` itself (starting it then fails with a clear :class:`CLIStartError`).
+    """
+    if executable:
+        return executable
+    if shutil.which(program):
+        return program
+    from ..sandbox.npm import private_prefix  # only when it is not on PATH
+    from . import STATE_DIR  # set by the bridge program (<state root>/bridges/<bridge id>)
+
+    if STATE_DIR:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
+        candidate = os.path.join(private_prefix(root, package, version), "node_modules", ".bin", program)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return program
+
+
+def sandbox_isolated() -> bool:
+    """Whether the bridge's sandbox is isolated from the user's machine (a container; not a
+    ``LocalSandbox``), as the template recorded under the state root. Only there may a driver
+    skip the agent's own permission checks by default. ``False`` when unknown (no record, or
+    outside a bridge)."""
+    from . import STATE_DIR
+
+    if not STATE_DIR:
+        return False
+    root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
+    try:
+        with open(os.path.join(root, "agents", "sandbox.json"), encoding="utf-8") as f:
+            return json.load(f).get("isolated") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _keeper() -> ProcessKeeper:
+    global _KEEPER
+    with _KEEPER_LOCK:
+        if _KEEPER is None:
+            _KEEPER = ProcessKeeper("agent CLIs")
+        return _KEEPER
 
 
 class CLIStartError(RuntimeError):
@@ -90,6 +167,8 @@ class JsonLinesProcess:
             )
         except OSError as exc:
             raise CLIStartError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from None
+        _keeper().started(self.proc.pid)  # its group: start_new_session made it the leader
+        self._reaped = False
         self._stdin_lock = threading.Lock()
         self._queue: "queue.Queue[object]" = queue.Queue()
         self._stderr: Deque[str] = collections.deque(maxlen=_STDERR_LINES)
@@ -235,9 +314,17 @@ class JsonLinesProcess:
     def wait(self, timeout: float) -> Optional[int]:
         """Wait up to ``timeout`` seconds for the CLI to exit; return its status or ``None``."""
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        self._mark_reaped()
+        return code
+
+    def _mark_reaped(self) -> None:
+        # Once reaped, the keeper must forget the group: its pid may be reused.
+        if not self._reaped:
+            self._reaped = True
+            _keeper().ended(self.proc.pid)
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the CLI's process group (nothing when it is gone)."""
@@ -257,6 +344,7 @@ class JsonLinesProcess:
             if self.wait(grace) is None:
                 self.signal_group(signal.SIGKILL)
         code = self.proc.wait()
+        self._mark_reaped()
         self.close()
         return code
 

@@ -42,9 +42,16 @@ resumes the same Codex thread (``resume``). A turn continued after a restart wit
 steps resumes the thread with ``continue_prompt``; one with none runs its prompt again.
 
 Options (``agent_options``, a JSON object or null):
-    executable: the CLI program (default ``codex``).
+    executable: the CLI program; given, it is run as is and never installed. Default:
+        ``codex`` on ``PATH``, else the copy the template installed in the sandbox's private
+        prefix (docs/drivers/codex.md).
     model: ``--model`` (default: the CLI's).
-    sandbox: ``--sandbox`` mode (default ``workspace-write``; ``null`` leaves the CLI's).
+    sandbox: ``--sandbox`` mode. Default: ``workspace-write`` (Codex's own sandbox: its
+        commands may write only in the workspace), also on a ``LocalSandbox``; in an
+        isolated sandbox (a container, as the template records) ``danger-full-access`` (the
+        container is the boundary, and Codex's sandbox often cannot start inside one).
+        ``danger-full-access`` elsewhere only when you ask for it; ``null`` leaves the CLI's
+        default (``read-only``).
     skip_git_repo_check: pass ``--skip-git-repo-check`` (default true: workspaces need not
         be git repositories).
     extra_args: a list of further arguments (before ``resume``).
@@ -62,7 +69,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIStartError, Event, JsonLinesProcess, summarize
+from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated, summarize
 
 __all__ = ["CodexDriver", "make_driver"]
 
@@ -189,11 +196,15 @@ class CodexDriver:
     """
 
     agent_id = "codex"
+    program = "codex"
+    package = "@openai/codex"
+    version = "0.171.0"
 
     def __init__(self, options: Dict[str, Any]) -> None:
-        self.executable: str = options.get("executable", "codex")
+        self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))
         self.model: Optional[str] = options.get("model")
-        self.sandbox: Optional[str] = options.get("sandbox", "workspace-write")
+        default_sandbox = "danger-full-access" if sandbox_isolated() else "workspace-write"
+        self.sandbox: Optional[str] = options.get("sandbox", default_sandbox)
         self.skip_git_repo_check: bool = options.get("skip_git_repo_check", True)
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT

@@ -384,6 +384,12 @@ class WheelStep(TemplateStep):
         if pip is None:
             raise TemplateError("no pip wheel was fetched for the sandbox", step=_STEP)
         extra = f"[{','.join(self.extras)}]" if self.extras else ""
+        from .npm import announce_install  # one line on stderr for every install
+
+        announce_install(
+            f"{_DIST}{extra}=={__version__} (pip, from {len(wheels)} wheels copied into {folder})",
+            f"the Python environment of {self.python} in the sandbox {sandbox.id}",
+        )
         argv = [
             self.python,
             "-c",

@@ -117,7 +117,7 @@ def test_claude_code_maps_messages_onto_parts(sandbox, fake_cli):
     argv = call["argv"]
     assert argv[:6] == ["-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
     assert "--resume" not in argv and argv[argv.index("--model") + 1] == "claude-test"
-    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
+    assert "--permission-mode" not in argv, "a LocalSandbox keeps the CLI's own permission checks"
     message = json.loads(call["stdin"])
     assert message["type"] == "user" and message["message"] == {
         "role": "user",

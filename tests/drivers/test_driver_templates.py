@@ -1,21 +1,30 @@
-"""The ``claude-code`` and ``codex`` templates install their CLI through npm only when the
-sandbox lacks it (C01, C04): run against a real LocalSandbox with a fake ``npm`` on PATH that
-records its calls and installs a stand-in program."""
+"""The CLI agents' templates install their CLI through npm only when the sandbox lacks it
+(C01, C04), and for a LocalSandbox only into a private prefix under its state root, never
+with ``npm install -g``; never when ``executable`` is given; every install says on stderr what
+and where. Run against a real LocalSandbox with a fake ``npm`` on PATH that records its calls
+and installs a stand-in program where it is told to."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 
 import pytest
 
 import bridge_client as bc
+from bridge_client.sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep, private_prefix
 from host_support import options
+
+PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen"}
 
 
 @pytest.fixture
 def npm(tmp_path, monkeypatch):
-    """A fake ``npm`` first on a PATH that has no claude or codex; returns its log path."""
+    """A fake ``npm`` first on a PATH that has no agent CLI; returns its log path. With
+    ``--prefix DIR`` it writes ``DIR/node_modules/.bin/PROGRAM``, with ``-g`` a program next to
+    itself."""
     bin_dir = tmp_path / "npm-bin"
     bin_dir.mkdir()
     log = tmp_path / "npm.log"
@@ -23,30 +32,87 @@ def npm(tmp_path, monkeypatch):
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$@" >> "{log}"\n'
+        f'dest="{bin_dir}"\n'
+        'if [ "$2" = "--prefix" ]; then dest="$3/node_modules/.bin"; mkdir -p "$dest"; fi\n'
         'case "$*" in\n'
-        f'  *@anthropic-ai/claude-code*) printf "#!/bin/sh\\n" > "{bin_dir}/claude"; '
-        f'chmod +x "{bin_dir}/claude";;\n'
-        f'  *@openai/codex*) printf "#!/bin/sh\\n" > "{bin_dir}/codex"; chmod +x "{bin_dir}/codex";;\n'
+        '  *@anthropic-ai/claude-code@*) p=claude;;\n'
+        '  *@openai/codex@*) p=codex;;\n'
+        '  *@google/gemini-cli@*) p=gemini;;\n'
+        '  *@qwen-code/qwen-code@*) p=qwen;;\n'
         "esac\n"
+        'printf "#!/bin/sh\\n" > "$dest/$p"; chmod +x "$dest/$p"\n'
     )
     script.chmod(0o755)
-    monkeypatch.setenv(
-        "PATH", f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin"
-    )
+    # Only the tools the steps use: /usr/bin may hold a CLI installed globally by someone else.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("sh", "mkdir", "chmod", "printf", "test", "true"):
+        os.symlink(shutil.which(tool), tools / tool)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), str(tools), os.path.dirname(sys.executable)]))
     return log
 
 
-@pytest.mark.parametrize(
-    "agent, package", [("claude-code", "@anthropic-ai/claude-code"), ("codex", "@openai/codex")]
-)
-def test_c01_the_agent_cli_is_installed_through_npm_only_when_missing(sandbox, npm, agent, package):
+@pytest.mark.parametrize("agent", sorted(PROGRAMS))
+def test_c01_the_agent_cli_is_installed_into_a_private_prefix_only_when_missing(sandbox, npm, agent, capfd):
+    what, program, package, version = AGENT_CLIS[agent]
     template = options(agent).template
-    program = "claude" if agent == "claude-code" else "codex"
-    assert template.steps[-1].check == ("/bin/sh", "-c", f"command -v {program}")
+    step = template.steps[-1]
+    assert isinstance(step, NpmCliStep) and step.check == ("/bin/sh", "-c", f"command -v {program}")
     template.run(sandbox)
-    assert npm.read_text().split("\n")[:-1] == [f"install -g --no-fund --no-audit {package}"]
-    template.run(sandbox)  # now present: nothing installed again
+    prefix = private_prefix(sandbox.state_root, package, version)
+    assert npm.read_text().splitlines() == [
+        f"install --prefix {prefix} --no-save --no-fund --no-audit {package}@{version}"
+    ], "a LocalSandbox never gets npm install -g"
+    assert os.access(os.path.join(prefix, "node_modules", ".bin", program), os.X_OK)
+    err = capfd.readouterr().err
+    assert err.count("bridge-client: installing") == 1
+    assert f"installing {package}@{version} (npm, {what}) into {prefix}" in err
+    template.run(sandbox)  # now present in the private prefix: nothing installed again
     assert len(npm.read_text().splitlines()) == 1
+    assert "installing" not in capfd.readouterr().err
+
+
+class Contained:
+    """Any sandbox but a LocalSandbox counts as isolated: this one runs in a local folder."""
+
+    def __init__(self, inner: bc.LocalSandbox) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_c01_an_isolated_sandbox_installs_globally_inside_it(sandbox, npm):
+    box = Contained(sandbox)
+    step = NpmCliStep.for_cli(*AGENT_CLIS["codex"])
+    expected = ("npm", "install", "-g", "--no-fund", "--no-audit", "@openai/codex@0.171.0")
+    assert step.install_argv(box) == expected
+    IsolationStep.make().run(box)
+    with open(os.path.join(box.state_root, "agents", "sandbox.json")) as f:
+        assert json.load(f) == {"isolated": True}
+
+
+def test_no_install_when_executable_is_given(sandbox, npm):
+    template = options("claude-code", agent_options={"executable": "/opt/claude/bin/claude"}).template
+    assert not any(isinstance(step, NpmCliStep) for step in template.steps)
+    template.run(sandbox)
+    assert not npm.exists(), "npm never ran"
+    with open(os.path.join(sandbox.state_root, "agents", "sandbox.json")) as f:
+        assert json.load(f) == {"isolated": False}, "a LocalSandbox is recorded as not isolated"
+
+
+def test_drivers_pin_the_versions_the_template_installs():
+    from bridge_client.drivers import claude_code, codex, gemini, qwen
+
+    classes = {
+        "claude-code": claude_code.ClaudeCodeDriver,
+        "codex": codex.CodexDriver,
+        "gemini": gemini.GeminiDriver,
+        "qwen": qwen.QwenDriver,
+    }
+    for agent, cls in classes.items():
+        _, program, package, version = AGENT_CLIS[agent]
+        assert (cls.program, cls.package, cls.version) == (program, package, version)
 
 
 def test_other_agents_need_no_cli(sandbox, npm):

@@ -1,0 +1,89 @@
+"""The ``qwen`` driver: runs the Qwen Code CLI (npm ``@qwen-code/qwen-code``) headless inside
+the sandbox. Qwen Code prints and reads the same stream-json messages as Claude Code, so the
+mapping onto parts is the ``claude-code`` driver's (see :mod:`bridge_client.drivers.claude_code`).
+
+Each turn runs, in the workspace::
+
+    qwen --output-format stream-json --input-format stream-json
+         [--resume SESSION_ID] [--model M] [--approval-mode MODE]
+         [--append-system-prompt S] [EXTRA_ARGS...]
+
+with the prompt written to stdin as one stream-json user message; stdin stays open for the
+interrupt control request until the ``result`` message arrives. The model endpoint comes from
+the CLI's own configuration (for an OpenAI-compatible server: ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY``, ``OPENAI_MODEL`` in the environment, or its ``settings.json``).
+
+What survives a restart: the session state holds Qwen Code's session id
+(``{"session_id": ...}``), resumed with ``--resume``; a turn continued after a restart with
+completed steps resumes it with ``continue_prompt``, one with none runs its prompt again.
+
+Options (``agent_options``, a JSON object or null):
+    executable: the CLI program; given, it is run as is and never installed. Default:
+        ``qwen`` on ``PATH``, else the copy the template installed in the sandbox's private
+        prefix (docs/drivers/qwen.md).
+    model: ``--model`` (default: the CLI's).
+    approval_mode: ``--approval-mode`` (``plan``, ``default``, ``auto-edit``, ``auto``,
+        ``yolo``). Default: ``yolo`` in an isolated sandbox (a container, as the template
+        records: it is the boundary); elsewhere (a ``LocalSandbox``) none, so the CLI's own
+        approval checks apply unless you ask for ``yolo``.
+    append_system_prompt: ``--append-system-prompt``.
+    extra_args: a list of further arguments.
+    continue_prompt: the prompt that continues a turn cut by a restart.
+    interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ..driver_options import check_agent_options
+from .claude_code import StreamJsonDriver
+from .cli_process import sandbox_isolated
+
+__all__ = ["QwenDriver", "make_driver"]
+
+
+class QwenDriver(StreamJsonDriver):
+    """The Qwen Code agent (``agent_id`` ``"qwen"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    agent_id = "qwen"
+    program = "qwen"
+    package = "@qwen-code/qwen-code"
+    version = "0.24.4"
+    label = "qwen"
+    install_hint = "is Qwen Code installed? the qwen template installs it"
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        super().__init__(options)
+        default_mode = "yolo" if sandbox_isolated() else None
+        self.approval_mode: Optional[str] = options.get("approval_mode", default_mode)
+
+    def argv(self, session_id: Optional[str]) -> List[str]:
+        """The command line of one run (``session_id``: the Qwen Code session to resume)."""
+        argv = [self.executable, "--output-format", "stream-json", "--input-format", "stream-json"]
+        if session_id:
+            argv += ["--resume", session_id]
+        if self.model:
+            argv += ["--model", self.model]
+        if self.approval_mode:
+            argv += ["--approval-mode", self.approval_mode]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        return argv + self.extra_args
+
+    def env(self) -> Dict[str, str]:
+        """Quiet the notice Qwen Code prints for ``yolo`` without its own sandbox."""
+        return {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"} if self.approval_mode == "yolo" else {}
+
+
+def make_driver(options: Any) -> QwenDriver:
+    """Make the qwen driver from its options (see the module docstring).
+
+    Raises:
+        ValueError: an option is unknown or of the wrong type.
+    """
+    return QwenDriver(check_agent_options("qwen", options))
