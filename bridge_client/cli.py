@@ -889,6 +889,13 @@ _AGENT_HELP = """agents and their --option keys:
           executable=PATH, model=NAME, sandbox=MODE (default workspace-write),
           skip_git_repo_check=BOOL (true), extra_args=[...], continue_prompt=TEXT,
           interrupt_grace=SECONDS (5)
+  acp     any agent that speaks the Agent Client Protocol on its stdio (one process per
+          session, its ACP session id kept in the session state).
+          command=PROGRAM (required), args=[...], permission=reject|allow|allow_always
+          (how the agent's permission requests are answered; default reject),
+          fs=false (do not serve the client file methods), continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5), start_timeout=SECONDS (60), auth_method=ID,
+          mcp_servers=[...], max_agents=N (8)
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
   claude-code and codex install their CLI with `npm install -g` when the sandbox lacks it
@@ -907,7 +914,7 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
     p.add_argument(
         "--agent",
         default=default_agent,
-        help="shell, echo, openai, claude-code, codex, or MODULE:CALLABLE (default: "
+        help="shell, echo, openai, claude-code, codex, acp, or MODULE:CALLABLE (default: "
         + (default_agent or "the agent named in the turn state")
         + ")",
     )
