@@ -17,7 +17,7 @@ import pytest
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npm")
 FILES = ("package.json", "package-lock.json")
-CLAUDE_CODE_ACP = "@zed-industries/claude-code-acp"
+AGENTS = "@zed-industries/claude-code-acp and @google/gemini-cli"
 
 
 def _digest() -> str:
@@ -57,22 +57,22 @@ def acp_agents_prefix(timeout: float = 600.0) -> str:
             )
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                pytest.skip(f"npm could not install {CLAUDE_CODE_ACP} (tests/acp/npm): {' | '.join(tail)}")
+                pytest.skip(f"npm could not install {AGENTS} (tests/acp/npm): {' | '.join(tail)}")
             open(os.path.join(work, ".installed"), "w").close()
             shutil.rmtree(prefix, ignore_errors=True)
             os.rename(work, prefix)
             work = ""
         except subprocess.TimeoutExpired:
-            pytest.skip(f"npm did not install {CLAUDE_CODE_ACP} within {timeout:g} s")
+            pytest.skip(f"npm did not install {AGENTS} within {timeout:g} s")
         finally:
             if work:
                 shutil.rmtree(work, ignore_errors=True)
     return prefix
 
 
-def claude_code_acp(prefix: str) -> str:
-    """The ``claude-code-acp`` program of the prefix."""
-    path = os.path.join(prefix, "node_modules", ".bin", "claude-code-acp")
+def program(prefix: str, name: str) -> str:
+    """The program ``name`` (``claude-code-acp``, ``gemini``) of the prefix."""
+    path = os.path.join(prefix, "node_modules", ".bin", name)
     if not os.access(path, os.X_OK):
         pytest.skip(f"{path} is missing from the installed prefix")
     return path

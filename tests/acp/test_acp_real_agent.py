@@ -1,8 +1,9 @@
-"""A real ACP agent from npm behind a bridge, offline: ``@zed-industries/claude-code-acp``
-(Claude Code through the Claude Agent SDK) against the scripted model server of tests/agents
-on 127.0.0.1. Its environment (the model server's URL, the key, a private HOME) is the
+"""Real ACP agents from npm behind a bridge, offline: ``@zed-industries/claude-code-acp``
+(Claude Code through the Claude Agent SDK) and the Gemini CLI in its ACP mode
+(``gemini --experimental-acp``), against the scripted model server of tests/agents on
+127.0.0.1. Their environment (the model server's URL, the key, a private HOME) is the
 session's (C19): nothing is exported to the bridge. Installed by the fixture into a cached
-private prefix (tests/acp/npm); skipped, naming why, when npm cannot install it."""
+private prefix (tests/acp/npm); skipped, naming why, when npm cannot install them."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import pytest
 import bridge_client as bc
 from env_support import bridge_pid, sigkill_bridge
 from host_support import session_options
-from npm_support import acp_agents_prefix, claude_code_acp
+from npm_support import acp_agents_prefix, program
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agents"))
 from model_server import ModelServer, hang, shell_call, text, text_quoting_last_tool_output  # noqa: E402
@@ -25,8 +26,13 @@ KEY = "sk-acp-real-test"
 
 
 @pytest.fixture(scope="module")
-def agent_program():
-    return claude_code_acp(acp_agents_prefix())
+def prefix():
+    return acp_agents_prefix()
+
+
+@pytest.fixture(scope="module")
+def agent_program(prefix):
+    return program(prefix, "claude-code-acp")
 
 
 @pytest.fixture
@@ -128,3 +134,50 @@ def test_b05_acp_real_agent_continues_after_its_bridge_is_sigkilled(
     history = json.dumps(model.agent_requests()[-1].body["messages"])
     assert "Go on please." in history, "the continue prompt went to the loaded session"
     assert "Log once, then tell me something" in history and "once" in history, "with its history"
+
+
+def test_acp_real_gemini_cli_in_acp_mode(sandbox, workspace, tmp_path, prefix, model):
+    """Gemini announces its tool call only in the permission request (no ``tool_call``
+    update first) and gives no output in the completed update: the call, the asked
+    permission and the result still come out once each."""
+    gemini = program(prefix, "gemini")
+    model.script(
+        shell_call("echo from-gemini > gem.txt; echo made-by-gemini"),
+        text_quoting_last_tool_output(),
+        text("second answer"),
+    )
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = {
+        "HOME": str(home),
+        "GEMINI_API_KEY": bc.Redacted(KEY),
+        "GOOGLE_GEMINI_BASE_URL": model.url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    opts = _options(gemini, args=["--experimental-acp", "--model", "gemini-2.5-flash"])
+    with bc.create_session(opts, session_options(sandbox, env=env)) as session:
+        turn = session.turn("Make gem.txt")
+        parts = list(turn)
+        acp_id = session.state.data["acp_session_id"]
+        second = session.turn("And now?")
+        second_parts = list(second)
+        assert session.state.data["acp_session_id"] == acp_id
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    (call,) = _of(parts, "tool-call")
+    assert call.tool_name == "execute"
+    assert call.input == {"title": "echo from-gemini > gem.txt; echo made-by-gemini"}
+    (result,) = _of(parts, "tool-result")
+    assert result.tool_call_id == call.tool_call_id and not result.is_error
+    (asked,) = [p.data for p in parts if p.type == "data" and p.name == "acp-permission"]
+    assert asked["toolCallId"] == call.tool_call_id and asked["outcome"]["outcome"] == "selected"
+    assert open(os.path.join(workspace, "gem.txt")).read() == "from-gemini\n", "the command ran"
+    assert "made-by-gemini" in turn.text()
+    assert second_parts[-1].finish_reason == "stop" and "second answer" in second.text()
+    requests = model.agent_requests()
+    assert {r.headers.get("x-goog-api-key") for r in requests} == {KEY}, "the key came from the session's env"
+    assert "Make gem.txt" in requests[-1].text(), "the second turn went on in the same conversation"
