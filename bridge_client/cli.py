@@ -881,13 +881,21 @@ _AGENT_HELP = """agents and their --option keys:
           request_timeout=SECONDS (300), command_timeout=SECONDS (300),
           max_output=CHARS (20000), include_usage=false (for servers that refuse it)
   claude-code  the Claude Code CLI (claude -p, stream-json), resuming its own session.
-          executable=PATH, model=NAME, permission_mode=MODE (default bypassPermissions; as
-          root, claude wants IS_SANDBOX=1), max_turns=N, append_system_prompt=TEXT,
-          allowed_tools=[...], extra_args=[...], continue_prompt=TEXT,
-          interrupt_grace=SECONDS (5)
+          executable=PATH, model=NAME, permission_mode=MODE (default: the CLI's own checks
+          in a local folder, bypassPermissions in a container), max_turns=N,
+          append_system_prompt=TEXT, allowed_tools=[...], extra_args=[...],
+          include_partial_messages=BOOL (true), continue_prompt=TEXT, interrupt_grace=SECONDS (5)
   codex   the Codex CLI (codex exec --json), resuming its own thread.
-          executable=PATH, model=NAME, sandbox=MODE (default workspace-write),
-          skip_git_repo_check=BOOL (true), extra_args=[...], continue_prompt=TEXT,
+          executable=PATH, model=NAME, sandbox=MODE (default workspace-write in a local
+          folder, danger-full-access in a container), skip_git_repo_check=BOOL (true),
+          extra_args=[...], continue_prompt=TEXT, interrupt_grace=SECONDS (5)
+  gemini  the Gemini CLI (gemini --output-format stream-json), resuming its own session.
+          executable=PATH, model=NAME, approval_mode=MODE (default: the CLI's own checks in
+          a local folder, yolo in a container), extra_args=[...], continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5)
+  qwen    the Qwen Code CLI (stream-json like claude-code), resuming its own session.
+          executable=PATH, model=NAME, approval_mode=MODE (as gemini), append_system_prompt=TEXT,
+          include_partial_messages=BOOL (true), extra_args=[...], continue_prompt=TEXT,
           interrupt_grace=SECONDS (5)
   acp     any agent that speaks the Agent Client Protocol on its stdio (one process per
           session, its ACP session id kept in the session state).
@@ -898,8 +906,9 @@ _AGENT_HELP = """agents and their --option keys:
           mcp_servers=[...], max_agents=N (8)
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
-  claude-code and codex install their CLI with `npm install -g` when the sandbox lacks it
-  (said on stderr first). Docs: docs/drivers/ has a page per agent.
+  claude-code, codex, gemini and qwen install their CLI from npm when the sandbox lacks it
+  and no executable is given: for a local folder into a private prefix under its state
+  root, never npm install -g (said on stderr first). Docs: docs/drivers/ has a page per agent.
 """
 
 
@@ -914,7 +923,7 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
     p.add_argument(
         "--agent",
         default=default_agent,
-        help="shell, echo, openai, claude-code, codex, acp, or MODULE:CALLABLE (default: "
+        help="shell, echo, openai, claude-code, codex, gemini, qwen, acp, or MODULE:CALLABLE (default: "
         + (default_agent or "the agent named in the turn state")
         + ")",
     )

@@ -206,6 +206,7 @@ _CLAUDE_CODE_OPTIONS = (
     "extra_args",
     "continue_prompt",
     "interrupt_grace",
+    "include_partial_messages",
 )
 
 
@@ -219,6 +220,7 @@ def _claude_code(options: Any) -> Dict[str, Any]:
     str_list_option(opts, "claude-code", "extra_args")
     number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
     number_option(opts, "claude-code", "interrupt_grace", minimum=0)
+    bool_option(opts, "claude-code", "include_partial_messages")
     return opts
 
 
@@ -296,7 +298,9 @@ _STREAM_CLI_OPTIONS = (
 
 def _qwen(options: Any) -> Dict[str, Any]:
     modes = ("plan", "default", "auto-edit", "auto", "yolo")
-    return _stream_cli("qwen", options, modes, extra=("append_system_prompt",))
+    opts = _stream_cli("qwen", options, modes, extra=("append_system_prompt", "include_partial_messages"))
+    bool_option(opts, "qwen", "include_partial_messages")
+    return opts
 
 
 def _gemini(options: Any) -> Dict[str, Any]:
@@ -307,7 +311,7 @@ def _stream_cli(driver: str, options: Any, modes: Sequence[str], extra: Sequence
     opts = options_object(options, driver, _STREAM_CLI_OPTIONS + tuple(extra))
     for key in ("executable", "continue_prompt"):
         str_option(opts, driver, key)
-    for key in ("model", "approval_mode") + tuple(extra):
+    for key in ("model", "approval_mode", "append_system_prompt"):
         str_option(opts, driver, key, allow_none=True)
     mode = opts.get("approval_mode")
     if mode is not None and mode not in modes:

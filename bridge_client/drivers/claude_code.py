@@ -5,7 +5,8 @@ Each turn runs::
 
     claude -p --output-format stream-json --verbose --input-format stream-json
            [--resume SESSION_ID] [--model M] [--permission-mode P] [--max-turns N]
-           [--append-system-prompt S] [--allowedTools T,...] [EXTRA_ARGS...]
+           [--append-system-prompt S] [--allowedTools T,...] [--include-partial-messages]
+           [EXTRA_ARGS...]
 
 in the workspace, writes the prompt to stdin as one stream-json user message, and keeps stdin
 open for control messages until the ``result`` message arrives.
@@ -23,8 +24,12 @@ What each message becomes:
 
 - ``system`` ``init``: its ``session_id`` goes into the session state
   (``{"session_id": ...}``, a ``session-state`` part) before the first step.
-- ``assistant``: a message with a new ``message.id`` closes the open step and opens the next
-  (one step per model call). Its blocks: ``text`` → ``text-delta``; ``thinking`` →
+- ``stream_event`` (with ``--include-partial-messages``, the default): ``message_start``
+  closes the open step and opens the next (one step per model call); ``text_delta`` and
+  ``thinking_delta`` → ``text-delta`` and ``reasoning-delta`` as the model writes them; the
+  ``text`` and ``thinking`` blocks of the step's assistant messages are then not repeated.
+- ``assistant``: without stream events, a message with a new ``message.id`` closes the open
+  step and opens the next. Its blocks: ``text`` → ``text-delta``; ``thinking`` →
   ``reasoning-delta``; ``tool_use`` → ``tool-call`` (its ``id``, ``name`` and ``input``);
   other blocks → ``data`` ``claude-code-block``. Messages of a sub-agent
   (``parent_tool_use_id`` set) → ``data`` ``claude-code-subagent``.
@@ -33,8 +38,8 @@ What each message becomes:
   ``duration_ms`` become the turn's usage; ``is_error`` or a ``subtype`` other than
   ``success`` ends the turn with ``error`` and the CLI's message.
 - A line that is not JSON → ``data`` ``claude-code-unparsed`` (``{"line": ...}``); the turn
-  goes on. Other message types (``stream_event``, ``rate_limit_event``, other ``system``
-  subtypes) are skipped.
+  goes on. Other message types (``rate_limit_event``, other ``system`` subtypes, other
+  stream events) are skipped.
 - The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
   status and the tail of its stderr.
 
@@ -60,6 +65,8 @@ Options (``agent_options``, a JSON object or null):
     max_turns: ``--max-turns``, an integer >= 1.
     append_system_prompt: ``--append-system-prompt``.
     allowed_tools: a list of tool names for ``--allowedTools``.
+    include_partial_messages: pass ``--include-partial-messages`` (default true), so text and
+        thinking stream as the model writes them and each model call is one step.
     extra_args: a list of further arguments.
     continue_prompt: the prompt that continues a turn cut by a restart.
     interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
@@ -110,6 +117,7 @@ class _Mapper:
         self.step_tools = False
         self.names: Dict[str, str] = {}
         self.result: Optional[Dict[str, Any]] = None
+        self.streamed = False  # the open step was opened by a message_start stream event
 
     def _session_id(self, sid: Any) -> None:
         if isinstance(sid, str) and sid:
@@ -123,6 +131,23 @@ class _Mapper:
         self.close_step()
         self.ctx.start_step()
         self.message_id, self.step_usage, self.step_tools = message_id, None, False
+        self.streamed = False
+
+    def _stream_event(self, event: Any) -> None:
+        # With --include-partial-messages: a model call starts a step, its text and thinking
+        # stream as deltas (the whole blocks of the assistant messages are then skipped).
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "message_start":
+            message = event.get("message")
+            mid = message.get("id") if isinstance(message, dict) else None
+            self._open(mid if isinstance(mid, str) else None)
+            self.streamed = True
+        elif kind == "content_block_delta" and self.streamed and self.ctx.step is not None:
+            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
+                self.ctx.text(delta["text"])
+            elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+                self.ctx.reasoning(delta["thinking"])
 
     def close_step(self) -> None:
         if self.ctx.step is not None:
@@ -144,6 +169,10 @@ class _Mapper:
             self.close_step()
             self.result = msg
             return True
+        if kind == "stream_event":
+            if not msg.get("parent_tool_use_id"):
+                self._stream_event(msg.get("event"))
+            return False
         message = msg.get("message")
         if kind not in ("assistant", "user") or not isinstance(message, dict):
             return False
@@ -155,7 +184,8 @@ class _Mapper:
         content = message.get("content")
         if kind == "assistant":
             mid = message.get("id") if isinstance(message.get("id"), str) else None
-            self._open(mid)
+            if not (self.streamed and ctx.step is not None):  # else: the streamed call's step
+                self._open(mid)
             if message.get("usage") is not None:
                 self.step_usage = message.get("usage")
             for block in content if isinstance(content, list) else []:
@@ -178,6 +208,8 @@ class _Mapper:
     def _assistant_block(self, block: Any) -> None:
         ctx = self.ctx
         kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("text", "thinking") and self.streamed:
+            return  # already streamed as deltas
         if kind == "text" and isinstance(block.get("text"), str):
             ctx.text(block["text"])
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
@@ -213,6 +245,7 @@ class StreamJsonDriver:
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
+        self.partial: bool = options.get("include_partial_messages", True)
         self._lock = threading.Lock()
         self._running: Set[JsonLinesProcess] = set()
 
@@ -351,6 +384,8 @@ class ClaudeCodeDriver(StreamJsonDriver):
             argv += ["--append-system-prompt", self.append_system_prompt]
         if self.allowed_tools:
             argv += ["--allowedTools", ",".join(self.allowed_tools)]
+        if self.partial:
+            argv.append("--include-partial-messages")
         return argv + self.extra_args
 
     def env(self) -> Dict[str, str]:

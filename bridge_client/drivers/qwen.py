@@ -6,7 +6,7 @@ Each turn runs, in the workspace::
 
     qwen --output-format stream-json --input-format stream-json
          [--resume SESSION_ID] [--model M] [--approval-mode MODE]
-         [--append-system-prompt S] [EXTRA_ARGS...]
+         [--append-system-prompt S] [--include-partial-messages] [EXTRA_ARGS...]
 
 with the prompt written to stdin as one stream-json user message; stdin stays open for the
 interrupt control request until the ``result`` message arrives. The model endpoint comes from
@@ -27,6 +27,8 @@ Options (``agent_options``, a JSON object or null):
         records: it is the boundary); elsewhere (a ``LocalSandbox``) none, so the CLI's own
         approval checks apply unless you ask for ``yolo``.
     append_system_prompt: ``--append-system-prompt``.
+    include_partial_messages: stream text as it arrives (default true; see the
+        ``claude-code`` driver).
     extra_args: a list of further arguments.
     continue_prompt: the prompt that continues a turn cut by a restart.
     interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
@@ -73,6 +75,8 @@ class QwenDriver(StreamJsonDriver):
             argv += ["--approval-mode", self.approval_mode]
         if self.append_system_prompt:
             argv += ["--append-system-prompt", self.append_system_prompt]
+        if self.partial:
+            argv.append("--include-partial-messages")
         return argv + self.extra_args
 
     def env(self) -> Dict[str, str]:
