@@ -300,3 +300,13 @@ def test_c19_bad_env_is_refused_at_once():
         bc.CreateSessionOptions(env=["N=3"])
     with pytest.raises(ValueError, match="value of N"):
         bc.CreateSessionOptions(env={"N": "a\x00b"})
+
+
+def test_c19_continue_command_names_the_variables_never_their_values():
+    import argparse
+
+    from bridge_client.cli import _continue_command
+
+    args = argparse.Namespace(sandbox="/w", agent="shell", option=[], env=["FOO", f"TOKEN={SECRET_VALUE}"])
+    line = _continue_command("/t.json", args, 0)
+    assert "--env FOO --env TOKEN" in line and SECRET_VALUE not in line, line
