@@ -113,8 +113,8 @@ def bridge_options(
     Args:
         driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or
             ``"module:callable"`` (a driver factory). The template installs the bridge
-            program, and the agent's CLI for ``claude-code``, ``codex``, ``gemini`` and
-            ``qwen`` when the sandbox lacks it and no ``executable`` is given (npm; for a
+            program, and the agent's CLI for ``claude-code``, ``codex``, ``gemini``,
+            ``qwen`` and ``pi`` when the sandbox lacks it and no ``executable`` is given (npm; for a
             ``LocalSandbox`` into a private prefix, docs/drivers/index.md).
         agent_options: plain JSON for the driver (part of the bridge id, C03).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required

@@ -897,6 +897,11 @@ _AGENT_HELP = """agents and their --option keys:
           executable=PATH, model=NAME, approval_mode=MODE (as gemini), append_system_prompt=TEXT,
           include_partial_messages=BOOL (true), extra_args=[...], continue_prompt=TEXT,
           interrupt_grace=SECONDS (5)
+  pi      the pi coding agent (pi -p --mode json), resuming its own session; it has no
+          permission checks of its own: restrict it with tools=[...].
+          executable=PATH, provider=NAME, model=NAME, thinking=LEVEL, tools=[...],
+          append_system_prompt=TEXT, extra_args=[...], continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5)
   acp     any agent that speaks the Agent Client Protocol on its stdio (one process per
           session, its ACP session id kept in the session state).
           command=PROGRAM (required), args=[...], permission=reject|allow|allow_always
@@ -906,7 +911,7 @@ _AGENT_HELP = """agents and their --option keys:
           mcp_servers=[...], max_agents=N (8)
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
-  claude-code, codex, gemini and qwen install their CLI from npm when the sandbox lacks it
+  claude-code, codex, gemini, qwen and pi install their CLI from npm when the sandbox lacks it
   and no executable is given: for a local folder into a private prefix under its state
   root, never npm install -g (said on stderr first). Docs: docs/drivers/ has a page per agent.
 """
@@ -923,7 +928,7 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
     p.add_argument(
         "--agent",
         default=default_agent,
-        help="shell, echo, openai, claude-code, codex, gemini, qwen, acp, or MODULE:CALLABLE (default: "
+        help="shell, echo, openai, claude-code, codex, gemini, qwen, pi, acp, or MODULE:CALLABLE (default: "
         + (default_agent or "the agent named in the turn state")
         + ")",
     )

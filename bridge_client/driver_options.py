@@ -321,6 +321,31 @@ def _stream_cli(driver: str, options: Any, modes: Sequence[str], extra: Sequence
     return opts
 
 
+_PI_OPTIONS = (
+    "executable",
+    "provider",
+    "model",
+    "thinking",
+    "tools",
+    "append_system_prompt",
+    "extra_args",
+    "continue_prompt",
+    "interrupt_grace",
+)
+
+
+def _pi(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "pi", _PI_OPTIONS)
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, "pi", key)
+    for key in ("provider", "model", "thinking", "append_system_prompt"):
+        str_option(opts, "pi", key, allow_none=True)
+    str_list_option(opts, "pi", "tools")
+    str_list_option(opts, "pi", "extra_args")
+    number_option(opts, "pi", "interrupt_grace", minimum=0)
+    return opts
+
+
 _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "echo": _echo,
     "shell": _shell,
@@ -329,6 +354,7 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "codex": _codex,
     "gemini": _gemini,
     "qwen": _qwen,
+    "pi": _pi,
     "acp": _acp,
 }
 

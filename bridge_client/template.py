@@ -138,7 +138,7 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
 def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateStep, ...]:
     """The template steps a built-in driver needs besides the bridge program (C01, C04).
 
-    ``claude-code``, ``codex``, ``gemini`` and ``qwen`` need their CLI: an
+    ``claude-code``, ``codex``, ``gemini``, ``qwen`` and ``pi`` need their CLI: an
     :class:`~bridge_client.sandbox.npm.NpmCliStep` that installs the proven version from npm
     only when the sandbox lacks the program, into a private prefix under the state root for
     a ``LocalSandbox`` (never ``npm install -g`` on your machine), globally inside other

@@ -42,6 +42,7 @@ AGENT_CLIS = {
     "codex": ("the Codex CLI (codex)", "codex", "@openai/codex", "0.171.0"),
     "gemini": ("the Gemini CLI (gemini)", "gemini", "@google/gemini-cli", "0.61.0"),
     "qwen": ("the Qwen Code CLI (qwen)", "qwen", "@qwen-code/qwen-code", "0.24.4"),
+    "pi": ("the pi coding agent (pi)", "pi", "@mariozechner/pi-coding-agent", "0.73.1"),
 }
 """Driver name to (what, program, npm package, version): the versions proven with each
 driver (docs/drivers/index.md), which the template installs."""

@@ -24,7 +24,7 @@ from model_server import ModelServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCK = os.path.join(HERE, "package-lock.json")
-PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen"}
+PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "pi": "pi"}
 INSTALL_TIMEOUT = 1200.0
 
 
@@ -159,7 +159,19 @@ def _qwen(server: ModelServer, home: str, env: Callable[[str, str], None]) -> Di
     return {"approval_mode": "yolo"}
 
 
-SETUPS = {"claude-code": _claude, "codex": _codex, "gemini": _gemini, "qwen": _qwen}
+def _pi(server: ModelServer, home: str, env: Callable[[str, str], None]) -> Dict[str, Any]:
+    provider = {
+        "baseUrl": server.url,
+        "api": "anthropic-messages",
+        "apiKey": "test-key",
+        "models": [{"id": "test-model"}],
+    }
+    _write(os.path.join(home, ".pi", "agent", "models.json"), json.dumps({"providers": {"test": provider}}))
+    env("PI_OFFLINE", "1")  # no start-up network operations
+    return {"provider": "test", "model": "test-model"}
+
+
+SETUPS = {"claude-code": _claude, "codex": _codex, "gemini": _gemini, "qwen": _qwen, "pi": _pi}
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from model_server import hang, shell_call, text, text_quoting_last_tool_output
 
 pytestmark = pytest.mark.timeout(120)
 
-DRIVERS = ["claude-code", "codex", "gemini", "qwen"]
-STATE_KEY = {"claude-code": "session_id", "codex": "thread_id", "gemini": "session_id", "qwen": "session_id"}
+DRIVERS = ["claude-code", "codex", "gemini", "qwen", "pi"]
+STATE_KEY = {"codex": "thread_id"}  # the others: session_id
 
 
 def _session(sandbox, cli, **kw):
@@ -75,7 +75,8 @@ def test_real_cli_runs_a_tool_and_continues_its_conversation(driver, real_cli, m
         with open(os.path.join(workspace, "f.txt")) as f:
             assert f.read() == "hi\n", "the command ran in the sandbox's workspace"
         first = session.state.data
-        assert isinstance(first.get(STATE_KEY[driver]), str) and first[STATE_KEY[driver]], first
+        key = STATE_KEY.get(driver, "session_id")
+        assert isinstance(first.get(key), str) and first[key], first
 
         second = session.turn("And now?")
         parts = list(second)
@@ -129,7 +130,7 @@ def test_b05_real_cli_continues_a_turn_after_its_bridge_is_sigkilled(
     resumed = requests[2].text()
     assert "echo one > a.txt" in resumed, "the resumed CLI session holds the earlier work"
     assert DEFAULT_CONTINUE_PROMPT in resumed
-    assert isinstance(state.get(STATE_KEY[driver]), str)
+    assert isinstance(state.get(STATE_KEY.get(driver, "session_id")), str)
     _check_clean(model)
 
 

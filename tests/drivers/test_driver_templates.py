@@ -17,7 +17,7 @@ import bridge_client as bc
 from bridge_client.sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep, private_prefix
 from host_support import options
 
-PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen"}
+PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "pi": "pi"}
 
 
 @pytest.fixture
@@ -39,6 +39,7 @@ def npm(tmp_path, monkeypatch):
         '  *@openai/codex@*) p=codex;;\n'
         '  *@google/gemini-cli@*) p=gemini;;\n'
         '  *@qwen-code/qwen-code@*) p=qwen;;\n'
+        '  *@mariozechner/pi-coding-agent@*) p=pi;;\n'
         "esac\n"
         'printf "#!/bin/sh\\n" > "$dest/$p"; chmod +x "$dest/$p"\n'
     )
@@ -102,13 +103,14 @@ def test_no_install_when_executable_is_given(sandbox, npm):
 
 
 def test_drivers_pin_the_versions_the_template_installs():
-    from bridge_client.drivers import claude_code, codex, gemini, qwen
+    from bridge_client.drivers import claude_code, codex, gemini, pi, qwen
 
     classes = {
         "claude-code": claude_code.ClaudeCodeDriver,
         "codex": codex.CodexDriver,
         "gemini": gemini.GeminiDriver,
         "qwen": qwen.QwenDriver,
+        "pi": pi.PiDriver,
     }
     for agent, cls in classes.items():
         _, program, package, version = AGENT_CLIS[agent]

@@ -307,9 +307,11 @@ def test_an_npm_install_is_announced_and_a_missing_installer_says_what_to_do(wor
     from bridge_client.cli import _AnnouncedStep, _announced
     from bridge_client.errors import TemplateError
 
-    for agent in ("codex", "claude-code"):  # the command's template announces the npm step
+    from bridge_client.sandbox.npm import NpmCliStep
+
+    for agent in ("codex", "claude-code"):  # the npm step announces itself (in the library, once)
         steps = _announced(bc.bridge_options(agent).template).steps
-        assert [type(s) for s in steps if s.install[:1] == ("npm",)] == [_AnnouncedStep], agent
+        assert [type(s) for s in steps if s.install[:1] == ("npm",)] == [NpmCliStep], agent
 
     sandbox = bc.LocalSandbox(workspace)
     step = _AnnouncedStep(

@@ -1,0 +1,261 @@
+"""The ``pi`` driver: runs pi, the coding agent of ``@mariozechner/pi-coding-agent``, in print
+mode with JSON events inside the sandbox and maps them onto parts.
+
+Each turn runs, in the workspace, with the prompt on stdin (pi merges piped stdin into its
+prompt)::
+
+    pi -p --mode json [--session SESSION_ID] [--provider P] [--model M] [--thinking L]
+       [--tools T,...] [--append-system-prompt S] [EXTRA_ARGS...]
+
+The model endpoint comes from pi's own configuration (``~/.pi/agent/models.json`` for a
+custom provider, or a built-in provider's key in the environment).
+
+Where the format comes from: pi's ``docs/json.md`` (``AgentSessionEvent``: the ``session``
+header, ``turn_start``/``turn_end``, ``message_start``/``message_update``/``message_end``,
+``tool_execution_start``/``_end``, ``agent_end``) and ``pi-ai``'s
+``AssistantMessageEvent`` (``text_delta``, ``thinking_delta``, ...).
+
+What each event becomes:
+
+- ``session``: its ``id`` goes into the session state (``{"session_id": ...}``).
+- ``turn_start`` (one model call and the tools it asked for): ``step-start``; ``turn_end``:
+  ``step-finish`` (``tool-calls`` when it had tool results), its message's ``usage``.
+- ``message_update`` ``text_delta`` → ``text-delta``; ``thinking_delta`` →
+  ``reasoning-delta``, as they stream.
+- ``tool_execution_start`` → ``tool-call`` (``toolCallId``, ``toolName``, ``args``);
+  ``tool_execution_end`` → ``tool-result`` (the text of ``result.content``, ``isError``).
+- ``auto_retry_start`` → ``data`` ``pi-retry``.
+- an assistant ``message_end`` with ``stopReason`` ``error``: its ``errorMessage`` is kept;
+  ``agent_end`` then ends the turn with ``error`` and that message (else ``stop``).
+- A line that is not JSON: ``data`` ``pi-unparsed``; the turn goes on.
+
+pi has no permission checks of its own (by design: "run in a container"), so there is no
+default to keep on a ``LocalSandbox``: restrict its tools with ``tools`` (for example
+``["read"]``) where its commands must not run.
+
+Cancel: SIGINT to the CLI's process group; killed ``interrupt_grace`` seconds later.
+
+What survives a restart: the session state holds pi's session id, resumed with
+``--session``; a turn continued after a restart with completed steps resumes it with
+``continue_prompt``, one with none runs its prompt again.
+
+Options (``agent_options``, a JSON object or null):
+    executable: the CLI program; given, it is run as is and never installed. Default: ``pi``
+        on ``PATH``, else the copy the template installed in the sandbox's private prefix
+        (docs/drivers/pi.md).
+    provider: ``--provider``; model: ``--model``; thinking: ``--thinking`` (default: pi's).
+    tools: a list of tool names for ``--tools`` (default: pi's, which include ``bash``).
+    append_system_prompt: ``--append-system-prompt``.
+    extra_args: a list of further arguments.
+    continue_prompt: the prompt that continues a turn cut by a restart.
+    interrupt_grace: seconds >= 0 between SIGINT and killing the CLI (default 5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any, Dict, List, Optional, Set
+
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
+from .claude_code import DEFAULT_CONTINUE_PROMPT
+from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, join_text, summarize
+
+__all__ = ["PiDriver", "make_driver"]
+
+
+class _Mapper:
+    """Maps one run's events onto ``ctx``."""
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self.ctx = ctx
+        self.called: Set[str] = set()
+        self.step_tools = False
+        self.error: Optional[str] = None
+        self.usage: List[Any] = []
+
+    def _open(self) -> None:
+        if self.ctx.step is None:
+            self.ctx.start_step()
+            self.step_tools = False
+
+    def close_step(self, usage: Any = None) -> None:
+        if self.ctx.step is not None:
+            self.ctx.finish_step("tool-calls" if self.step_tools else "stop", usage)
+
+    def on_event(self, event: Event) -> bool:
+        """Map one line; return True for ``agent_end`` (the run's last event)."""
+        ctx, ev = self.ctx, event.obj
+        if ev is None:
+            ctx.data("pi-unparsed", {"line": event.line[:2000]})
+            return False
+        kind = ev.get("type")
+        if kind == "session":
+            sid = ev.get("id")
+            data = ctx.state.data
+            known = isinstance(data, dict) and data.get("session_id") == sid
+            if isinstance(sid, str) and sid and not known:
+                ctx.set_state({"session_id": sid})
+        elif kind == "turn_start":
+            self.close_step()
+            self._open()
+        elif kind == "turn_end":
+            message = _obj(ev.get("message"))
+            usage = message.get("usage")
+            if usage is not None:
+                self.usage.append(usage)
+            self.close_step(usage)
+        elif kind == "message_update":
+            raw = ev.get("assistantMessageEvent")
+            update: Dict[str, Any] = raw if isinstance(raw, dict) else {}
+            delta = update.get("delta")
+            if isinstance(delta, str) and delta and update.get("type") in ("text_delta", "thinking_delta"):
+                self._open()
+                if update["type"] == "text_delta":
+                    ctx.text(delta)
+                else:
+                    ctx.reasoning(delta)
+        elif kind == "message_end":
+            message = _obj(ev.get("message"))
+            if message.get("role") == "assistant" and message.get("stopReason") in ("error", "aborted"):
+                self.error = str(message.get("errorMessage") or message.get("stopReason"))
+        elif kind == "tool_execution_start":
+            self._open()
+            call_id = str(ev.get("toolCallId", ""))
+            if call_id not in self.called:
+                self.called.add(call_id)
+                self.step_tools = True
+                ctx.tool_call(call_id, str(ev.get("toolName", "unknown")), ev.get("args"))
+        elif kind == "tool_execution_end":
+            self._open()
+            result = ev.get("result")
+            content = result.get("content") if isinstance(result, dict) else result
+            ctx.tool_result(
+                str(ev.get("toolCallId", "")), str(ev.get("toolName", "unknown")), join_text(content),
+                bool(ev.get("isError")),
+            )
+        elif kind == "auto_retry_start":
+            self._open()
+            keys = ("attempt", "maxAttempts", "delayMs", "errorMessage")
+            ctx.data("pi-retry", {k: ev.get(k) for k in keys})
+        elif kind == "agent_end":
+            self.close_step()
+            return True
+        return False
+
+
+def _obj(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class PiDriver:
+    """The pi agent (``agent_id`` ``"pi"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    agent_id = "pi"
+    program = "pi"
+    package = "@mariozechner/pi-coding-agent"
+    version = "0.73.1"
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))
+        self.provider: Optional[str] = options.get("provider")
+        self.model: Optional[str] = options.get("model")
+        self.thinking: Optional[str] = options.get("thinking")
+        self.tools: Optional[List[str]] = options.get("tools")
+        self.append_system_prompt: Optional[str] = options.get("append_system_prompt")
+        self.extra_args: List[str] = list(options.get("extra_args") or [])
+        self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
+        self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
+        self._lock = threading.Lock()
+        self._running: Set[JsonLinesProcess] = set()
+
+    def initial_state(self) -> Any:
+        """A new session's data: ``{"session_id": null}`` (no pi session yet)."""
+        return {"session_id": None}
+
+    def argv(self, session_id: Optional[str]) -> List[str]:
+        """The command line of one run (``session_id``: the pi session to continue)."""
+        argv = [self.executable, "-p", "--mode", "json"]
+        if session_id:
+            argv += ["--session", session_id]
+        named = (("--provider", self.provider), ("--model", self.model), ("--thinking", self.thinking))
+        for flag, value in named:
+            if value:
+                argv += [flag, value]
+        if self.tools is not None:
+            argv += ["--tools", ",".join(self.tools)]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        return argv + self.extra_args
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run pi once for the turn (or continue its session after a restart).
+
+        Returns:
+            ``stop`` with the model calls' usage; ``error`` when the model call failed, the
+            CLI cannot be started, or it exits before ``agent_end``; ``cancelled``.
+        """
+        data = ctx.state.data
+        session_id = data.get("session_id") if isinstance(data, dict) else None
+        session_id = session_id if isinstance(session_id, str) and session_id else None
+        prompt = self.continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+        try:
+            proc = JsonLinesProcess(self.argv(session_id), os.getcwd(), prompt)
+        except CLIStartError as exc:
+            return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
+        with self._lock:
+            self._running.add(proc)
+        mapper = _Mapper(ctx)
+        try:
+            how = proc.pump(
+                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
+            )
+            if how == "done":
+                proc.finish(self.interrupt_grace)
+            elif how == "eof":
+                code = proc.wait(self.interrupt_grace)
+                proc.stop()
+                if not ctx.cancelled.is_set():
+                    mapper.close_step()
+                    status = f"status {code}" if code is not None else "its output closed"
+                    tail = proc.stderr_tail() or mapper.error
+                    return TurnResult(
+                        "error",
+                        error=f"pi exited ({status}) before the end of its run"
+                        + (f": {summarize(tail)}" if tail else ""),
+                    )
+        except BaseException:
+            proc.stop()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        mapper.close_step()
+        if ctx.cancelled.is_set():
+            return TurnResult("cancelled")
+        usage = {"calls": mapper.usage} if mapper.usage else None
+        if mapper.error is not None:
+            return TurnResult("error", usage, f"pi: {summarize(mapper.error)}")
+        return TurnResult("stop", usage)
+
+    def close(self) -> None:
+        """Kill every running CLI's process group (the bridge is shutting down)."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            proc.stop()
+
+
+def make_driver(options: Any) -> PiDriver:
+    """Make the pi driver from its options (see the module docstring).
+
+    Raises:
+        ValueError: an option is unknown or of the wrong type.
+    """
+    return PiDriver(check_agent_options("pi", options))
