@@ -4,15 +4,15 @@
 
     import bridge_client as bc
 
-    sandbox = bc.LocalSandbox(".")
-    options = bc.bridge_options("shell")
-    with bc.create_session(options, bc.CreateSessionOptions(workspace=bc.Workspace(sandbox))) as session:
+    with bc.create_session("shell", ".") as session:   # the shell agent, in this folder
         for part in session.turn("ls"):
             print(part)
+
+See the *Quickstart* guide (:doc:`quickstart`) and the API reference (:doc:`api`).
 """
 import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, List
 
 __version__ = "0.1.0"
 
@@ -84,6 +84,14 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> List[str]:
+    """The public names (lazy ones included, for ``dir()`` and tab completion), and the
+    package's submodules and dunders; not the helpers this module imports for itself."""
+    hidden = {"TYPE_CHECKING", "Any", "List", "importlib", "logging"}
+    names = {n for n in globals() if not n.startswith("_") and n not in hidden}
+    return sorted(names | set(__all__) | {"__version__", "__doc__", "__name__", "__path__", "__file__"})
 
 
 logging.getLogger("bridge_client").addHandler(logging.NullHandler())

@@ -1,10 +1,12 @@
-"""The public entry: create a session of the agent behind a bridge (C01, C02).
+"""The public entry: create a session of the agent behind a bridge.
 
-``create_session(options, session_options)`` is what an adapter's :class:`Agent` does;
+``create_session("shell", "./repo")`` is the short way; ``create_session(options,
+session_options)`` the full one, and what an adapter's :class:`Agent` does.
 :func:`bridge_options` builds the options for the built-in drivers and for your own.
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
@@ -12,41 +14,86 @@ from typing import Any, Callable, Optional, Union
 from .client.session import Session
 from .driver_options import BUILTIN_DRIVER_NAMES, check_agent_options
 from .errors import HarnessError
-from .options import BridgeOptions, CreateSessionOptions
+from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
 from .redacted import Redacted, TokenFunction, hmac_token
+from .sandbox.base import Sandbox
 from .template import Template, agent_cli_steps, bridge_template
 
 __all__ = ["Agent", "bridge_agent", "bridge_options", "create_session"]
 
 
-def create_session(options: BridgeOptions, session_options: CreateSessionOptions) -> Session:
-    """Create a session of the agent behind the bridge ``options`` describes, in the sandbox
-    of the session's workspace (C02).
+def create_session(
+    options: Union[BridgeOptions, str],
+    session_options: Union[CreateSessionOptions, Sandbox, str, "os.PathLike[str]"],
+    *,
+    agent_options: Any = None,
+) -> Session:
+    """Create a session of an agent that runs behind a bridge in a sandbox.
 
-    The session connects when first used (C06): finding or launching the bridge happens then.
+    Two forms. The short one takes a driver name and a folder::
+
+        with bc.create_session("shell", "./repo") as session:
+            print(session.turn("ls").text())
+
+    The full one takes what the short one builds for you, so every option can be set::
+
+        options = bc.bridge_options("shell", bridge_idle_timeout=60)
+        session_options = bc.CreateSessionOptions(workspace=bc.Workspace(bc.LocalSandbox("./repo")))
+        session = bc.create_session(options, session_options)
+
+    The session connects when first used: finding the bridge, or installing and launching it,
+    happens at the first turn, not here. See the *Quickstart* and *Concepts* guides
+    (``quickstart``, ``concepts``).
 
     Args:
-        options: how to install, launch and reach the bridge (C01).
-        session_options: the workspace (with its sandbox), a state to resume, timeouts.
+        options: a :class:`BridgeOptions`, or a driver name (``"shell"``, ``"echo"``,
+            ``"openai"``, ``"claude-code"``, ``"codex"``, ``"module:callable"``) given to
+            :func:`bridge_options` with ``agent_options``.
+        session_options: a :class:`CreateSessionOptions`; or a :class:`Sandbox` (its
+            workspace, default timeouts); or a folder path (a
+            :class:`~bridge_client.sandbox.local.LocalSandbox` on it; the folder must exist).
+        agent_options: plain JSON for the driver; only with a driver name.
 
     Returns:
-        A :class:`~bridge_client.client.session.Session` (a context manager).
+        A :class:`~bridge_client.client.session.Session` (a context manager: leaving the
+        ``with`` block releases it).
 
     Raises:
-        HarnessError: the workspace has no sandbox (C02).
-        TypeError: ``options`` is not a :class:`BridgeOptions` or ``session_options`` not a
-            :class:`CreateSessionOptions`; ``agent_options`` is not plain JSON.
+        HarnessError: the workspace has no sandbox.
+        TypeError: ``options`` or ``session_options`` is none of the types above, or
+            ``agent_options`` was given with a :class:`BridgeOptions`.
+        ValueError: an unknown driver name, or options that do not suit it.
+        FileNotFoundError, NotADirectoryError: the folder does not exist or is not a folder.
         BadRequest: ``session_id`` is not a valid id.
     """
+    sandbox_given: Optional[Sandbox] = None
+    if isinstance(session_options, (str, os.PathLike)):
+        from .sandbox.local import LocalSandbox
+
+        sandbox_given = LocalSandbox(session_options)
+    elif not isinstance(session_options, CreateSessionOptions) and isinstance(session_options, Sandbox):
+        sandbox_given = session_options
+    if sandbox_given is not None:
+        session_options = CreateSessionOptions(workspace=Workspace(sandbox_given))
+    if isinstance(options, str):
+        # A container's Python is not this one: the sandbox says which it runs, else python3.
+        python = None
+        if sandbox_given is not None and type(sandbox_given).__name__ != "LocalSandbox":
+            python = str(getattr(sandbox_given, "python", None) or "python3")
+        options = bridge_options(options, agent_options=agent_options, python=python)
+    elif agent_options is not None:
+        raise TypeError(
+            "agent_options goes with a driver name; with BridgeOptions, set them in bridge_options()"
+        )
     if not isinstance(options, BridgeOptions):
         raise TypeError(
-            "create_session needs a BridgeOptions such as bridge_options('shell') as its first argument, "
-            f"got {type(options).__name__}"
+            "create_session needs a driver name such as 'shell', or a BridgeOptions such as "
+            f"bridge_options('shell'), as its first argument, got {type(options).__name__}"
         )
     if not isinstance(session_options, CreateSessionOptions):
         raise TypeError(
-            "create_session needs a CreateSessionOptions such as "
+            "create_session needs a folder, a Sandbox, or a CreateSessionOptions such as "
             "CreateSessionOptions(workspace=Workspace(LocalSandbox('.'))) as its second argument, "
             f"got {type(session_options).__name__}"
         )
@@ -105,10 +152,10 @@ def bridge_options(
 ) -> BridgeOptions:
     """Options for a bridge that runs this package's bridge program with ``driver``.
 
-    Sessions with the same options (and sandbox token) share one bridge (C03); a bridge that
+    Sessions with the same options (and sandbox token) share one bridge; a bridge that
     is already running keeps its own environment from its launch, so give a variable that may
     change (an API key, say) to the session, with ``CreateSessionOptions.env``: it reaches a
-    running bridge at once (docs/concepts.md, "Session environment").
+    running bridge at once (see the *Concepts* guide, ``concepts``, "Session environment").
 
     Args:
         driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"`` or
@@ -116,14 +163,14 @@ def bridge_options(
             program, and the agent's CLI for ``claude-code``, ``codex``, ``gemini``,
             ``qwen`` and ``pi`` when the sandbox lacks it and no ``executable`` is given (npm; for a
             ``LocalSandbox`` into a private prefix, docs/drivers/index.md).
-        agent_options: plain JSON for the driver (part of the bridge id, C03).
+        agent_options: plain JSON for the driver (part of the bridge id: other options, another bridge).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
             for ``module:callable`` drivers unless it is the same string).
         python: the interpreter that runs the bridge in the sandbox (default: this one,
             ``sys.executable``, which suits :class:`~bridge_client.sandbox.LocalSandbox`).
         secret: the secret shared by hosts (default :func:`~bridge_client.paths.default_secret`).
         token: a token function, instead of ``hmac_token(secret)``.
-        bridge_idle_timeout: seconds before an unused bridge exits (B06).
+        bridge_idle_timeout: seconds before an unused bridge exits (no connection, no running turn).
 
     Returns:
         A :class:`BridgeOptions`.

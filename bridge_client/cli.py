@@ -1,12 +1,16 @@
-"""The ``bridge-client`` command (docs/cli.md).
+"""The ``bridge-client`` command. See the *Command line* guide (``cli``).
 
 ::
 
-    bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE] [--agent NAME|MODULE:CALLABLE]
+    bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE|URL] [--agent NAME|MODULE:CALLABLE]
                       [--option KEY=VALUE]... [--json]
     bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
-    bridge-client bridges [--sandbox DIR]
+    bridge-client cancel TURN_STATE_FILE [--sandbox DIR] [--timeout SECONDS]
+    bridge-client bridges [--sandbox DIR | --all] [--json]
     bridge-client stop (BRIDGE_ID | --all) [--sandbox DIR] [--timeout SECONDS]
+    bridge-client prune [--dry-run] [--min-age SECONDS]
+
+A PROMPT word ``-`` reads the prompt from standard input, ``@FILE`` from a file.
 
 ``python -m bridge_client`` is the same command.
 
@@ -17,7 +21,8 @@ nothing, and markers are coloured (not when ``NO_COLOR`` is set); piped output g
 Exit status: 0 for a turn that finished with ``stop`` (or a command that did its job), 1 for
 a turn that finished otherwise or a failure, 2 for bad command-line input, 130 after Ctrl-C and
 143 after SIGTERM (the turn is suspended, not cancelled, and the command says how to continue
-it). Every error is one line on stderr starting ``bridge-client: error:``.
+it), 70 for an unexpected error inside bridge-client (a bug). Every error is one line on stderr
+starting ``bridge-client: error:``; the command never prints a traceback.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, NoReturn, Optional, Sequence, TextIO, Tuple
 
 
 def _interrupted_while_starting(signum: int, frame: Any) -> None:
@@ -54,6 +59,10 @@ try:
     from . import __version__
     from .agent import bridge_options, create_session
     from .bridge import identity
+    from .cli_bridges import LocalStateRoot, bridge_rows, local_state_roots, print_bridges
+    from .cli_cancel import add_cancel_command
+    from .cli_input import PROMPT_HELP, PromptError, read_prompt
+    from .cli_prune import add_prune_command
     from .client.connection import Connection
     from .client.session import Session
     from .drivers import BUILTIN_DRIVERS
@@ -63,6 +72,7 @@ try:
     from .redacted import hmac_token
     from .sandbox.base import Sandbox
     from .sandbox.local import LocalSandbox
+    from .sandbox.urls import is_sandbox_url, sandbox_from_url
     from .template import Template, TemplateStep
     from .terminal import Colours, Progress, colour_enabled, is_terminal
     from .wire.parts import (
@@ -144,14 +154,22 @@ def _parse_env(items: Sequence[str]) -> Dict[str, str]:
 
 _DOCKER_PREFIX = "docker:"
 _SANDBOX_HELP = (
-    "the workspace folder (default: the current folder), or docker:IMAGE for a container of "
-    "IMAGE (made once, then reused; docs/docker.md)"
+    "the workspace folder (default: the current folder), docker:IMAGE for a container of "
+    "IMAGE (made once, then reused; see the Docker sandbox guide), ssh://USER@HOST[:PORT]/PATH "
+    "for a folder on another machine, or docker+tcp://HOST:PORT/NAME, docker+ssh://USER@HOST/NAME "
+    "for a container on another machine's engine (see the Scaling guide)"
 )
 
 
 def _sandbox(folder: Optional[str]) -> Sandbox:
     """``DIR`` -> a LocalSandbox; ``docker:IMAGE`` -> the running container made earlier for
-    IMAGE, or a new one (docs/docker.md)."""
+    IMAGE, or a new one (see :doc:`docker`); an ``ssh://``, ``docker+tcp://`` or
+    ``docker+ssh://`` URL -> a sandbox on another machine (see :doc:`scaling`)."""
+    if is_sandbox_url(folder):
+        try:
+            return sandbox_from_url(str(folder))
+        except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
+            raise UsageError(f"--sandbox {folder}: {exc}") from None
     if folder and folder.startswith(_DOCKER_PREFIX):
         image = folder[len(_DOCKER_PREFIX):]
         if not image:
@@ -168,8 +186,8 @@ def _sandbox(folder: Optional[str]) -> Sandbox:
 def _sandbox_label(folder: Optional[str]) -> str:
     """How a sandbox is named in a saved turn state and a printed command: ``docker:IMAGE`` as
     given, a folder as its absolute real path."""
-    if folder and folder.startswith(_DOCKER_PREFIX):
-        return folder
+    if (folder and folder.startswith(_DOCKER_PREFIX)) or is_sandbox_url(folder):
+        return str(folder)
     return os.path.realpath(folder or ".")
 
 
@@ -322,7 +340,7 @@ def _session_options(
         raise UsageError(
             f"unknown agent {args.agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE"
         )
-    python = "python3" if (args.sandbox or "").startswith(_DOCKER_PREFIX) else sys.executable
+    python = sys.executable if isinstance(sandbox, LocalSandbox) else "python3"
     try:  # bridge_options checks a built-in agent's options too (ValueError)
         options = bridge_options(args.agent, python=python, agent_options=agent_options or None)
     except ValueError as exc:
@@ -533,7 +551,10 @@ def _check_utf8(prompt: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    prompt = "\n".join(args.prompt)
+    try:
+        prompt = read_prompt(args.prompt)
+    except PromptError as exc:
+        raise UsageError(str(exc)) from None
     _check_utf8(prompt)
     if not prompt.strip():
         raise UsageError("the prompt is empty")
@@ -566,7 +587,7 @@ def _read_turn_state(path: str) -> Tuple[TurnState, Optional[str]]:
 def _has_bridge(sandbox: Sandbox, state: TurnState) -> bool:
     """Whether the turn's bridge has its state directory (its ``launch.json`` naming it and the
     turn's agent) in ``sandbox``: when it has not, ``continue_turn`` runs the turn again from
-    its prompt (C14)."""
+    its prompt."""
     if not _BRIDGE_ID.match(state.bridge_id):
         return False
     path = posixpath.join(identity.state_dir(sandbox.state_root, state.bridge_id), identity.LAUNCH_FILE)
@@ -605,129 +626,14 @@ def _cmd_continue(args: argparse.Namespace) -> int:
         progress.close()
 
 
-def _bridge_rows(sandbox: Sandbox) -> List[Dict[str, Any]]:
-    root = posixpath.join(sandbox.state_root, "bridges")
-    local = isinstance(sandbox, LocalSandbox)
-    try:
-        names = sorted(os.listdir(root)) if local else _list_folder(sandbox, root)
-    except FileNotFoundError:
-        return []
-    rows = []
-    for name in names:
-        folder = posixpath.join(root, name)
-        row: Dict[str, Any] = {
-            "id": name, "agent": "?", "pid": None, "port": None, "alive": False, "running": "?",
-        }
-        try:
-            row["agent"] = identity.parse_launch(
-                sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE))
-            ).agent_id
-        except (OSError, ValueError):
-            pass
-        try:
-            info = identity.parse_listening(
-                sandbox.read_file(posixpath.join(folder, identity.LISTENING_FILE))
-            )
-            row.update(pid=info.pid, port=info.port, alive=_healthy(sandbox, info.port, info.instance))
-        except (OSError, ValueError):
-            pass
-        if local:
-            row.update(_store_counts(posixpath.join(folder, identity.STORE_FILE)))
-        else:  # the store is inside a container: not opened from here
-            row.update(sessions="?", turns="?", running="?")
-        rows.append(row)
-    return rows
-
-
-def _list_folder(sandbox: Sandbox, folder: str) -> List[str]:
-    """The names in a folder of a sandbox that is not on this machine (``ls`` in there)."""
-    listed = sandbox.exec(["ls", "-1A", folder], cwd="/")
-    if not listed.ok:
-        raise FileNotFoundError(folder)
-    return sorted(listed.stdout.decode("utf-8", "surrogateescape").split("\n")[:-1])
-
-
-def _healthy(sandbox: Sandbox, port: int, instance: str) -> bool:
-    """Whether the bridge that wrote a listening file answers on its port: ``/healthz`` must
-    answer 200 and name the file's ``instance`` (another bridge may have the port now; a
-    bridge whose health answer names no instance, an older one, is taken at its word)."""
-    import requests
-
-    from urllib.parse import quote
-
-    from .client.transport import proxy_for
-
-    endpoint = sandbox.expose(port)
-    url = endpoint.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
-    try:
-        with requests.Session() as http:
-            # The same route as the WebSocket takes (client/transport.py): loopback direct,
-            # proxies from the environment otherwise, the provider's headers.
-            http.trust_env = False
-            proxy = proxy_for(endpoint.url)
-            if proxy is not None and proxy["proxy_type"] == "http":
-                auth = proxy["http_proxy_auth"]
-                who = f"{quote(auth[0], safe='')}:{quote(auth[1], safe='')}@" if auth else ""
-                address = f"http://{who}{proxy['http_proxy_host']}:{proxy['http_proxy_port']}"
-                http.proxies = {"http": address, "https": address}
-            response = http.get(url.rstrip("/") + "/healthz", headers=dict(endpoint.headers), timeout=1.0)
-            if response.status_code != 200:
-                return False
-            body = response.json()
-            if not isinstance(body, dict) or body.get("protocol") is None:
-                return False
-            return body.get("instance") in (None, instance)
-    except (requests.RequestException, ValueError):
-        return False
-
-
-def _store_counts(path: str) -> Dict[str, Any]:
-    import sqlite3
-
-    if not os.path.exists(path):
-        return {"sessions": 0, "turns": 0, "running": 0}
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
-        try:
-            sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
-            turns, running = db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(status = 'running'), 0) FROM turns"
-            ).fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return {"sessions": "?", "turns": "?", "running": "?"}
-    return {"sessions": sessions, "turns": turns, "running": running}
-
-
 def _cmd_bridges(args: argparse.Namespace) -> int:
+    if args.all:
+        if args.sandbox is not None:
+            raise UsageError("give --sandbox or --all, not both")
+        roots = [LocalStateRoot(root) for root in local_state_roots()]
+        return print_bridges(roots, args.json, f"no bridges under {user_home()}", _print)
     sandbox = _sandbox(args.sandbox)
-    rows = _bridge_rows(sandbox)
-    if args.json:
-        for row in rows:
-            _print(json.dumps(row))
-        return 0
-    if not rows:
-        _print(f"no bridges in {sandbox.workdir}")
-        return 0
-    header = ("BRIDGE ID", "AGENT", "PID", "PORT", "ALIVE", "SESSIONS", "TURNS", "RUNNING")
-    table = [header] + [
-        (
-            r["id"],
-            r["agent"],
-            str(r["pid"] or "-"),
-            str(r["port"] or "-"),
-            "yes" if r["alive"] else "no",
-            str(r["sessions"]),
-            str(r["turns"]),
-            str(r["running"]),
-        )
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        _print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
+    return print_bridges([sandbox], args.json, f"no bridges in {sandbox.workdir}", _print)
 
 
 _BRIDGE_ID = re.compile(r"[0-9a-f]{%d}\Z" % identity.BRIDGE_ID_LENGTH)
@@ -814,7 +720,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
             _print(str(exc))
         return 0
     failed = 0
-    rows = [row for row in _bridge_rows(sandbox) if row["pid"] is not None]
+    rows = [row for row in bridge_rows(sandbox) if row["pid"] is not None]
     for row in rows:
         try:
             _print(_stop_one(sandbox, row["id"], args.timeout))
@@ -913,7 +819,8 @@ _AGENT_HELP = """agents and their --option keys:
           the bridge's Python in the sandbox folder, like the bridge does
   claude-code, codex, gemini, qwen and pi install their CLI from npm when the sandbox lacks it
   and no executable is given: for a local folder into a private prefix under its state
-  root, never npm install -g (said on stderr first). Docs: docs/drivers/ has a page per agent.
+  root, never npm install -g (said on stderr first). The Drivers guides of
+  the docs have a page per agent.
 """
 
 
@@ -976,7 +883,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_AGENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("prompt", nargs="+", metavar="PROMPT", help="the prompt; several are joined as lines")
+    run.add_argument("prompt", nargs="+", metavar="PROMPT", help=PROMPT_HELP)
     _add_agent_arguments(run, "shell")
     run.set_defaults(func=_cmd_run)
 
@@ -1000,9 +907,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent_arguments(cont, None)
     cont.set_defaults(func=_cmd_continue)
 
-    bridges = commands.add_parser("bridges", help="list the bridges of a sandbox")
+    bridges = commands.add_parser(
+        "bridges",
+        help="list the bridges of a sandbox, or of every local sandbox (--all)",
+        description="List bridges: id, agent, agent options, pid, port, whether it answers, and "
+        "its sessions and turns. --all lists every local sandbox under the state directory.",
+    )
     bridges.add_argument(
         "--sandbox", metavar="DIR", help=_SANDBOX_HELP
+    )
+    bridges.add_argument(
+        "--all", action="store_true", help="every local sandbox under the state directory (not containers)"
     )
     bridges.add_argument("--json", action="store_true", help="print one JSON object per bridge")
     _add_verbose(bridges)
@@ -1022,6 +937,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_verbose(stop)
     stop.set_defaults(func=_cmd_stop)
+
+    this = sys.modules[__name__]  # the running copy (``__main__`` under ``python -m``)
+    add_cancel_command(commands, this)
+    add_prune_command(commands, this)
     return parser
 
 
@@ -1046,7 +965,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``bridge-client`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
     Errors are one line on stderr starting ``bridge-client: error:`` (plus a log tail when a
-    bridge failed to start), never a traceback: 2 for bad input, 1 for failures.
+    bridge failed to start), never a traceback: 2 for bad input, 1 for failures, 70 for an
+    unexpected error (a bug; ``-v`` logs its traceback).
     """
     if sys.stdout is None:  # started with stdout closed: write nowhere rather than crash
         sys.stdout = open(os.devnull, "w")
@@ -1080,6 +1000,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:
         _say(f"bridge-client: error: {_os_error_text(exc)}")
         return 1
+    except Exception as exc:  # noqa: BLE001  the last resort: a message, never a traceback
+        logging.getLogger("bridge_client").debug("unexpected error", exc_info=True)
+        _say(
+            f"bridge-client: error: unexpected {type(exc).__name__}: {exc or '(no message)'}; "
+            "this is a bug in bridge-client: -v logs the details"
+        )
+        return INTERNAL_ERROR
+
+
+INTERNAL_ERROR = 70
+"""Exit status for an unexpected error inside bridge-client (``EX_SOFTWARE``)."""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,23 +4,23 @@
 
     HarnessError
     ├── BridgeLaunchError          the bridge could not be launched (carries ``log_tail``)
-    ├── BridgeUnavailable          no bridge answers within the resend window (carries ``state``; C15)
-    ├── Unauthorized               the bridge refused the token (HTTP 401; never retried; C17)
+    ├── BridgeUnavailable          no bridge answers within the resend window (carries ``state``)
+    ├── Unauthorized               the bridge refused the token (HTTP 401; never retried)
     ├── UntrustedEndpoint          a wss:// endpoint's certificate did not verify (never retried)
-    ├── BridgeMismatch             something answered with another agent id or bridge id (B07)
-    ├── ProtocolError (ValueError) a frame or value broke docs/protocol.md
+    ├── BridgeMismatch             something answered with another agent id or bridge id
+    ├── ProtocolError (ValueError) a frame or value broke the protocol
     ├── ConnectionLost (ConnectionError)
-    │                              the connection dropped; safe requests are resent (C08)
-    ├── MayHaveBeenReceived        an unsafe request was cut off; it may or may not have arrived (C08)
-    ├── RpcError                   a typed failure the bridge answered with (docs/protocol.md, "Catalogue")
+    │                              the connection dropped; safe requests are resent
+    ├── MayHaveBeenReceived        an unsafe request was cut off; it may or may not have arrived
+    ├── RpcError                   a typed failure the bridge answered with
     │   ├── BadRequest
     │   ├── SessionNotFound
     │   ├── TurnNotFound
     │   └── TurnConflict
-    ├── SessionReleased            a call on a session after ``release()`` (C16)
+    ├── SessionReleased            a call on a session after ``release()``
     ├── TurnInProgress (RuntimeError)
     │                              a second turn while one is being read on the same session
-    ├── SandboxGone                the sandbox cannot run commands any more (C15)
+    ├── SandboxGone                the sandbox cannot run commands any more
     └── TemplateError              an install step of a template failed
 
 Typed RPC failures, ``Unauthorized`` and ``ProtocolError`` are never retried; only
@@ -57,7 +57,7 @@ class HarnessError(Exception):
     """Base of every error bridge_client raises on purpose.
 
     Attributes:
-        retryable: True only where sending the same request again is safe (C08).
+        retryable: True only where sending the same request again is safe.
     """
 
     retryable: ClassVar[bool] = False
@@ -78,7 +78,7 @@ class BridgeLaunchError(HarnessError):
 
 
 class BridgeUnavailable(HarnessError):
-    """No bridge could be reached within the resend window, or the sandbox is gone (C15).
+    """No bridge could be reached within the resend window, or the sandbox is gone.
 
     Attributes:
         state: the last :class:`~bridge_client.wire.parts.SessionState` the bridge gave
@@ -91,28 +91,31 @@ class BridgeUnavailable(HarnessError):
 
 
 class Unauthorized(HarnessError, PermissionError):
-    """The bridge answered HTTP 401: the token is missing or wrong (C17). Never retried."""
+    """The bridge answered HTTP 401: the token is missing or wrong; or an SSH server refused
+    the credentials of an SSH sandbox or engine. Never retried."""
 
 
 class UntrustedEndpoint(HarnessError):
     """A ``wss://`` endpoint's TLS certificate did not verify: not signed by a trusted CA
     (the system's, or ``CreateSessionOptions.ca_bundle``), expired, or issued for another
-    host name. Never retried, and verification is never turned off."""
+    host name; or an SSH server's host key is not in known_hosts, or differs from it (or a
+    remote Docker engine's TLS options are incomplete). Never retried, and verification is
+    never turned off."""
 
 
 class BridgeMismatch(HarnessError):
-    """A bridge answered with another agent id, bridge id or protocol version (B07)."""
+    """A bridge answered with another agent id, bridge id or protocol version."""
 
 
 class ProtocolError(HarnessError, ValueError):
-    """A frame or value does not follow the protocol (docs/protocol.md). The message says which
+    """A frame or value does not follow the protocol (see :doc:`protocol`). The message says which
     field and why."""
 
 
 class ConnectionLost(HarnessError, ConnectionError):
     """The connection to the bridge dropped or went silent past the keepalive bound.
 
-    Requests the catalogue marks safe to resend are sent again on a new connection (C08).
+    Requests the catalogue marks safe to resend are sent again on a new connection.
     """
 
     retryable = True
@@ -120,7 +123,7 @@ class ConnectionLost(HarnessError, ConnectionError):
 
 class MayHaveBeenReceived(HarnessError):
     """A request marked unsafe to resend was cut off by a drop: it may or may not have
-    reached the bridge (C08)."""
+    reached the bridge."""
 
 
 class RpcError(HarnessError):
@@ -139,12 +142,12 @@ class RpcError(HarnessError):
 
     def to_wire(self) -> Dict[str, Any]:
         """Return the error as the JSON object a ``Fail`` cause carries as ``error``
-        (docs/protocol.md, "Envelope")."""
+        (see :doc:`protocol`, "Envelope")."""
         return {"_tag": self.tag, "message": str(self), **self.fields}
 
 
 class BadRequest(RpcError):
-    """The payload of a request was not of the shape its RPC takes (B08)."""
+    """The payload of a request was not of the shape its RPC takes."""
 
     tag = "BadRequest"
 
@@ -168,7 +171,7 @@ class TurnConflict(RpcError):
 
 
 class SessionReleased(HarnessError):
-    """The session was released; only ``release()`` may be called again (C16)."""
+    """The session was released; only ``release()`` may be called again."""
 
 
 class TurnInProgress(HarnessError, RuntimeError):
@@ -179,11 +182,11 @@ class TurnInProgress(HarnessError, RuntimeError):
 
     Never raised within one thread: there a new ``turn()`` suspends the unfinished turn (it
     keeps running in its bridge; iterating it again resumes it), because leaving a ``for``
-    loop with ``break`` cannot run code to do so (C11)."""
+    loop with ``break`` cannot run code to do so."""
 
 
 class SandboxGone(HarnessError):
-    """The sandbox cannot run commands any more (its folder or container is gone; C15)."""
+    """The sandbox cannot run commands any more (its folder or container is gone)."""
 
 
 class TemplateError(HarnessError):

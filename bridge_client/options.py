@@ -1,4 +1,6 @@
-"""The options users give: how to reach a bridge, and how a session behaves (C01, C02, C06)."""
+"""The options users give: how to reach a bridge, and how a session behaves.
+
+See :doc:`concepts` for the bridge, the session and their timeouts."""
 from __future__ import annotations
 
 import inspect
@@ -18,17 +20,17 @@ __all__ = ["BridgeOptions", "Workspace", "CreateSessionOptions", "SessionEnv"]
 
 @dataclass(frozen=True)
 class BridgeOptions:
-    """How to install, launch and reach a bridge, and what its driver is made with (C01).
+    """How to install, launch and reach a bridge, and what its driver is made with.
 
     A bridge is shared: every host whose options give the same bridge id (``id``,
     ``command``, ``args``, ``agent_options`` and the sandbox's token) uses the one already
     running, whose own environment is the one it was launched with (for a ``LocalSandbox``,
     the launching program's). Give variables that may change (an API key) to the session
     instead, with ``CreateSessionOptions.env``: they reach a running bridge at once
-    (docs/concepts.md, "Session environment").
+    (see :doc:`concepts`, "Session environment").
 
     Attributes:
-        id: the agent id; the bridge must answer ``Hello`` with it (B07).
+        id: the agent id; the bridge must answer ``Hello`` with it.
         template: installs the bridge program in a sandbox that lacks it; run before every
             launch.
         command: the program that runs the bridge in the sandbox (e.g. ``"python3"``).
@@ -36,9 +38,10 @@ class BridgeOptions:
         token: a function from a sandbox id to that sandbox's token (a
             :class:`~bridge_client.redacted.Redacted`), the same on every host, e.g.
             :func:`~bridge_client.redacted.hmac_token`.
-        agent_options: plain JSON handed to the driver factory; part of the bridge id (C03).
+        agent_options: plain JSON handed to the driver factory; part of the bridge id (other options,
+            another bridge).
         bridge_idle_timeout: seconds with no connection and no running turn before the bridge
-            exits (B06); not part of the bridge id.
+            exits (no connection and no running turn); not part of the bridge id.
         bind: the address the bridge listens on inside the sandbox (loopback by default).
     """
 
@@ -81,7 +84,7 @@ class Workspace:
     """Where a session works.
 
     Attributes:
-        sandbox: the sandbox the agent works in (required by bridge agents, C02): a
+        sandbox: the sandbox the agent works in (required by bridge agents): a
             :class:`~bridge_client.sandbox.base.Sandbox` such as ``LocalSandbox(".")``.
 
     Raises:
@@ -177,15 +180,16 @@ class CreateSessionOptions:
     """How one session behaves. Durations are in seconds.
 
     Attributes:
-        workspace: the session's workspace; its sandbox is required (C02).
+        workspace: the session's workspace; its sandbox is required.
         resume: a :class:`~bridge_client.wire.parts.SessionState` to resume from (its
             ``session_id`` is the session's id), or ``None`` for a new session.
         session_id: the id of a new session (default: a random one).
-        idle_timeout: an unused connection is closed after this long (C06).
-        resend_window: how long a dropped request is sent again, in total (C08).
-        launch_timeout: how long to wait for a launched bridge to answer (C04).
+        idle_timeout: an unused connection is closed after this long (seconds); the next use
+            connects again.
+        resend_window: how long a dropped request is sent again, in total (seconds).
+        launch_timeout: how long to wait for a launched bridge to answer (seconds).
         open_timeout: how long one connection attempt (TCP, TLS, upgrade) may take.
-        ping_interval: seconds between keepalive pings (docs/protocol.md, "Keepalive").
+        ping_interval: seconds between keepalive pings (see :doc:`protocol`, "Keepalive").
         ping_timeout: extra silence after ``ping_interval`` before the connection is lost.
         request_timeout: how long to wait for the answer to a request that does not stream;
             a bridge that does not answer in time counts as lost.

@@ -1,4 +1,6 @@
-"""Secrets that never show: in ``repr``, ``str``, logs, tracebacks or pickles (C01, C17)."""
+"""Secrets that never show: in ``repr``, ``str``, logs, tracebacks or pickles.
+
+See :doc:`security` for how tokens are made and checked."""
 from __future__ import annotations
 
 import hashlib
@@ -53,14 +55,14 @@ class Redacted:
 
 
 TokenFunction = Callable[[str], Redacted]
-"""A function from a sandbox id to the token of the bridges in that sandbox (C01)."""
+"""A function from a sandbox id to the token of the bridges in that sandbox."""
 
 
 def hmac_token(secret: Union[str, bytes, Redacted]) -> TokenFunction:
     """Make a token function: the token of sandbox ``id`` is HMAC-SHA256(secret, id), in hex.
 
     Every host that holds the same secret computes the same token for a sandbox, so each
-    connects to a bridge any of them launched (C01).
+    connects to a bridge any of them launched.
 
     Args:
         secret: the secret every host shares (``str``, ``bytes`` or :class:`Redacted`).

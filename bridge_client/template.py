@@ -1,4 +1,7 @@
-"""Templates: idempotent install steps that prepare a sandbox for a bridge (C01, C04).
+"""Templates: idempotent install steps that prepare a sandbox for a bridge.
+
+See the *Sandbox adapters* guide (``sandbox-adapters``) and the *Docker sandbox* guide
+(``docker``): how the bridge gets into a sandbox.
 
 Each step has a check and an install command. The check runs first; the install runs only
 when the check fails, and the check must pass after it. A session runs the template before
@@ -110,8 +113,10 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
     Args:
         python: the Python interpreter in the sandbox that will run the bridge.
         requirement: what pip installs from the sandbox's package index when the bridge is
-            missing; ``None`` (the default) installs this very package instead, from wheels
-            built on the host and copied in, which needs no network in the sandbox.
+            missing (only when you name it: a requirement you trust); ``None`` (the default)
+            installs this very package instead, from wheels built on the host (from its
+            source tree, or rebuilt from its installed files) and copied in, which needs no
+            network in the sandbox and never asks an index for this package by name.
 
     Returns:
         A one-step :class:`Template`. With ``requirement=None`` the step is a
@@ -136,7 +141,7 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
 
 
 def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateStep, ...]:
-    """The template steps a built-in driver needs besides the bridge program (C01, C04).
+    """The template steps a built-in driver needs besides the bridge program.
 
     ``claude-code``, ``codex``, ``gemini``, ``qwen`` and ``pi`` need their CLI: an
     :class:`~bridge_client.sandbox.npm.NpmCliStep` that installs the proven version from npm

@@ -3,6 +3,9 @@ by pid afterwards (through /proc, never by name), a sandbox on it, and real brid
 of this package. Folders override what they need (tests/bridge's ``make_bridge`` takes the
 driver first; tests/remote's ``home`` also clears the proxy variables).
 
+Prerequisites beyond Python (a Docker engine, npm packages) are set up by session fixtures
+through tests/prerequisites.py, or the tests that need them skip and say what is missing.
+
 The shared helpers live in tests/host (``host_support``) and tests/bridge (``bridge_harness``);
 both folders are put on the import path here, once, for every test module."""
 from __future__ import annotations
@@ -15,14 +18,15 @@ from typing import Any, Callable, Iterator, List
 import pytest
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
-for _folder in ("host", "bridge"):
-    _path = os.path.join(_TESTS, _folder)
+for _folder in ("", "host", "bridge"):  # "": tests/ itself, also under --import-mode=importlib
+    _path = os.path.normpath(os.path.join(_TESTS, _folder))
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
 import bridge_client as bc  # noqa: E402
 from bridge_harness import BridgeProcess, prepare_state  # noqa: E402
 from host_support import SECRET, kill_all_under  # noqa: E402
+from prerequisites import DockerEngine  # noqa: E402
 
 
 @pytest.fixture
@@ -72,3 +76,15 @@ def make_bridge(tmp_path) -> Iterator[Callable[..., BridgeProcess]]:
 def sid() -> str:
     """A fresh session id."""
     return f"s-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[DockerEngine]:
+    """The Docker engine for the whole run: one that answers is used and left running; else
+    docker.io is installed (root, apt) and a dockerd started, stopped by its pid at the end.
+    Tests that need it skip with the reason when there is none."""
+    engine = DockerEngine().start()
+    try:
+        yield engine
+    finally:
+        engine.stop()

@@ -25,3 +25,39 @@ def test_ci_runs_the_readme_test_command_as_written():
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         ci = f.read()
     assert _commands()[1] in ci.splitlines()
+
+
+def _ci_lines():
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        return [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_ci_sets_nothing_up_before_the_readme_command():
+    # The README's command must pass by itself on a fresh machine: CI may not prepare
+    # anything for it (npm packages, a Docker engine); the tests do that themselves.
+    lines = _ci_lines()
+    before = lines[: lines.index(_commands()[1])]
+    assert all(line.startswith(("set ", "cd ")) for line in before), before
+
+
+def test_ci_runs_the_type_check_lint_and_nitpicky_docs_after_the_tests():
+    lines = _ci_lines()
+    after = lines[lines.index(_commands()[1]) + 1:]
+    assert "mypy --strict bridge_client" in after
+    assert "ruff check ." in after
+    assert any(line.startswith("sphinx-build") and " -n " in line and " -W " in line for line in after)
+
+
+def test_readme_says_how_long_the_suite_takes():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    assert re.search(r"The suite takes about \d+ minutes", text)
+
+
+def test_readme_works_on_a_package_index():
+    # The long description: no relative links (docs/ paths do not exist once installed).
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert all(link.startswith("https://") for link in links), links
+    assert not re.search(r"`docs/[\w./-]+\.md`", text)

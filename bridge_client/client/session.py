@@ -1,8 +1,10 @@
-"""Session: one conversation with the agent behind a bridge (C06–C08, C15, C16).
+"""Session: one conversation with the agent behind a bridge.
+
+See :doc:`concepts` ("Session") and :doc:`resilience`.
 
 The session connects lazily, opens itself on every new connection from the last state the
-bridge gave (C07), sends dropped requests again within the resend window (C08), closes an
-unused connection after ``idle_timeout`` (C06), and hands out :class:`~.turn.Turn` iterators.
+bridge gave, sends dropped requests again within the resend window, closes an
+unused connection after ``idle_timeout``, and hands out :class:`~.turn.Turn` iterators.
 
 Threads: public methods run in the caller's thread; one daemon idle-timer thread
 (``bridge-client-idle-<session>``) lives while a connection is open.
@@ -48,7 +50,8 @@ class Session:
 
     Attributes:
         id: the session id (``str``).
-        bridge_id: the id of the session's own bridge (C03).
+        bridge_id: the id of the session's own bridge (made from its options and the
+            sandbox's token).
         sandbox: the sandbox the session works in.
 
     A context manager: leaving the ``with`` block calls :meth:`release`.
@@ -109,7 +112,7 @@ class Session:
     @property
     def state(self) -> Optional[SessionState]:
         """The last session state the bridge gave (``None`` before the first connection of a
-        new session). Keep it to resume the session elsewhere (C07)."""
+        new session). Keep it to resume the session elsewhere."""
         return self._state
 
     @property
@@ -126,13 +129,13 @@ class Session:
 
     @property
     def released(self) -> bool:
-        """True once :meth:`release` was called or the bridge became unavailable (C15)."""
+        """True once :meth:`release` was called or the bridge became unavailable."""
         return self._released
 
     # ------------------------------------------------------------------ turns
 
     def turn(self, prompt: str, turn_id: Optional[str] = None) -> "Turn":
-        """Start a turn and return its iterator of parts (C09, C10).
+        """Start a turn and return its iterator of parts.
 
         Sends ``StartTurn`` (safe to send twice) and reads the ``turn-start`` part, so
         ``turn.state`` is ready at once; the iterator yields ``turn-start`` first.
@@ -143,7 +146,7 @@ class Session:
           exception) is suspended by this call: it keeps running in its bridge, and iterating
           it again later resumes it from where it stopped (suspending the other). A ``break``
           cannot run code, so leaving a loop cannot suspend the turn by itself; the next read
-          of another turn does (C11).
+          of another turn does.
         - From another thread, while a turn is being read or an unfinished turn belongs to
           another thread, this raises :class:`~bridge_client.errors.TurnInProgress`: let that
           turn finish, or call :meth:`suspend_turn` first. For turns in parallel, use one
@@ -160,7 +163,7 @@ class Session:
                 unfinished one (a turn left unfinished by this thread is suspended instead,
                 never an error).
             Unauthorized, BridgeLaunchError, TemplateError: connecting failed.
-            BridgeUnavailable: no bridge answered within the resend window (C15).
+            BridgeUnavailable: no bridge answered within the resend window.
             TurnConflict: ``turn_id`` was used with another prompt.
             BadRequest: the prompt is over 4 MiB of UTF-8, or ``turn_id`` is not a valid id.
         """
@@ -175,8 +178,7 @@ class Session:
 
     def continue_turn(self, state: TurnState, steps: int = 0) -> "Turn":
         """Continue a turn from its state: start it again in its bridge (which continues it if
-        it had not finished) and read it from its start, skipping the first ``steps`` steps
-        (C12).
+        it had not finished) and read it from its start, skipping the first ``steps`` steps.
 
         A turn of another bridge (``state.bridge_id`` differs from this session's: a session
         of other options) is read from that bridge, found by its id's state directory in this
@@ -184,7 +186,7 @@ class Session:
         turns run in this session's own bridge. When that bridge is gone (its state directory
         or its copy of the turn is lost, or it cannot be launched), the turn runs again from
         its prompt in this session's own bridge, and the iterator yields a new ``turn-start``
-        naming this bridge (C14).
+        naming this bridge.
 
         Args:
             state: the turn's :class:`TurnState` (from ``suspend_turn()`` or its ``turn-start``).
@@ -225,7 +227,7 @@ class Session:
 
     def suspend_turn(self) -> Optional[TurnState]:
         """Stop reading the current turn and return its state; the turn keeps running in its
-        bridge (C11). Returns ``None`` when there is no current turn.
+        bridge. Returns ``None`` when there is no current turn.
 
         Any thread may call it: the reading thread's loop ends at its next part
         (``StopIteration``) and keeps the parts it received; a new loop over the turn yields
@@ -241,7 +243,9 @@ class Session:
         when its ``StartTurn`` is still on its way (the cancel follows it).
 
         Raises:
-            SessionReleased, BridgeUnavailable, TurnNotFound.
+            SessionReleased: the session was released.
+            BridgeUnavailable: the bridge cannot be reached within the resend window.
+            TurnNotFound: the bridge does not know the turn.
         """
         turn = self._active_turn
         if turn is None:
@@ -252,8 +256,8 @@ class Session:
 
     def release(self) -> Optional[SessionState]:
         """Close the session in the bridge when it can, close the connection, stop the idle
-        timer, and return the last session state (C16). Idempotent; never raises for a bridge
-        that cannot be reached (C15).
+        timer, and return the last session state. Idempotent; never raises for a bridge
+        that cannot be reached.
         """
         with self._cond:
             already = self._released

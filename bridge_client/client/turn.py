@@ -1,9 +1,11 @@
-"""Turn: the iterator of a turn's parts, which survives drops and bridge restarts (C09–C13).
+"""Turn: the iterator of a turn's parts, which survives drops and bridge restarts.
+
+See :doc:`concepts` ("Turn", "Offsets") and :doc:`resilience`.
 
 The read is resumed inside ``__next__``, in the caller's thread: after a dropped connection
-it goes on over a new one from the part after the last one received (C09); when a new bridge
+it goes on over a new one from the part after the last one received; when a new bridge
 instance answers (the old one died), it sends ``StartTurn`` again, which continues the turn,
-and reads on with ``afterStep`` = the complete steps received (C13). A step read only in part
+and reads on with ``afterStep`` = the complete steps received. A step read only in part
 is then announced by ``step-reset`` and delivered again from its ``step-start``.
 
 All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
@@ -68,22 +70,22 @@ class _Received(NamedTuple):
 
 
 class Turn:
-    """The parts of one turn, as an iterator (C09-C13). Get one from ``Session.turn()`` or
+    """The parts of one turn, as an iterator. Get one from ``Session.turn()`` or
     ``Session.continue_turn()``.
 
     Iterating yields :class:`~bridge_client.wire.parts.Part` values in log order,
     ``turn-start`` first and ``turn-finish`` last, each exactly once. Leaving a ``for`` loop
     early (``break``, an exception, ``KeyboardInterrupt``) does not cancel the turn: it keeps
-    running in the bridge, and iterating again (or ``Session.continue_turn``) reads on (C11).
+    running in the bridge, and iterating again (or ``Session.continue_turn``) reads on.
 
     Attributes:
         id: the turn id (``str``).
         prompt: the turn's prompt (``str``).
-        state: the turn's :class:`~bridge_client.wire.parts.TurnState` (C10), ready as soon
+        state: the turn's :class:`~bridge_client.wire.parts.TurnState`, ready as soon
             as ``turn()`` returns; store it (``state.to_json()``) to continue the turn
             elsewhere.
         status: what the bridge answered to ``StartTurn`` (``"started"``, ``"running"``,
-            ``"continued"`` or ``"finished"``; docs/protocol.md, "Catalogue").
+            ``"continued"`` or ``"finished"``; see :doc:`protocol`, "Catalogue").
         steps: complete steps yielded so far (``int``; includes steps skipped by
             ``continue_turn(steps=k)``).
         finish: the ``turn-finish`` part once yielded, else ``None``.
@@ -148,7 +150,7 @@ class Turn:
 
     @property
     def state(self) -> TurnState:
-        """The turn's :class:`TurnState` (C10): what ``turn-start`` carries."""
+        """The turn's :class:`TurnState`: what ``turn-start`` carries."""
         if self._state is None:  # pragma: no cover - _start reads turn-start first
             raise HarnessError("the turn has not started")
         return self._state
@@ -179,7 +181,7 @@ class Turn:
 
         Raises:
             StopIteration: after ``turn-finish``.
-            BridgeUnavailable: no bridge answered within the resend window (C15).
+            BridgeUnavailable: no bridge answered within the resend window.
             SessionReleased: the session was released.
             TurnInProgress: another thread is reading a turn of this session.
             ProtocolError: the bridge sent something that is not a part.
@@ -233,7 +235,7 @@ class Turn:
         raise StopIteration
 
     def suspend(self) -> TurnState:
-        """Stop reading and return the turn state; the turn keeps running in its bridge (C11).
+        """Stop reading and return the turn state; the turn keeps running in its bridge.
 
         May be called from any thread. It only closes the stream and sets a flag: the thread
         that reads the turn stops at its next part (``StopIteration``) and keeps what it
@@ -257,7 +259,9 @@ class Turn:
             as it has.
 
         Raises:
-            SessionReleased, BridgeUnavailable, TurnNotFound.
+            SessionReleased: the session was released.
+            BridgeUnavailable: the bridge cannot be reached within the resend window.
+            TurnNotFound: the bridge does not know the turn.
         """
         if self.status is None:
             self._cancel_requested = True

@@ -91,10 +91,10 @@ class SpawnedProcess(Protocol):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """An isolated place where the agent works (docs/concepts.md, "Host and sandbox").
+    """An isolated place where the agent works (see :doc:`concepts`, "Host and sandbox").
 
     Attributes:
-        id: the sandbox id: stable for the same sandbox, used to derive the token (C01).
+        id: the sandbox id: stable for the same sandbox, used to derive the token.
         state_root: a folder inside the sandbox, outside the user's workspace, where bridges
             keep their state directories (``<state_root>/bridges/<bridge id>``).
         workdir: the folder inside the sandbox where the agent works.

@@ -529,6 +529,8 @@ class DockerSandbox:
             mode = int((stat or {}).get("mode", 0))
             if mode & _DIR_BIT:
                 raise IsADirectoryError(21, "is a folder", path)
+            if not data.strip(b"\0"):  # no member: Python < 3.11's tarfile raises ValueError here
+                raise FileNotFoundError(2, "empty archive", path)
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 member = tar.next()
                 if member is None:

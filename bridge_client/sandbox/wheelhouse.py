@@ -1,7 +1,8 @@
-"""Install this package in a sandbox from wheels built on the host (C01, C04).
+"""Install this package in a sandbox from wheels built on the host.
 
 A container usually has Python but neither this package nor a network. :class:`WheelStep`
-builds a wheel of the package the host runs (from its source tree when there is one), gets
+builds a wheel of the package the host runs (from its source tree when there is one, else
+rebuilt from its installed files: never fetched by name from a package index), gets
 the wheels of its dependencies, of the ``bridge`` extra (``websockets``) and of ``pip``
 itself for the sandbox's Python version and platform, copies them in with
 ``Sandbox.write_file`` and runs ``pip install --no-index`` inside the sandbox from the copied
@@ -9,9 +10,10 @@ itself for the sandbox's Python version and platform, copies them in with
 
 Wheels are cached on the host under ``$XDG_CACHE_HOME/bridge-client/wheelhouse`` (default
 ``~/.cache/bridge-client/wheelhouse``; ``BRIDGE_CLIENT_WHEEL_CACHE`` overrides it): the
-package's wheel per digest of its sources, the dependencies per target (Python version,
-machine, C library) and requirement list. Only the first build for a target reaches the
-package index (with the host's pip, as configured); later ones work offline.
+package's wheel per digest of its sources (or of its installed files), the dependencies per
+target (Python version, machine, C library) and requirement list. Only the first build for a
+target reaches the package index (with the host's pip, as configured), for the dependencies;
+later ones work offline.
 """
 from __future__ import annotations
 
@@ -182,44 +184,40 @@ def _publish(tmp: str, final: str) -> None:
 
 
 def _package_wheel(cache: str, timeout: float) -> str:
-    """Return the path of a wheel of the running package (built once per source digest)."""
+    """Return the path of a wheel of the running package: built from its source tree (once per
+    source digest), or rebuilt from its installed files."""
     root = _source_tree()
     if root is None:
-        # An installed release: fetch the same version from the index.
-        final = os.path.join(cache, f"package-{__version__}")
-        if not os.path.isdir(final):
-            tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
-            _run_pip(
-                ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{_DIST}=={__version__}"],
-                f"downloading {_DIST}=={__version__}",
-                timeout,
-            )
-            _publish(tmp, final)
-    else:
-        digest, files = _tree_digest(root)
-        final = os.path.join(cache, f"package-{__version__}-{digest}")
-        if not os.path.isdir(final):
-            tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
+        # An installed release: the wheel is rebuilt from the installed files, never fetched
+        # by name from an index (where anyone may publish under that name).
+        from .installed_wheel import installed_wheel
+
+        return installed_wheel(cache)
+    # A source tree: build from a copy of it.
+    digest, files = _tree_digest(root)
+    final = os.path.join(cache, f"package-{__version__}-{digest}")
+    if not os.path.isdir(final):
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
+        try:
+            # Build from a copy: a build writes build/ and *.egg-info next to its sources.
+            src = os.path.join(tmp, "src")
+            for rel in files:
+                os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+                shutil.copy2(os.path.join(root, rel), os.path.join(src, rel))
+            out = os.path.join(tmp, "out")
+            base = ["wheel", "--no-deps", "--quiet", "-w", out]
             try:
-                # Build from a copy: a build writes build/ and *.egg-info next to its sources.
-                src = os.path.join(tmp, "src")
-                for rel in files:
-                    os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
-                    shutil.copy2(os.path.join(root, rel), os.path.join(src, rel))
-                out = os.path.join(tmp, "out")
-                base = ["wheel", "--no-deps", "--quiet", "-w", out]
-                try:
-                    _run_pip([*base, "--no-build-isolation", src], "building the package's wheel", timeout)
-                except TemplateError:  # no setuptools/wheel here: let pip fetch them
-                    _run_pip([*base, src], "building the package's wheel", timeout)
-                shutil.rmtree(src)
-                for name in os.listdir(out):
-                    os.rename(os.path.join(out, name), os.path.join(tmp, name))
-                os.rmdir(out)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            _publish(tmp, final)
+                _run_pip([*base, "--no-build-isolation", src], "building the package's wheel", timeout)
+            except TemplateError:  # no setuptools/wheel here: let pip fetch them
+                _run_pip([*base, src], "building the package's wheel", timeout)
+            shutil.rmtree(src)
+            for name in os.listdir(out):
+                os.rename(os.path.join(out, name), os.path.join(tmp, name))
+            os.rmdir(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _publish(tmp, final)
     wheels = [n for n in os.listdir(final) if n.endswith(".whl")]
     if len(wheels) != 1:
         raise TemplateError(f"expected one wheel of {_DIST} in {final}, found {wheels}", step=_STEP)
@@ -279,14 +277,15 @@ def _check_code() -> str:
 class WheelStep(TemplateStep):
     """A template step that installs this package and its ``bridge`` extra in a sandbox
     that has Python but not the package, from wheels built on the host and copied in:
-    nothing is downloaded inside the sandbox (C01, C04). ``Template.run`` calls its
+    nothing is downloaded inside the sandbox. ``Template.run`` calls its
     :meth:`run`.
 
     Attributes:
-        name, check, install, timeout: as for :class:`~bridge_client.template.TemplateStep`;
-            ``check`` imports ``bridge_client.bridge.server`` and compares the version with
-            this package's; ``install`` only describes what :meth:`run` does. ``timeout``
-            (seconds) bounds each host build and each command in the sandbox.
+        name: what the step provides, for messages.
+        check: imports ``bridge_client.bridge.server`` in the sandbox and compares the
+            version with this package's.
+        install: only describes what :meth:`run` does.
+        timeout: seconds for each host build and each command in the sandbox.
         python: the sandbox's interpreter that will run the bridge (``"python3"``).
         extras: the package's extras to install (``("bridge",)``: ``websockets``).
     """

@@ -1,4 +1,6 @@
-"""The bridge protocol as data: the envelope, the catalogue and the values (docs/protocol.md).
+"""The bridge protocol as data: the envelope, the catalogue and the values.
+
+See :doc:`protocol` for the protocol itself.
 
 Sans-I/O: no sockets, no threads, no clocks. Both the host (``bridge_client.client``) and the
 bridge (``bridge_client.bridge``) build on it, and it is tested with plain values.

@@ -1,4 +1,4 @@
-"""The RPC envelope: Effect RPC's JSON messages, as values (docs/protocol.md, "Envelope").
+"""The RPC envelope: Effect RPC's JSON messages, as values (see :doc:`protocol`, "Envelope").
 
 Sans-I/O: text or bytes go in, message values come out, and back. Nothing here touches a
 socket, a thread or a clock.
@@ -9,7 +9,8 @@ Bridge to host: :class:`Chunk`, :class:`Exit`, :class:`Defect`, :class:`Pong`.
 
 Decoding checks every field and raises :class:`~bridge_client.errors.ProtocolError` naming
 the field; when the bad message still carried a usable request id, the error's
-``request_id`` attribute holds it so the bridge can answer that request alone (B08).
+``request_id`` attribute holds it so the bridge can answer that request alone (with
+``BadRequest``) and keep the connection.
 """
 from __future__ import annotations
 
@@ -194,7 +195,8 @@ def _exit_to_json(value: ExitValue) -> Any:
 
 
 def to_json(message: Union[HostMessage, BridgeMessage]) -> Any:
-    """Return ``message`` as the JSON object (``dict``) docs/protocol.md gives for it."""
+    """Return ``message`` as the JSON object (``dict``) the protocol gives for it (see
+    :doc:`protocol`)."""
     if isinstance(message, Request):
         return {
             "_tag": "Request",

@@ -1,6 +1,6 @@
 """The values that ride inside the envelope: parts, turn and session states, payloads.
 
-docs/protocol.md, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
+See :doc:`protocol`, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
 (dataclasses-json's ``DataClassJsonMixin`` gives ``to_json``/``from_json``/``schema``).
 
 Decoding from the wire goes through hand-written ``from_dict`` overrides that check every
@@ -44,10 +44,10 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-"""The protocol version this package speaks (docs/protocol.md)."""
+"""The protocol version this package speaks (see :doc:`protocol`)."""
 
 FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
-"""The ``finishReason`` values of ``turn-finish`` (docs/protocol.md, "Values")."""
+"""The ``finishReason`` values of ``turn-finish`` (see :doc:`protocol`, "Values")."""
 
 TURN_STATUSES = ("started", "running", "continued", "finished")
 """The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
@@ -159,7 +159,7 @@ class SessionState(_Value):
 
     Attributes:
         session_id: the session's id.
-        revision: grows by one at every change (B03); the higher one wins in ``OpenSession``.
+        revision: grows by one at every change the bridge makes; the higher one wins in ``OpenSession``.
         data: the driver's own JSON (enough to start the session again in a fresh bridge).
     """
 
@@ -180,7 +180,7 @@ class SessionState(_Value):
 
 @dataclass(frozen=True)
 class TurnState(_Value):
-    """Enough for any host to continue a turn (C10): what ``turn-start`` carries.
+    """Enough for any host to continue a turn: what ``turn-start`` carries.
 
     ``{protocol, agentId, bridgeId, sessionId, turnId, prompt, startedAt}``; ``startedAt`` is
     an ISO 8601 UTC timestamp. Safe to store and move between hosts.
@@ -224,7 +224,7 @@ class TurnState(_Value):
 
 @dataclass(frozen=True)
 class HelloResult(_Value):
-    """The answer to ``Hello`` (B07): who answers on this port."""
+    """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol)."""
 
     agent_id: str
     bridge_id: str
@@ -326,7 +326,7 @@ def _encode_field(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Part(_Value):
-    """One element of a turn's stream (docs/protocol.md, "Values").
+    """One element of a turn's stream (see :doc:`protocol`, "Values").
 
     Attributes:
         index: the part's offset in the turn's log (0-based, never reused).
@@ -383,7 +383,7 @@ PART_TYPES: Dict[str, Type[Part]] = {}
 @_part("turn-start", ("turn", "turn", _turn_state))
 @dataclass(frozen=True)
 class TurnStart(Part):
-    """Always index 0: carries the :class:`TurnState` (C10)."""
+    """Always index 0: carries the :class:`TurnState`, enough for any host to continue the turn."""
 
     turn: TurnState
 
@@ -445,7 +445,8 @@ class ToolResult(Part):
 @_part("step-finish", ("finish_reason", "finishReason", _finish_reason), ("usage", "usage", _any))
 @dataclass(frozen=True)
 class StepFinish(Part):
-    """The step is complete: it counts as read (C13). ``usage`` is the driver's JSON or None."""
+    """The step is complete: it counts as read, and a reader that continues the turn after it
+    starts at the next step. ``usage`` is the driver's JSON or None."""
 
     finish_reason: str
     usage: Any = field(metadata=_JSON_VALUE)
@@ -459,7 +460,7 @@ class StepFinish(Part):
 )
 @dataclass(frozen=True)
 class StepReset(Part):
-    """That attempt of the step is abandoned (the bridge restarted mid-step, B05): drop
+    """That attempt of the step is abandoned (the bridge restarted mid-step): drop
     what you had of it; the tool calls listed may have had effects."""
 
     discarded_attempt: int

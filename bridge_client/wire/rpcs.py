@@ -1,7 +1,7 @@
-"""The bridge's RPC catalogue (docs/protocol.md, "Catalogue (protocol 1)").
+"""The bridge's RPC catalogue (see :doc:`protocol`, "Catalogue (protocol 1)").
 
 Each :class:`Rpc` says what its payload must hold, whether it streams, whether the host may
-send it again over a new connection after a drop (C08), and which typed errors it may answer
+send it again over a new connection after a drop, and which typed errors it may answer
 with. Payload checks are pure functions, shared by the bridge (to answer ``BadRequest``) and
 by tests.
 """
@@ -194,7 +194,7 @@ class Rpc:
     Attributes:
         tag: the RPC's name on the wire (``Request.tag``).
         stream: True when the answer is a stream of Chunks ended by an Exit.
-        resend: True when the host may send it again over a new connection after a drop (C08).
+        resend: True when the host may send it again over a new connection after a drop.
         errors: the ``_tag`` names of the typed errors it may answer with.
         check: checks a payload and returns it as snake_case keyword arguments; raises
             :class:`~bridge_client.errors.BadRequest`.

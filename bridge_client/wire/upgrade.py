@@ -1,4 +1,4 @@
-"""The upgrade's credentials kept out of logs (docs/protocol.md, "Connection"; C17).
+"""The upgrade's credentials kept out of logs (see :doc:`protocol`, "Connection").
 
 The WebSocket libraries log the upgrade request's headers at DEBUG level (websockets' server
 always, websocket-client when its trace is on), ``Authorization: Bearer <token>`` included.

@@ -36,9 +36,10 @@ def test_create_session_options_refuses_a_sandbox_where_a_workspace_goes(tmp_pat
 
 def test_create_session_names_both_arguments_it_needs(tmp_path):
     so = session_options(bc.LocalSandbox(str(tmp_path)))
-    with pytest.raises(TypeError, match=r"needs a BridgeOptions .* first argument, got str"):
-        bc.create_session("shell", so)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"needs a CreateSessionOptions .* second argument, got Workspace"):
+    # A driver name is a valid first argument (the short form); anything else is named.
+    with pytest.raises(TypeError, match=r"or a BridgeOptions .* first argument, got int"):
+        bc.create_session(42, so)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a CreateSessionOptions .* second argument, got Workspace"):
         bc.create_session(bc.bridge_options("shell"), so.workspace)  # type: ignore[arg-type]
 
 

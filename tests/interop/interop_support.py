@@ -1,8 +1,9 @@
 """Helpers for the interop tests: where node and the pinned Effect packages are, and how to
 run the TypeScript peers (tests/interop/src) with the ``tsx`` runner pinned in the lock file.
 
-The tests skip only when ``node`` is absent. When node is there but ``node_modules`` is not,
-they fail and say how to install it (CI runs ``npm ci`` in this folder first).
+The tests skip when ``node`` or ``npm`` is absent. The pinned packages are installed by the
+tests themselves (tests/prerequisites.py: ``npm ci`` into a cache keyed by the lock file's
+digest, linked as ``node_modules``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def node() -> str:
         pytest.skip("node is not installed: the Effect interop tests need Node.js >= 20")
     if not (os.path.exists(TSX_LOADER) and os.path.exists(EFFECT_PACKAGE)):
         pytest.fail(
-            f"{NODE_MODULES} is missing: run `(cd tests/interop && npm ci --no-audit --no-fund)` "
-            "(.ci/run does this before the tests)",
+            f"{NODE_MODULES} is missing or incomplete: remove it and run the tests again "
+            "(they install the pinned packages with `npm ci`)",
             pytrace=False,
         )
     return found

@@ -1,0 +1,101 @@
+"""Prompts for ``bridge-client run``: from the command line, a file (``@FILE``) or standard
+input (``-``).
+
+A prompt of several megabytes cannot go through argv (the system caps the size of a
+command line), so ``@FILE`` and ``-`` read it instead. Sizes are checked before anything is
+sent: a prompt is at most 4 MiB of UTF-8 (the protocol's limit), and a larger one is refused
+with its size, not cut.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import BinaryIO, List, Optional, Sequence
+
+from .wire.rpcs import MAX_PROMPT_BYTES
+
+__all__ = ["PromptError", "read_prompt", "PROMPT_HELP"]
+
+PROMPT_HELP = (
+    "the prompt; several are joined as lines. '-' reads it from standard input, @FILE from "
+    "FILE (write @@ for a prompt that starts with @). At most 4 MiB of UTF-8 in all"
+)
+
+
+class PromptError(Exception):
+    """A prompt that cannot be read or is too large (bad command-line input)."""
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def _too_large(what: str, size: int) -> PromptError:
+    return PromptError(
+        f"{what} is {size} bytes ({_mib(size)}); a prompt is at most {MAX_PROMPT_BYTES} bytes "
+        "(4 MiB) of UTF-8: shorten it, or give the agent a file to read instead"
+    )
+
+
+def _decode(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(
+            f"{what} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at position {exc.start})"
+        ) from None
+
+
+def _read_stream(stream: BinaryIO, what: str) -> str:
+    data = stream.read(MAX_PROMPT_BYTES + 1)  # one byte more tells "too large" without reading it all
+    if len(data) > MAX_PROMPT_BYTES:
+        raise _too_large(what, len(data) + len(stream.read()))
+    return _decode(data, what)
+
+
+def _read_file(path: str) -> str:
+    what = f"the prompt file {path}"
+    try:
+        size = os.stat(path).st_size
+        if os.path.isfile(path) and size > MAX_PROMPT_BYTES:
+            raise _too_large(what, size)
+        with open(path, "rb") as f:
+            return _read_stream(f, what)
+    except OSError as exc:
+        raise PromptError(f"cannot read the prompt file {path}: {exc.strerror or exc}") from None
+
+
+def read_prompt(words: Sequence[str], stdin: Optional[BinaryIO] = None) -> str:
+    """Join the ``PROMPT`` words of ``run`` into one prompt, one word a line.
+
+    A word ``-`` is replaced by standard input (read once), ``@FILE`` by the file's text,
+    ``@@TEXT`` by ``@TEXT``; other words are taken as they are.
+
+    Args:
+        words: the words as given on the command line.
+        stdin: where ``-`` reads (default: the process's standard input, as bytes).
+
+    Raises:
+        PromptError: a file cannot be read, ``-`` is given twice, the text is not UTF-8,
+            or the prompt is over 4 MiB of UTF-8.
+    """
+    parts: List[str] = []
+    read_stdin = False
+    for word in words:
+        if word == "-":
+            if read_stdin:
+                raise PromptError("'-' (standard input) can be given once")
+            read_stdin = True
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            parts.append(_read_stream(stream, "the prompt on standard input"))
+        elif word.startswith("@@"):
+            parts.append(word[1:])
+        elif word.startswith("@") and len(word) > 1:
+            parts.append(_read_file(word[1:]))
+        else:
+            parts.append(word)
+    prompt = "\n".join(parts)
+    size = len(prompt.encode("utf-8", "surrogateescape"))
+    if size > MAX_PROMPT_BYTES:
+        raise _too_large("the prompt", size)
+    return prompt
