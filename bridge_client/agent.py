@@ -162,7 +162,7 @@ def bridge_options(
             ``"module:callable"`` (a driver factory). The template installs the bridge
             program, and the agent's CLI for ``claude-code``, ``codex``, ``gemini``,
             ``qwen`` and ``pi`` when the sandbox lacks it and no ``executable`` is given (npm; for a
-            ``LocalSandbox`` into a private prefix, docs/drivers/index.md).
+            ``LocalSandbox`` into a private prefix; see :doc:`drivers/index`).
         agent_options: plain JSON for the driver (part of the bridge id: other options, another bridge).
         agent_id: the id the driver reports (default: ``driver`` for the built-ins; required
             for ``module:callable`` drivers unless it is the same string).

@@ -349,7 +349,8 @@ def _session_options(
     agent_id = _agent_id(args.agent, agent_options, sandbox, python, options.template)
     options = dataclasses.replace(options, id=agent_id)
     try:
-        session_options = CreateSessionOptions(workspace=Workspace(sandbox), env=_parse_env(args.env or []))
+        env = _parse_env(getattr(args, "env", None) or [])  # commands without --env (cancel)
+        session_options = CreateSessionOptions(workspace=Workspace(sandbox), env=env)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--env: {exc}") from None
     return options, session_options
@@ -451,7 +452,7 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
-    for item in args.env or []:
+    for item in getattr(args, "env", None) or []:
         # Only the name: a value may be a secret, and it is to be taken from the environment
         # of the shell that continues (export it there, or add =VALUE).
         words += ["--env", item.partition("=")[0]]

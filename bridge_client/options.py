@@ -107,7 +107,7 @@ class SessionEnv(Mapping[str, Union[str, Redacted]]):
     :class:`~bridge_client.redacted.Redacted`), immutable, whose ``repr`` never shows a value.
 
     Built by :class:`CreateSessionOptions` from the mapping you give; read a value with
-    :meth:`reveal`. See the *Concepts* guide (docs/concepts.md, "Session environment").
+    :meth:`reveal`. See the *Concepts* guide (:doc:`concepts`, "Session environment").
 
     Raises:
         TypeError: a name is not a ``str``, or a value neither a ``str`` nor a ``Redacted``.
@@ -204,7 +204,7 @@ class CreateSessionOptions:
             bridge's own environment for this session's turns only. They are never written
             to the bridge's store, its log, ``launch.json`` or a command line, and are not
             part of the bridge id: sessions with different variables share one bridge. See
-            the *Concepts* guide (docs/concepts.md, "Session environment").
+            the *Concepts* guide (:doc:`concepts`, "Session environment").
 
     Raises:
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
