@@ -157,14 +157,13 @@ def bridge_options(
     """Options for a bridge that runs this package's bridge program with ``driver``.
 
     Sessions with the same options (and sandbox token) share one bridge; a bridge that
-    is already running keeps the environment it was launched with, so an environment
-    variable set later (an API key, say) reaches the agent only in a new bridge: stop the
-    running one (``bridge-client stop BRIDGE_ID --sandbox DIR``) or change ``agent_options``
-    (see the *Concepts* guide, ``concepts``, "Bridge").
+    is already running keeps its own environment from its launch, so give a variable that may
+    change (an API key, say) to the session, with ``CreateSessionOptions.env``: it reaches a
+    running bridge at once (see the *Concepts* guide, ``concepts``, "Session environment").
 
     Args:
         driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"``,
-            ``"gemini"``, ``"qwen"``, ``"pi"`` or ``"module:callable"`` (a driver factory).
+            ``"gemini"``, ``"qwen"``, ``"pi"``, ``"acp"`` or ``"module:callable"`` (a driver factory).
             The template installs the bridge program, and the agent's CLI for the CLI
             drivers when the sandbox lacks it and no ``executable`` is given (npm; for a
             ``LocalSandbox`` into a private prefix, see the *Drivers* page,

@@ -134,6 +134,24 @@ def _parse_options(pairs: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
+def _parse_env(items: Sequence[str]) -> Dict[str, str]:
+    """``--env NAME`` (the value from this environment) and ``--env NAME=VALUE`` to a dict.
+    Messages name the variable, never its value."""
+    out: Dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not name:
+            raise UsageError(f"--env takes NAME or NAME=VALUE, got {item.split('=', 1)[0]!r}=...")
+        if not sep:
+            if name not in os.environ:
+                raise UsageError(
+                    f"--env {name}: {name} is not set in this environment (or use --env {name}=VALUE)"
+                )
+            value = os.environ[name]
+        out[name] = value
+    return out
+
+
 _DOCKER_PREFIX = "docker:"
 _SANDBOX_HELP = (
     "the workspace folder (default: the current folder), docker:IMAGE for a container of "
@@ -330,7 +348,12 @@ def _session_options(
     options = dataclasses.replace(options, template=_announced(options.template))
     agent_id = _agent_id(args.agent, agent_options, sandbox, python, options.template)
     options = dataclasses.replace(options, id=agent_id)
-    return options, CreateSessionOptions(workspace=Workspace(sandbox))
+    try:
+        env = _parse_env(getattr(args, "env", None) or [])  # commands without --env (cancel)
+        session_options = CreateSessionOptions(workspace=Workspace(sandbox), env=env)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--env: {exc}") from None
+    return options, session_options
 
 
 # ----------------------------------------------------------------------------- output
@@ -429,6 +452,10 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
+    for item in getattr(args, "env", None) or []:
+        # Only the name: a value may be a secret, and it is to be taken from the environment
+        # of the shell that continues (export it there, or add =VALUE).
+        words += ["--env", item.partition("=")[0]]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -782,6 +809,13 @@ _AGENT_HELP = """agents and their --option keys:
           executable=PATH, provider=NAME, model=NAME, thinking=LEVEL, tools=[...],
           append_system_prompt=TEXT, extra_args=[...], continue_prompt=TEXT,
           interrupt_grace=SECONDS (5)
+  acp     any agent that speaks the Agent Client Protocol on its stdio (one process per
+          session, its ACP session id kept in the session state).
+          command=PROGRAM (required), args=[...], permission=reject|allow|allow_always
+          (how the agent's permission requests are answered; default reject),
+          fs=false (do not serve the client file methods), continue_prompt=TEXT,
+          interrupt_grace=SECONDS (5), start_timeout=SECONDS (60), auth_method=ID,
+          mcp_servers=[...], max_agents=N (8)
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
   claude-code, codex, gemini, qwen and pi install their CLI from npm when the sandbox lacks it
@@ -802,7 +836,7 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
     p.add_argument(
         "--agent",
         default=default_agent,
-        help="shell, echo, openai, claude-code, codex, gemini, qwen, pi, or MODULE:CALLABLE (default: "
+        help="shell, echo, openai, claude-code, codex, gemini, qwen, pi, acp, or MODULE:CALLABLE (default: "
         + (default_agent or "the agent named in the turn state")
         + ")",
     )
@@ -811,6 +845,14 @@ def _add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str
         action="append",
         metavar="KEY=VALUE",
         help="an agent option, repeatable; VALUE is read as JSON when it parses, else as text",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME[=VALUE]",
+        help="an environment variable for the agent and its commands, repeatable: NAME takes its "
+        "value from this environment, NAME=VALUE gives it; sent to the bridge on each connection, "
+        "never stored or logged there, and a running bridge is reused",
     )
     p.add_argument("--json", action="store_true", help="print one JSON part per line")
     _add_verbose(p)

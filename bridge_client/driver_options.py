@@ -247,6 +247,45 @@ def _codex(options: Any) -> Dict[str, Any]:
     return opts
 
 
+_ACP_OPTIONS = (
+    "command",
+    "args",
+    "permission",
+    "fs",
+    "continue_prompt",
+    "interrupt_grace",
+    "start_timeout",
+    "auth_method",
+    "mcp_servers",
+    "max_agents",
+)
+
+ACP_PERMISSIONS = ("reject", "allow", "allow_always")
+"""The ``acp`` driver's answers to an agent's permission requests."""
+
+
+def _acp(options: Any) -> Dict[str, Any]:
+    opts = options_object(options, "acp", _ACP_OPTIONS)
+    if "command" not in opts:
+        raise ValueError("acp option 'command' is required: the ACP agent program (e.g. command=my-agent)")
+    for key in ("command", "continue_prompt"):
+        str_option(opts, "acp", key)
+    str_option(opts, "acp", "auth_method", allow_none=True)
+    str_list_option(opts, "acp", "args")
+    if opts.get("permission", "reject") not in ACP_PERMISSIONS:
+        raise ValueError(
+            f"acp option 'permission' must be one of {', '.join(ACP_PERMISSIONS)}, got {opts['permission']!r}"
+        )
+    bool_option(opts, "acp", "fs")
+    number_option(opts, "acp", "interrupt_grace", minimum=0, allow_none=False)
+    number_option(opts, "acp", "start_timeout", minimum=0, exclusive=True, allow_none=False)
+    number_option(opts, "acp", "max_agents", minimum=1, integer=True, allow_none=False)
+    servers = opts.get("mcp_servers")
+    if servers is not None and not (isinstance(servers, list) and all(isinstance(s, dict) for s in servers)):
+        raise ValueError(f"acp option 'mcp_servers' must be a list of MCP server objects, got {servers!r}")
+    return opts
+
+
 _STREAM_CLI_OPTIONS = (
     "executable",
     "model",
@@ -316,6 +355,7 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "gemini": _gemini,
     "qwen": _qwen,
     "pi": _pi,
+    "acp": _acp,
 }
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)

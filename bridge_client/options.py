@@ -6,14 +6,16 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
 
-from .redacted import TokenFunction
+from .errors import BadRequest
+from .redacted import Redacted, TokenFunction
 from .sandbox.base import Sandbox
 from .template import Template
+from .wire import rpcs
 from .wire.parts import SessionState
 
-__all__ = ["BridgeOptions", "Workspace", "CreateSessionOptions"]
+__all__ = ["BridgeOptions", "Workspace", "CreateSessionOptions", "SessionEnv"]
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,10 @@ class BridgeOptions:
 
     A bridge is shared: every host whose options give the same bridge id (``id``,
     ``command``, ``args``, ``agent_options`` and the sandbox's token) uses the one already
-    running, which keeps the environment it was launched with (for a ``LocalSandbox``, the
-    launching program's). A variable set later reaches the agent only in a new bridge: stop
-    the running one (``bridge-client stop BRIDGE_ID --sandbox DIR``), or use options that give
-    another bridge id (see :doc:`concepts`, "Bridge").
+    running, whose own environment is the one it was launched with (for a ``LocalSandbox``,
+    the launching program's). Give variables that may change (an API key) to the session
+    instead, with ``CreateSessionOptions.env``: they reach a running bridge at once
+    (see :doc:`concepts`, "Session environment").
 
     Attributes:
         id: the agent id; the bridge must answer ``Hello`` with it.
@@ -100,6 +102,79 @@ class Workspace:
             )
 
 
+class SessionEnv(Mapping[str, Union[str, Redacted]]):
+    """A session's environment variables: names to values (``str`` or
+    :class:`~bridge_client.redacted.Redacted`), immutable, whose ``repr`` never shows a value.
+
+    Built by :class:`CreateSessionOptions` from the mapping you give; read a value with
+    :meth:`reveal`. See the *Concepts* guide (:doc:`concepts`, "Session environment").
+
+    Raises:
+        TypeError: a name is not a ``str``, or a value neither a ``str`` nor a ``Redacted``.
+        ValueError: a name is not like a shell variable (a letter or ``_``, then letters,
+            digits or ``_``), starts with ``BRIDGE_CLIENT_``, or a value holds a NUL
+            character or a lone surrogate; or all of it is over 1 MiB. The message names the
+            variable, never its value.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Optional[Mapping[str, Union[str, Redacted]]] = None) -> None:
+        if values is not None and not isinstance(values, Mapping):
+            raise TypeError(
+                "env must be a mapping of variable names to str or Redacted values, "
+                f"got {type(values).__name__}"
+            )
+        checked: Dict[str, Union[str, Redacted]] = {}
+        for name, value in (values or {}).items():
+            if not isinstance(name, str):
+                raise TypeError(f"env: a variable name must be a str, got {type(name).__name__}")
+            if not isinstance(value, (str, Redacted)):
+                raise TypeError(
+                    f"env: the value of {name} must be a str or Redacted, got {type(value).__name__}"
+                )
+            checked[name] = value
+        self._values = checked
+        try:
+            rpcs.check_env(self.revealed())  # the bridge's own rules, at once
+        except BadRequest as exc:
+            raise ValueError(str(exc)) from None
+
+    def reveal(self, name: str) -> str:
+        """The value of ``name`` as a plain ``str`` (a ``Redacted`` one revealed).
+
+        Raises:
+            KeyError: no such variable.
+        """
+        value = self._values[name]
+        return value.reveal() if isinstance(value, Redacted) else value
+
+    def revealed(self) -> Dict[str, str]:
+        """Every variable with its plain value: what ``OpenSession`` carries to the bridge.
+        Keep the result out of logs."""
+        return {name: self.reveal(name) for name in self._values}
+
+    def __getitem__(self, name: str) -> Union[str, Redacted]:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SessionEnv):
+            return self.revealed() == other.revealed()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values)))
+
+    def __repr__(self) -> str:
+        return "SessionEnv({" + ", ".join(f"{k!r}: <redacted>" for k in self._values) + "})"
+
+
 @dataclass(frozen=True)
 class CreateSessionOptions:
     """How one session behaves. Durations are in seconds.
@@ -127,12 +202,22 @@ class CreateSessionOptions:
             verified against instead of the system's trust store (``str`` or path-like);
             verification itself is always on. Proxies come from ``https_proxy``,
             ``http_proxy`` and ``no_proxy`` (see :mod:`bridge_client.client.transport`).
+        env: environment variables for the agent and every process it starts (names to
+            ``str`` or :class:`~bridge_client.redacted.Redacted` values; becomes a
+            :class:`SessionEnv`). They are sent to the bridge each time the session opens on
+            a new connection, so a restarted bridge has them again, and they override the
+            bridge's own environment for this session's turns only. They are never written
+            to the bridge's store, its log, ``launch.json`` or a command line, and are not
+            part of the bridge id: sessions with different variables share one bridge. See
+            the *Concepts* guide (:doc:`concepts`, "Session environment").
 
     Raises:
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
-            ``resume`` is not a SessionState, or ``ca_bundle`` is not a path.
-        ValueError: a duration is not a number > 0 (``turn_stall_timeout``: nor ``None``), or
-            ``ca_bundle`` does not exist.
+            ``resume`` is not a SessionState, ``ca_bundle`` is not a path, or ``env`` is not
+            a mapping of ``str`` names to ``str``/``Redacted`` values.
+        ValueError: a duration is not a number > 0 (``turn_stall_timeout``: nor ``None``),
+            ``ca_bundle`` does not exist, or an ``env`` name or value breaks the rules of
+            :class:`SessionEnv`.
     """
 
     workspace: Workspace = field(default_factory=Workspace)
@@ -147,8 +232,11 @@ class CreateSessionOptions:
     request_timeout: float = 30.0
     ca_bundle: Optional[str] = None
     turn_stall_timeout: Optional[float] = None
+    env: Mapping[str, Union[str, Redacted]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.env, SessionEnv):
+            object.__setattr__(self, "env", SessionEnv(self.env))
         if not isinstance(self.workspace, Workspace):
             raise TypeError(
                 "CreateSessionOptions.workspace needs a Workspace such as Workspace(LocalSandbox('.')), "

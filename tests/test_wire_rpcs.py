@@ -187,12 +187,17 @@ SS = {"sessionId": "s1", "revision": 3, "data": {"k": 1}}
 
 GOOD_PAYLOADS = [
     (HELLO, None, {}),
-    (OPEN_SESSION, {"sessionId": "s1", "state": None}, {"session_id": "s1", "state": None}),
-    (OPEN_SESSION, {"sessionId": "s1"}, {"session_id": "s1", "state": None}),
+    (OPEN_SESSION, {"sessionId": "s1", "state": None}, {"session_id": "s1", "state": None, "env": {}}),
+    (OPEN_SESSION, {"sessionId": "s1"}, {"session_id": "s1", "state": None, "env": {}}),
     (
         OPEN_SESSION,
         {"sessionId": "s1", "state": SS},
-        {"session_id": "s1", "state": SessionState("s1", 3, {"k": 1})},
+        {"session_id": "s1", "state": SessionState("s1", 3, {"k": 1}), "env": {}},
+    ),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "state": None, "env": {"FOO": "x", "_B2": ""}},
+        {"session_id": "s1", "state": None, "env": {"FOO": "x", "_B2": ""}},
     ),
     (
         START_TURN,
@@ -242,6 +247,12 @@ BAD_PAYLOADS = [
     (OPEN_SESSION, {"sessionId": "s1", "state": {**SS, "revision": -1}}, "revision"),
     (OPEN_SESSION, {"sessionId": "s1", "state": {**SS, "revision": True}}, "revision"),
     (OPEN_SESSION, {"sessionId": "s1", "state": "x"}, "state"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": ["FOO=x"]}, "env must be an object"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": {"FOO": 1}}, "value of FOO"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": {"FOO": "a\x00b"}}, "NUL"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": {"A=B": "x"}}, "not a variable name"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": {"BRIDGE_CLIENT_SECRET": "x"}}, "reserved"),
+    (OPEN_SESSION, {"sessionId": "s1", "env": {"BIG": "x" * (1024 * 1024)}}, "over"),
     (OPEN_SESSION, {"sessionId": "s1", "state": {"revision": 1}}, "sessionId"),
     (START_TURN, None, "payload"),
     (START_TURN, {"sessionId": "s1", "turnId": "t1"}, "prompt"),

@@ -12,10 +12,25 @@ the context then says how many steps are already complete, and the driver goes o
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 # options_object lives with the built-in drivers' option checks, which the host imports too
 # (bridge_options checks options at once); re-exported here for drivers (docs/writing-a-driver.md).
@@ -31,9 +46,12 @@ __all__ = [
     "options_object",
     "process_group_started",
     "process_group_ended",
+    "child_environ",
+    "session_env",
 ]
 
-_current = threading.local()  # .ctx: the TurnContext whose run_turn this thread runs
+# .ctx: the TurnContext whose run_turn this thread runs; .env: that turn's session environment
+_current = threading.local()
 
 
 def process_group_started(pgid: int) -> None:
@@ -58,6 +76,36 @@ def process_group_ended(pgid: int) -> None:
     if ctx is not None:
         with ctx._groups_lock:
             ctx._groups.discard(pgid)
+
+_RESERVED_PREFIX = "BRIDGE_CLIENT_"
+
+
+def session_env() -> Dict[str, str]:
+    """The session environment of the turn that the calling thread runs (a copy; empty outside
+    a turn's thread). For code that starts processes without a :class:`TurnContext` at hand;
+    a driver that has one reads :attr:`TurnContext.env`."""
+    env = getattr(_current, "env", None)
+    return dict(env) if env else {}
+
+
+def child_environ(
+    env: Optional[Mapping[str, str]] = None, extra: Optional[Mapping[str, str]] = None
+) -> Dict[str, str]:
+    """The environment a driver's child process runs with: the bridge's own minus every
+    ``BRIDGE_CLIENT_*`` variable, then the session's environment over it (``env``, or by
+    default :func:`session_env` of this thread), then ``extra`` over both.
+
+    The bridge's own ``os.environ`` is never changed: two sessions with different
+    environments can run turns at once in one bridge.
+
+    Returns:
+        A new dict of names to values, for ``subprocess.Popen(env=...)``.
+    """
+    out = {k: v for k, v in os.environ.items() if not k.startswith(_RESERVED_PREFIX)}
+    out.update(session_env() if env is None else env)
+    if extra:
+        out.update(extra)
+    return out
 
 
 class TurnResult(NamedTuple):
@@ -179,6 +227,11 @@ class TurnContext:
             ``step-finish``, for drivers that rebuild their conversation from them.
         cancelled: set when the host cancels the turn, or when the bridge shuts down; stop
             promptly (wait on it rather than sleeping).
+        env: the session's environment (names to values; a read-only view), as the host
+            gave it when it last opened the session: what the agent and its processes must
+            see besides the bridge's own environment. Values may be secrets: never log them,
+            put them in argv, or store them in the session state. Start processes with
+            :meth:`child_env` (or :func:`child_environ`), which merges it.
     """
 
     def __init__(
@@ -192,8 +245,10 @@ class TurnContext:
         steps: Sequence[Sequence[Part]],
         cancelled: threading.Event,
         sink: TurnSink,
+        env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.prompt = prompt
+        self._env: Dict[str, str] = dict(env or {})
         self.session_id = session_id
         self.turn_id = turn_id
         self.completed_steps = completed_steps
@@ -215,6 +270,32 @@ class TurnContext:
         self._groups: Set[int] = set()
 
     # ------------------------------------------------------------------ read-only views
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The session's environment (a read-only view; see the class docstring)."""
+        return _ReadOnly(self._env)
+
+    def child_env(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        """The environment for a child process of this turn: the bridge's own minus
+        ``BRIDGE_CLIENT_*``, the session's :attr:`env` over it, then ``extra``.
+
+        Returns:
+            A new dict, for ``subprocess.Popen(env=...)``.
+        """
+        return child_environ(self._env, extra)
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator[None]:
+        """Make this turn's environment the calling thread's :func:`session_env` while the
+        block runs (the bridge does this around ``run_turn``; a driver does it in a helper
+        thread of its own that starts processes)."""
+        previous = getattr(_current, "env", None)
+        _current.env = self._env
+        try:
+            yield
+        finally:
+            _current.env = previous
 
     @property
     def state(self) -> SessionState:
@@ -486,3 +567,24 @@ def _need_str(**values: Any) -> None:
     for name, value in values.items():
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+class _ReadOnly(Mapping[str, str]):
+    """A read-only view of a dict whose repr hides the values (they may be secrets)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Dict[str, str]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: <redacted>" for k in self._data) + "}"

@@ -117,15 +117,19 @@ class Session:
 
     Attributes:
         id: the session id; revision, data: its state; closed: closed by ``CloseSession``.
+        env: the environment the last ``OpenSession`` gave (names to values). Held in memory
+            only, never in the store (values may be secrets): a restarted bridge has it again
+            when the host opens the session on its new connection.
     """
 
-    __slots__ = ("id", "revision", "data", "closed")
+    __slots__ = ("id", "revision", "data", "closed", "env")
 
     def __init__(self, session_id: str, revision: int, data: Any, closed: bool = False) -> None:
         self.id = session_id
         self.revision = revision
         self.data = data
         self.closed = closed
+        self.env: Dict[str, str] = {}
 
     def state(self) -> SessionState:
         """Return the state as a :class:`SessionState` value."""
@@ -469,10 +473,16 @@ class TurnManager:
 
     # ------------------------------------------------------------------ RPCs
 
-    def open_session(self, session_id: str, state: Optional[SessionState]) -> Dict[str, Any]:
+    def open_session(
+        self, session_id: str, state: Optional[SessionState], env: Optional[Dict[str, str]] = None
+    ) -> Dict[str, Any]:
         """``OpenSession``: keep whichever of the stored copy and ``state`` has the higher
         revision; a new session starts at revision 0 with the driver's initial data. Re-opens
         a closed session.
+
+        ``env`` becomes the session's environment for the turns that start (or are
+        continued) from now on, replacing what an earlier ``OpenSession`` gave; a running turn
+        keeps the one it started with. It is held in memory only.
 
         Returns:
             The SessionState JSON object.
@@ -501,6 +511,7 @@ class TurnManager:
                 if state is not None and state.revision > session.revision:
                     session.revision, session.data = state.revision, state.data
                 session.closed = False
+            session.env = dict(env or {})
             ticket = self._store.submit(session.op())
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
@@ -930,6 +941,7 @@ class TurnManager:
             steps=steps,
             cancelled=turn.cancelled,
             sink=_Sink(self, turn),
+            env=self._sessions[turn.session_id].env,
         )
         turn.status = "running"
         turn.ctx = ctx
@@ -968,7 +980,8 @@ class TurnManager:
 
     def _drive(self, turn: Turn, ctx: TurnContext) -> Tuple[str, Any, Optional[str]]:
         try:
-            result = self._driver.run_turn(ctx)
+            with ctx.in_thread():  # child processes see the session's environment (C19)
+                result = self._driver.run_turn(ctx)
         except _Abandoned:
             raise
         except Exception as exc:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TypeVar
 
 from ..bridge import identity
 from ..errors import (
@@ -320,11 +320,14 @@ class Session:
             made: List[Connection] = []
             try:
                 conn, hello = launcher.connect(self._plan, timeout=timeout, holder=made)
-                value = conn.call(
-                    rpcs.OPEN_SESSION.tag,
-                    {"sessionId": self.id, "state": self._state.to_dict() if self._state else None},
-                    timeout=self._opts.request_timeout,
-                )
+                payload: Dict[str, Any] = {
+                    "sessionId": self.id,
+                    "state": self._state.to_dict() if self._state else None,
+                }
+                env = self._opts.env
+                if env:  # on every new connection, so a restarted bridge has it again (C07)
+                    payload["env"] = env.revealed()  # type: ignore[attr-defined]
+                value = conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self._opts.request_timeout)
                 state = SessionState.from_dict(value)
                 with self._cond:
                     if self._released:

@@ -1,8 +1,8 @@
 """Built-in drivers: ``echo`` (deterministic, for demos, tests and benchmarks), ``shell``
 (runs each prompt line as a command in the workspace), and the real coding agents ``openai``
 (any OpenAI-compatible Chat Completions endpoint), ``claude-code`` (the Claude Code CLI),
-``codex`` (the Codex CLI), ``gemini`` (the Gemini CLI), ``qwen`` (the Qwen Code CLI) and
-``pi`` (the pi coding agent).
+``codex`` (the Codex CLI), ``gemini`` (the Gemini CLI), ``qwen`` (the Qwen Code CLI), ``pi``
+(the pi coding agent) and ``acp`` (any agent that speaks the Agent Client Protocol).
 
 Each module has ``make_driver(agent_options) -> Driver``; the bridge program loads them by
 name (``--driver echo``) through :data:`BUILTIN_DRIVERS`. The template steps that install the
@@ -24,6 +24,7 @@ BUILTIN_DRIVERS: Dict[str, str] = {
     "gemini": "bridge_client.drivers.gemini:make_driver",
     "qwen": "bridge_client.drivers.qwen:make_driver",
     "pi": "bridge_client.drivers.pi:make_driver",
+    "acp": "bridge_client.drivers.acp:make_driver",
 }
 """Driver name to its factory, as ``MODULE:CALLABLE``."""
 

@@ -10,9 +10,9 @@ Events are yielded as :class:`Event`: a parsed JSON object, or a line that is no
 drivers report those as ``data`` parts named ``<driver>-unparsed`` and go on).
 
 A bridge that is SIGKILLed cannot end its CLI, whose own session outlives it; the turn then
-goes on in the next bridge while the abandoned CLI could still be working. Every CLI is
-therefore listed with the shell driver's keeper process, which SIGKILLs the groups still
-listed when the bridge's end of its pipe closes, however the bridge died.
+goes on in the next bridge (B05) while the abandoned CLI could still be working. Every CLI is
+therefore listed with a keeper process (:mod:`bridge_client.drivers.keeper`), which SIGKILLs
+the groups still listed when the bridge's end of its pipe closes, however the bridge died.
 
 :func:`find_cli` finds the program: the ``executable`` option as given, else the program on
 ``PATH``, else the copy the template installed into the sandbox's private prefix
@@ -32,8 +32,8 @@ import threading
 import time
 from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
 
-from ..bridge.driver import process_group_ended, process_group_started
-from .shell import _Keeper
+from ..bridge.driver import child_environ, process_group_ended, process_group_started
+from .keeper import ProcessKeeper
 
 __all__ = [
     "JsonLinesProcess",
@@ -46,12 +46,11 @@ __all__ = [
     "sandbox_isolated",
 ]
 
-_ENV_PREFIX = "BRIDGE_CLIENT_"
 _STDERR_LINES = 20
 _EOF = object()
 
 
-_KEEPER: Optional[_Keeper] = None
+_KEEPER: Optional[ProcessKeeper] = None
 _KEEPER_LOCK = threading.Lock()
 
 
@@ -100,11 +99,11 @@ def sandbox_isolated() -> bool:
         return False
 
 
-def _keeper() -> _Keeper:
+def _keeper() -> ProcessKeeper:
     global _KEEPER
     with _KEEPER_LOCK:
         if _KEEPER is None:
-            _KEEPER = _Keeper()
+            _KEEPER = ProcessKeeper("agent CLIs")
         return _KEEPER
 
 
@@ -127,10 +126,9 @@ class Event(NamedTuple):
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The environment a CLI runs with: the bridge's own, minus every ``BRIDGE_CLIENT_*``
-    variable, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
-    env.update(extra or {})
-    return env
+    variable, then the session's environment of the turn this thread runs
+    (:func:`bridge_client.bridge.driver.session_env`), then ``extra``."""
+    return child_environ(None, extra)
 
 
 class JsonLinesProcess:

@@ -39,9 +39,12 @@ goes on with the same conversation, and a turn continued after a restart re-runs
 unfinished step.
 
 The API key is never an option: ``api_key_env`` names the environment variable that holds
-it, read inside the bridge process at each request (``agent_options`` are stored in the
-sandbox and hashed into the bridge id). Without the variable no ``Authorization`` is sent
-(local servers).
+it (``agent_options`` are stored in the sandbox and hashed into the bridge id), read at each
+request from the session's environment (``CreateSessionOptions.env``), else the bridge's
+own. A key is required for the default endpoint and whenever ``api_key_env`` is given: a
+turn without it ends at once with ``error`` naming the variable. With only ``base_url`` (a
+local server) a missing key sends no ``Authorization``. A ``base_url`` whose host name does
+not resolve ends the turn at once too (it is not retried like a busy server).
 
 Options (``agent_options``, a JSON object):
     model: the model name (required).
@@ -65,6 +68,7 @@ import os
 import queue
 import socket
 import threading
+import urllib.parse
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import requests
@@ -108,6 +112,24 @@ def _cause(exc: BaseException) -> str:
         linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
         todo += [e for e in linked if isinstance(e, BaseException)]
     return type(exc).__name__
+
+
+def _unresolved(exc: BaseException) -> Optional[str]:
+    """The resolver's message when the error under ``exc`` is a host name that does not
+    resolve (``socket.gaierror``), else ``None``: such an error ends the turn at once, as a
+    wrong URL, instead of being retried like a busy server."""
+    todo: List[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, socket.gaierror):
+            return str(err.strerror or err)
+        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
+        todo += [e for e in linked if isinstance(e, BaseException)]
+    return None
 
 
 class _Retryable(Exception):
@@ -199,6 +221,9 @@ class OpenAIChatDriver:
         self.model: str = options["model"]
         self.base_url: str = options.get("base_url", "https://api.openai.com/v1").rstrip("/")
         self.api_key_env: str = options.get("api_key_env", "OPENAI_API_KEY")
+        # A key is needed by the default endpoint and whenever api_key_env is named; a local
+        # server given by base_url alone may go without.
+        self.key_required: bool = "api_key_env" in options or "base_url" not in options
         self.max_steps: int = options.get("max_steps", 20)
         self.temperature: Optional[float] = options.get("temperature")
         self.system: str = options.get("system") or DEFAULT_SYSTEM
@@ -223,6 +248,8 @@ class OpenAIChatDriver:
         Returns:
             ``stop``, ``max-steps``, ``cancelled``, or ``error`` with the endpoint's message.
         """
+        if self.key_required and not self._key(ctx):
+            return TurnResult("error", None, self._missing_key())
         data = ctx.state.data
         messages: List[Any] = list(data.get("messages", [])) if isinstance(data, dict) else []
         if ctx.completed_steps == 0:
@@ -272,6 +299,18 @@ class OpenAIChatDriver:
                 return TurnResult("stop", total or None)
         return TurnResult("max-steps", total or None)
 
+    def _key(self, ctx: TurnContext) -> Optional[str]:
+        """The API key: the session's variable ``api_key_env`` first, then the bridge's own."""
+        return ctx.env.get(self.api_key_env) or os.environ.get(self.api_key_env) or None
+
+    def _missing_key(self) -> str:
+        name = self.api_key_env
+        return (
+            f"{name} is not set: the model endpoint {self.base_url} needs an API key; give the "
+            f"session the variable (CreateSessionOptions(env={{'{name}': Redacted(...)}}), or "
+            f"bridge-client run --env {name}), or set it in the sandbox's environment"
+        )
+
     def _step(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
         """Open a step and stream one model answer into it; on a cut, ``step-reset`` and again.
 
@@ -313,7 +352,7 @@ class OpenAIChatDriver:
         """POST the request with retries (tenacity); return the streaming response, or ``None``
         when cancelled. Raises :class:`_Fatal`."""
         headers = {"Accept": "text/event-stream"}
-        key = os.environ.get(self.api_key_env)
+        key = self._key(ctx)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         body = self._request(messages)
@@ -330,6 +369,13 @@ class OpenAIChatDriver:
                     timeout=(_CONNECT_TIMEOUT, self.request_timeout),
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
+                unresolved = _unresolved(exc)
+                if unresolved is not None:
+                    host = urllib.parse.urlsplit(self.base_url).hostname or self.base_url
+                    raise _Fatal(
+                        f"the host name {host!r} of {self.base_url} does not resolve ({unresolved}): "
+                        "check base_url, or the sandbox's DNS"
+                    ) from None
                 raise _Retryable(f"cannot reach {self.base_url}: {_cause(exc)}") from None
             except requests.RequestException as exc:
                 raise _Fatal(f"request to {self.base_url} failed: {exc}") from None

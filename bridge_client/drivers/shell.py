@@ -9,16 +9,14 @@ At the end the session state becomes ``{"commands": total run in the session}``.
 command ends the turn with ``error`` unless ``keep_going``.
 
 Commands get no stdin, run in a new session (process group) so that a timeout or a cancel
-kills the whole group, and never see a ``BRIDGE_CLIENT_*`` variable.
+kills the whole group, see the session's environment over the bridge's own (the variables
+the host gave the session), and never see a ``BRIDGE_CLIENT_*`` variable.
 
 A bridge that is SIGKILLed cannot kill its commands, and a command in its own session
 outlives it; the turn's step then runs again in the next bridge while the abandoned
 attempt's command may still be writing files. So the driver starts a *keeper* process with its
-first command: a small Python process in its own session that reads the process group of
-every running command from a pipe (``+PGID`` when it starts, ``-PGID`` once reaped). When the
-pipe reaches end of file, that is when the bridge is gone however it died, the keeper SIGKILLs
-every group still listed and exits. A closing driver closes the pipe after killing its
-commands itself (the keeper then has nothing left to do).
+first command (:mod:`bridge_client.drivers.keeper`), which SIGKILLs the process groups of the
+commands still running once the bridge is gone, however it died.
 
 Options (``agent_options``, a JSON object or null):
     timeout: seconds per command, > 0 (default 600).
@@ -28,18 +26,17 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import codecs
-import logging
 import os
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
-from typing import IO, Any, List, NamedTuple, Optional, Set
+from typing import Any, List, NamedTuple, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult, process_group_ended, process_group_started
 from ..driver_options import check_agent_options
+from .keeper import ProcessKeeper
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
 
@@ -51,97 +48,6 @@ _KILL_GRACE = 2.0
 
 _DRAIN = 0.2
 """Seconds to keep reading after the command exited (a background child may hold the pipe)."""
-
-_ENV_PREFIX = "BRIDGE_CLIENT_"
-
-log = logging.getLogger("bridge_client.drivers.shell")
-
-_KEEPER = """
-import os, signal, sys
-groups = set()
-for line in sys.stdin:
-    line = line.strip()
-    if line[:1] == "+" and line[1:].isdigit():
-        groups.add(int(line[1:]))
-    elif line[:1] == "-" and line[1:].isdigit():
-        groups.discard(int(line[1:]))
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-"""The keeper's program: the groups listed when its stdin ends are killed (see the module)."""
-
-
-class _Keeper:
-    """The keeper process of one driver (see the module's docstring). Thread-safe; a keeper
-    that cannot start or has died is logged once and then left alone: commands still run,
-    only the protection against a SIGKILLed bridge is missing."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: Optional["subprocess.Popen[bytes]"] = None
-        self._pipe: Optional[IO[bytes]] = None
-        self._failed = False
-
-    def _start(self) -> None:
-        # Caller holds the lock. Its own session: a signal to the bridge's group spares it.
-        # Its stdin's write end is close-on-exec: the commands do not hold it open.
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _KEEPER],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                start_new_session=True,
-                env={k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)},
-            )
-            self._pipe = self._proc.stdin
-        except OSError as exc:
-            self._fail(f"cannot start the keeper of shell commands: {exc}")
-
-    def _fail(self, message: str) -> None:
-        if not self._failed:
-            log.warning("%s; a SIGKILLed bridge may leave commands running", message)
-        self._failed = True
-        self._pipe = None
-
-    def _say(self, line: str) -> None:
-        with self._lock:
-            if self._pipe is None and not self._failed and self._proc is None:
-                self._start()
-            if self._pipe is None:
-                return
-            try:
-                self._pipe.write(line.encode("ascii") + b"\n")
-                self._pipe.flush()
-            except (OSError, ValueError) as exc:
-                self._fail(f"the keeper of shell commands is gone: {exc}")
-
-    def started(self, group: int) -> None:
-        """A command runs in process group ``group``."""
-        self._say(f"+{group}")
-
-    def ended(self, group: int) -> None:
-        """The command of ``group`` was reaped (or its group killed)."""
-        self._say(f"-{group}")
-
-    def close(self) -> None:
-        """Close the pipe and reap the keeper (idempotent)."""
-        with self._lock:
-            pipe, proc, self._pipe, self._proc = self._pipe, self._proc, None, None
-            self._failed = True  # no new keeper after close
-        if pipe is not None:
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        if proc is not None:
-            try:
-                proc.wait(5.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 class CommandResult(NamedTuple):
@@ -185,7 +91,7 @@ class ShellDriver:
         self.keep_going = keep_going
         self._lock = threading.Lock()
         self._procs: Set["subprocess.Popen[bytes]"] = set()
-        self._keeper = _Keeper()
+        self._keeper = ProcessKeeper("shell commands")
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"commands": 0}``."""
@@ -232,7 +138,7 @@ class ShellDriver:
         Returns:
             How it ended. On timeout or cancel its process group is killed.
         """
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
+        env = ctx.child_env()  # the bridge's environment, the session's over it
         proc = subprocess.Popen(
             [self.shell, "-c", line],
             cwd=os.getcwd(),

@@ -69,7 +69,7 @@ class Request:
 
     id: RequestId
     tag: str
-    payload: Any = None
+    payload: Any = field(default=None, repr=False)  # may hold secrets (a session's env)
     headers: Tuple[Tuple[str, str], ...] = ()
 
 

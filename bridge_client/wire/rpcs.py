@@ -27,6 +27,8 @@ __all__ = [
     "MAX_PROMPT_BYTES",
     "check_id",
     "check_prompt",
+    "check_env",
+    "MAX_ENV_BYTES",
 ]
 
 MAX_ID_LENGTH = 128
@@ -35,7 +37,12 @@ MAX_ID_LENGTH = 128
 MAX_PROMPT_BYTES = 4 * 1024 * 1024
 """A prompt is at most 4 MiB of UTF-8."""
 
+MAX_ENV_BYTES = 1024 * 1024
+"""A session's environment is at most 1 MiB of UTF-8, names and values together."""
+
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RESERVED_ENV_PREFIX = "BRIDGE_CLIENT_"
 
 
 def check_id(value: Any, name: str) -> str:
@@ -67,9 +74,50 @@ def _none(payload: Any) -> Dict[str, Any]:
     return {}
 
 
+def check_env(env: Any) -> Dict[str, str]:
+    """Check a session's environment as it came from the wire (``OpenSession.env``).
+
+    Names are like shell variables (a letter or ``_``, then letters, digits or ``_``) and never
+    start with ``BRIDGE_CLIENT_`` (the bridge's own); values are strings without a NUL
+    character; all of it at most :data:`MAX_ENV_BYTES` of UTF-8. ``None`` is no variables.
+    Messages name the variable, never its value (values may be secrets).
+
+    Returns:
+        A new dict of names to values.
+
+    Raises:
+        BadRequest: not an object of that shape.
+    """
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise BadRequest("env must be an object of variable names to string values")
+    out: Dict[str, str] = {}
+    size = 0
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise BadRequest(
+                f"env: {str(name)[:64]!r} is not a variable name"
+                " (a letter or '_', then letters, digits or '_')"
+            )
+        if name.startswith(_RESERVED_ENV_PREFIX):
+            raise BadRequest(f"env: {name} is reserved for the bridge (names starting with BRIDGE_CLIENT_)")
+        if not isinstance(value, str) or "\x00" in value:
+            raise BadRequest(f"env: the value of {name} must be a string without NUL characters")
+        try:
+            size += len(name) + len(value.encode("utf-8")) + 2
+        except UnicodeEncodeError:
+            raise BadRequest(f"env: the value of {name} is not valid Unicode") from None
+        out[name] = value
+    if size > MAX_ENV_BYTES:
+        raise BadRequest(f"env is over {MAX_ENV_BYTES} bytes of UTF-8")
+    return out
+
+
 def _open_session(payload: Any) -> Dict[str, Any]:
     p = _payload(payload, ("sessionId",))
     session_id = check_id(p["sessionId"], "sessionId")
+    env = check_env(p.get("env"))
     state = p.get("state")
     if state is not None:
         try:
@@ -85,7 +133,7 @@ def _open_session(payload: Any) -> Dict[str, Any]:
                 sessionId=session_id,
                 revision=state.revision,
             )
-    return {"session_id": session_id, "state": state}
+    return {"session_id": session_id, "state": state, "env": env}
 
 
 def check_prompt(prompt: Any) -> str:

@@ -21,6 +21,7 @@ CHECKS = {
     "Hello",
     "OpenSession",
     "OpenSession keeps the higher revision",
+    "OpenSession with env",
     "StartTurn",
     "StartTurn again is harmless",
     "ReadTurn with acks",

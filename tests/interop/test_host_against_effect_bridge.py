@@ -65,7 +65,9 @@ def session_options(sandbox, **kw) -> bc.CreateSessionOptions:
 
 
 def test_c09_session_runs_whole_turns_against_an_effect_bridge(sandbox):
-    with bc.create_session(effect_options(), session_options(sandbox)) as session:
+    # With an env, OpenSession carries it: the Effect group's schema decodes it (C19).
+    env = {"FOO": "for-effect", "TOKEN": bc.Redacted("sk-x")}
+    with bc.create_session(effect_options(), session_options(sandbox, env=env)) as session:
         turn = session.turn("hello from python\nsecond step", turn_id="t-1")
         parts = list(turn)
         # Same turn id, same prompt: harmless; another prompt: the typed failure TurnConflict.

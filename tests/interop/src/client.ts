@@ -61,6 +61,9 @@ const program = Effect.gen(function*() {
   const opened = yield* client.OpenSession({ sessionId: "s-effect", state: null })
   report("OpenSession", opened.sessionId === "s-effect" && opened.revision === 0, JSON.stringify(opened))
 
+  const withEnv = yield* client.OpenSession({ sessionId: "s-effect-env", state: null, env: { FOO: "from-effect" } })
+  report("OpenSession with env", withEnv.sessionId === "s-effect-env" && withEnv.revision === 0, JSON.stringify(withEnv))
+
   const higher = yield* client.OpenSession({ sessionId: "s-effect", state: { sessionId: "s-effect", revision: 5, data: { from: "effect" } } })
   report("OpenSession keeps the higher revision", higher.revision === 5, JSON.stringify(higher))
 

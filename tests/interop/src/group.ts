@@ -73,7 +73,12 @@ export type Part = typeof Part.Type
 export const BridgeRpcs = RpcGroup.make(
   Rpc.make("Hello", { payload: Schema.Null, success: Hello }),
   Rpc.make("OpenSession", {
-    payload: { sessionId: Schema.String, state: Schema.NullOr(SessionState) },
+    // env: the session's environment (names to values), sent on every new connection.
+    payload: {
+      sessionId: Schema.String,
+      state: Schema.NullOr(SessionState),
+      env: Schema.optional(Schema.NullOr(Schema.Record(Schema.String, Schema.String)))
+    },
     success: SessionState,
     error: Schema.Union([BadRequest, RevisionExhausted])
   }),

@@ -1,0 +1,496 @@
+"""The ``acp`` driver: any agent that speaks the Agent Client Protocol (ACP) on its stdio runs
+behind a bridge. See the *ACP driver* page (docs/drivers/acp.md).
+
+Where the protocol comes from: the ACP specification and schema, protocol version 1
+(``zed-industries/agent-client-protocol``: ``docs/protocol/initialization.mdx``,
+``session-setup.mdx``, ``prompt-turn.mdx``, ``file-system.mdx``, ``schema/schema.json``):
+JSON-RPC 2.0, one message per line, over the agent's stdin and stdout.
+
+The driver is the ACP *client*. For each bridge session it starts the agent (``command`` and
+``args``, in the workspace, with the session's environment over the bridge's), sends
+``initialize`` (protocol version 1; client capabilities: ``fs.readTextFile`` and
+``fs.writeTextFile`` when the ``fs`` option is on, no terminal), and keeps the process for the
+session's next turns. A turn:
+
+- opens the ACP session: the one the process already has; else the one the session state
+  names (``{"acp_session_id": ...}``) with ``session/load`` when the agent advertises
+  ``loadSession`` (its replayed history is not shown again); else a new one with
+  ``session/new``, whose id goes into the session state;
+- sends ``session/prompt`` with the prompt as one text block, and maps every
+  ``session/update`` onto parts until the answer (:mod:`bridge_client.drivers.acp_parts`);
+- ends with the answer's ``stopReason``: ``end_turn`` and ``max_tokens`` → ``stop``,
+  ``max_turn_requests`` → ``max-steps``, ``cancelled`` → ``cancelled``, ``refusal`` →
+  ``error``; an error answer → ``error`` with the agent's message; an agent that exits first →
+  ``error`` with its exit status and the tail of its stderr.
+
+The agent's requests are answered in the turn's thread: ``session/request_permission`` by
+the ``permission`` option (``reject`` by default: the option of kind ``reject_once`` is
+chosen; ``allow`` picks ``allow_once``, ``allow_always`` picks ``allow_always``; the request
+and the answer are a ``data`` part ``acp-permission``), ``fs/read_text_file`` and
+``fs/write_text_file`` on the sandbox's files (relative paths from the workspace; a write goes
+to a temporary file renamed into place), anything else ``Method not found``. Interactive
+approvals by the host are not built yet.
+
+Cancel sends ``session/cancel`` and answers a pending permission request ``cancelled``; an
+agent that has not answered the prompt ``interrupt_grace`` seconds later is killed (its
+process group), and the next turn starts it again.
+
+What survives a restart: the session state holds the ACP session id. A bridge that restarted
+starts the agent again and loads that session (``session/load``) when the agent can; a turn
+cut by the restart is continued there with ``continue_prompt`` when it had completed steps,
+and runs its prompt again when it had none. An agent without ``loadSession`` starts a new
+ACP session (a ``data`` part ``acp-session-lost`` says so). The agents run in process groups
+of their own, listed with a keeper process (as every CLI of
+:mod:`bridge_client.drivers.cli_process`; see :mod:`bridge_client.drivers.keeper`), so a
+SIGKILLed bridge leaves none running.
+
+Options (``agent_options``, a JSON object):
+    command: the agent program (required), looked up on ``PATH``.
+    args: a list of its arguments (default none).
+    permission: ``reject`` (default), ``allow`` or ``allow_always``.
+    fs: serve the client file methods (default true).
+    continue_prompt: the prompt that continues a turn cut by a restart.
+    interrupt_grace: seconds >= 0 between ``session/cancel`` and killing the agent (default 5).
+    start_timeout: seconds > 0 that ``initialize``, ``authenticate``, ``session/new`` and
+        ``session/load`` may take each (default 60).
+    auth_method: the id of an ``authMethods`` entry to ``authenticate`` with after
+        ``initialize`` (default none: agents that read their key from the environment need
+        none).
+    mcp_servers: a list of MCP server objects passed to ``session/new``/``load`` (default []).
+    max_agents: agent processes kept at once, one per session (default 8); the least
+        recently used idle one is stopped to start another.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from ..bridge.driver import TurnContext, TurnResult
+from ..driver_options import check_agent_options
+from .acp_parts import UpdateMapper
+from .acp_rpc import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    AcpConnection,
+    AgentExited,
+    RpcError,
+)
+from .cli_process import CLIStartError, JsonLinesProcess, summarize
+
+__all__ = ["AcpDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION = 1
+"""The ACP protocol version this driver speaks."""
+
+DEFAULT_CONTINUE_PROMPT = (
+    "Your previous run was interrupted (the process running you restarted). "
+    "Continue the task where you left off."
+)
+"""What a turn continued after a restart sends to the loaded ACP session."""
+
+_STOP_REASONS = {
+    "end_turn": ("stop", "stop"),
+    "max_tokens": ("stop", "max-tokens"),
+    "max_turn_requests": ("max-steps", "max-steps"),
+    "cancelled": ("cancelled", "cancelled"),
+    "refusal": ("error", "refusal"),
+}
+"""ACP ``stopReason`` → (the turn's finish reason, the last step's finish reason)."""
+
+_PREFERRED = {"reject": ("reject_once", "reject_always"), "allow": ("allow_once", "allow_always"),
+              "allow_always": ("allow_always", "allow_once")}
+
+log = logging.getLogger("bridge_client.drivers.acp")
+
+
+class _Failed(Exception):
+    """The turn cannot go on: it ends with ``error`` and this message."""
+
+
+class _GaveUp(Exception):
+    """The agent did not answer a cancel within the grace period."""
+
+
+class _Agent:
+    """One agent process and what the driver knows of it (guarded by its slot's lock)."""
+
+    def __init__(self, proc: JsonLinesProcess, env: Dict[str, str]) -> None:
+        self.proc = proc
+        self.conn = AcpConnection(proc)
+        self.env = env
+        self.capabilities: Dict[str, Any] = {}
+        self.auth_methods: List[Any] = []
+        self.session_id: Optional[str] = None
+        self.last_used = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return not self.conn.gone and self.proc.proc.poll() is None
+
+
+class _Slot:
+    """A session's place in the driver: one turn at a time, and its agent."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.agent: Optional[_Agent] = None
+
+
+class AcpDriver:
+    """The ACP client driver (``agent_id`` ``"acp"``); see the module docstring.
+
+    Args:
+        options: the checked options (see :func:`make_driver`).
+    """
+
+    agent_id = "acp"
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.argv: List[str] = [options["command"], *options.get("args", [])]
+        self.permission: str = options.get("permission", "reject")
+        self.fs: bool = options.get("fs", True)
+        self.continue_prompt: str = options.get("continue_prompt", DEFAULT_CONTINUE_PROMPT)
+        self.interrupt_grace = float(options.get("interrupt_grace", 5.0))
+        self.start_timeout = float(options.get("start_timeout", 60.0))
+        self.auth_method: Optional[str] = options.get("auth_method")
+        self.mcp_servers: List[Any] = list(options.get("mcp_servers") or [])
+        self.max_agents: int = options.get("max_agents", 8)
+        self._lock = threading.Lock()
+        self._slots: Dict[str, _Slot] = {}
+        self._closed = False
+
+    def initial_state(self) -> Any:
+        """A new session's data: ``{"acp_session_id": null}`` (no ACP session yet)."""
+        return {"acp_session_id": None}
+
+    # ------------------------------------------------------------------ a turn
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run one prompt of the session's ACP session (see the module docstring)."""
+        with self._lock:
+            slot = self._slots.setdefault(ctx.session_id, _Slot())
+        while not slot.lock.acquire(timeout=0.1):  # another turn of this session runs
+            if ctx.cancelled.is_set():
+                return TurnResult("cancelled")
+        try:
+            return self._run(ctx, slot)
+        finally:
+            if slot.agent is not None:
+                slot.agent.last_used = time.monotonic()
+            slot.lock.release()
+
+    def _run(self, ctx: TurnContext, slot: _Slot) -> TurnResult:
+        mapper = UpdateMapper(ctx)
+        try:
+            agent = self._agent(ctx, slot)
+            self._open_session(ctx, agent)
+            prompt = self.continue_prompt if ctx.completed_steps else ctx.prompt
+            result = self._prompt(ctx, agent, mapper, prompt)
+        except _GaveUp:
+            self._stop(slot)
+            mapper.close("cancelled", "cancelled")
+            return TurnResult("cancelled")
+        except _Failed as exc:
+            mapper.close("error")
+            return TurnResult("error", None, str(exc))
+        except AgentExited:
+            agent_failed = self._exit_message(slot)
+            mapper.close("error")
+            return TurnResult("error", None, agent_failed)
+        except RpcError as exc:
+            mapper.close("error")
+            if ctx.cancelled.is_set():
+                return TurnResult("cancelled")
+            return TurnResult("error", None, f"the ACP agent answered session/prompt with an error: {exc}")
+        stop = result.get("stopReason") if isinstance(result, dict) else None
+        turn_reason, step_reason = _STOP_REASONS.get(str(stop), ("stop", str(stop or "stop")))
+        mapper.close(step_reason)
+        usage = result.get("usage") if isinstance(result, dict) else None
+        usage = usage if isinstance(usage, dict) else None
+        if turn_reason == "error":
+            return TurnResult("error", usage, f"the ACP agent stopped the turn: stopReason {stop}")
+        return TurnResult(turn_reason, usage)
+
+    # ------------------------------------------------------------------ the agent process
+
+    def _agent(self, ctx: TurnContext, slot: _Slot) -> _Agent:
+        """The session's agent process: the running one, or a new one (initialized) when it
+        is gone or the session's environment changed."""
+        env = dict(ctx.env)
+        agent = slot.agent
+        if agent is not None and agent.alive and agent.env == env:
+            running = agent
+            if running.conn.drain(lambda m: self._between_turns(running, m)):
+                return running
+        if agent is not None:
+            if agent.alive and agent.env != env:
+                log.info("session %s: its environment changed, starting its ACP agent again", ctx.session_id)
+            self._stop(slot)
+        self._make_room()
+        try:
+            proc = JsonLinesProcess(self.argv, os.getcwd(), keep_stdin=True, env=env)
+        except CLIStartError as exc:
+            raise _Failed(f"cannot start the ACP agent: {exc}") from None
+        agent = slot.agent = _Agent(proc, env)
+        try:
+            self._initialize(ctx, agent)
+        except BaseException:
+            self._stop(slot)
+            raise
+        return agent
+
+    def _initialize(self, ctx: TurnContext, agent: _Agent) -> None:
+        params = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {
+                "fs": {"readTextFile": self.fs, "writeTextFile": self.fs},
+                "terminal": False,
+            },
+        }
+        result = self._start_call(ctx, agent, "initialize", params)
+        if not isinstance(result, dict):
+            raise _Failed(f"the ACP agent answered initialize with {summarize(result)}")
+        version = result.get("protocolVersion")
+        if version != PROTOCOL_VERSION:
+            raise _Failed(
+                f"the ACP agent speaks protocol version {version!r}; this driver speaks {PROTOCOL_VERSION}"
+            )
+        caps = result.get("agentCapabilities")
+        agent.capabilities = caps if isinstance(caps, dict) else {}
+        methods = result.get("authMethods")
+        agent.auth_methods = methods if isinstance(methods, list) else []
+        if self.auth_method is not None:
+            self._start_call(ctx, agent, "authenticate", {"methodId": self.auth_method})
+
+    def _start_call(self, ctx: TurnContext, agent: _Agent, method: str, params: Any) -> Any:
+        """A set-up request (bounded by ``start_timeout``); failures become :class:`_Failed`."""
+
+        def poll() -> None:
+            if ctx.cancelled.is_set():
+                raise _GaveUp()
+
+        try:
+            return agent.conn.request(
+                method,
+                params,
+                lambda m: self._between_turns(agent, m),
+                timeout=self.start_timeout,
+                poll=poll,
+            )
+        except RpcError as exc:
+            hint = ""
+            if exc.code == AUTH_REQUIRED:
+                ids = [m.get("id") for m in agent.auth_methods if isinstance(m, dict)]
+                hint = (
+                    f"; the agent wants authentication (its methods: {', '.join(map(str, ids)) or 'none'}):"
+                    " give it its credentials in the session's environment, or set the auth_method option"
+                )
+            raise _Failed(f"the ACP agent refused {method}: {exc}{hint}") from None
+        except TimeoutError as exc:
+            raise _Failed(str(exc)) from None
+
+    def _open_session(self, ctx: TurnContext, agent: _Agent) -> None:
+        data = ctx.state.data if isinstance(ctx.state.data, dict) else {}
+        wanted = data.get("acp_session_id")
+        wanted = wanted if isinstance(wanted, str) and wanted else None
+        if agent.session_id is not None and agent.session_id == wanted:
+            return
+        cwd = os.getcwd()
+        if wanted is not None:
+            if agent.capabilities.get("loadSession") is True:
+                try:
+                    # The agent replays the conversation as updates: _between_turns drops them.
+                    params = {"sessionId": wanted, "cwd": cwd, "mcpServers": self.mcp_servers}
+                    self._start_call(ctx, agent, "session/load", params)
+                    agent.session_id = wanted
+                    return
+                except _Failed as exc:
+                    lost = str(exc)
+            else:
+                lost = "the agent cannot load sessions (no loadSession capability)"
+            ctx.data("acp-session-lost", {"sessionId": wanted, "reason": lost})
+        result = self._start_call(ctx, agent, "session/new", {"cwd": cwd, "mcpServers": self.mcp_servers})
+        session_id = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise _Failed(f"the ACP agent answered session/new without a sessionId: {summarize(result)}")
+        agent.session_id = session_id
+        ctx.set_state({**data, "acp_session_id": session_id})
+
+    def _prompt(self, ctx: TurnContext, agent: _Agent, mapper: UpdateMapper, prompt: str) -> Any:
+        session_id = agent.session_id
+        sent_cancel: List[float] = []
+
+        def poll() -> None:
+            if not ctx.cancelled.is_set():
+                return
+            if not sent_cancel:
+                sent_cancel.append(time.monotonic())
+                try:
+                    agent.conn.notify("session/cancel", {"sessionId": session_id})
+                except AgentExited:
+                    raise _GaveUp() from None
+            elif time.monotonic() - sent_cancel[0] >= self.interrupt_grace:
+                raise _GaveUp()
+
+        def handle(message: Dict[str, Any]) -> None:
+            params = message.get("params")
+            params = params if isinstance(params, dict) else {}
+            if "id" in message:
+                self._answer(ctx, agent, mapper, message, params)
+            elif message["method"] == "session/update" and params.get("sessionId") == session_id:
+                mapper.update(params.get("update"))
+
+        params = {"sessionId": session_id, "prompt": [{"type": "text", "text": prompt}]}
+        return agent.conn.request("session/prompt", params, handle, poll=poll)
+
+    # ------------------------------------------------------------------ the agent's requests
+
+    def _between_turns(self, agent: _Agent, message: Dict[str, Any]) -> None:
+        """A message outside a prompt: notifications (a replayed history, command lists) are
+        dropped; a request is refused, a permission request answered ``cancelled``."""
+        if "id" not in message:
+            return
+        if message["method"] == "session/request_permission":
+            agent.conn.respond(message["id"], {"outcome": {"outcome": "cancelled"}})
+        else:
+            method = message["method"]
+            agent.conn.respond_error(message["id"], METHOD_NOT_FOUND, f"no turn is running: {method}")
+
+    def _answer(
+        self,
+        ctx: TurnContext,
+        agent: _Agent,
+        mapper: UpdateMapper,
+        message: Dict[str, Any],
+        params: Dict[str, Any],
+    ) -> None:
+        method, request_id = message["method"], message["id"]
+        if method == "session/request_permission":
+            agent.conn.respond(request_id, {"outcome": self._permission(ctx, mapper, params)})
+        elif method in ("fs/read_text_file", "fs/write_text_file") and self.fs:
+            try:
+                agent.conn.respond(request_id, _fs(method, params))
+            except RpcError as exc:
+                agent.conn.respond_error(request_id, exc.code, exc.message)
+        else:
+            agent.conn.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _permission(self, ctx: TurnContext, mapper: UpdateMapper, params: Dict[str, Any]) -> Dict[str, Any]:
+        """Choose an option by the ``permission`` policy; say so in a data part."""
+        tool = mapper.asked(params.get("toolCall"))
+        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+        outcome: Dict[str, Any] = {"outcome": "cancelled"}
+        if not ctx.cancelled.is_set():
+            for kind in _PREFERRED[self.permission]:
+                chosen = next((o for o in options if o.get("kind") == kind), None)
+                if chosen is not None:
+                    outcome = {"outcome": "selected", "optionId": chosen.get("optionId")}
+                    break
+        ctx.data(
+            "acp-permission",
+            {
+                "toolCallId": tool.id if tool is not None else None,
+                "title": tool.fields.get("title") if tool is not None else None,
+                "options": [{"optionId": o.get("optionId"), "kind": o.get("kind")} for o in options],
+                "policy": self.permission,
+                "outcome": outcome,
+            },
+        )
+        return outcome
+
+    # ------------------------------------------------------------------ ending agents
+
+    def _exit_message(self, slot: _Slot) -> str:
+        agent = slot.agent
+        if agent is None:
+            return "the ACP agent is gone"
+        code = agent.proc.wait(2.0)
+        tail = agent.proc.stderr_tail()
+        self._stop(slot)
+        status = f"status {code}" if code is not None else "still running"
+        return f"the ACP agent exited ({status}) before the turn ended" + (f": {tail}" if tail else "")
+
+    def _stop(self, slot: _Slot) -> None:
+        agent, slot.agent = slot.agent, None
+        if agent is None:
+            return
+        agent.proc.close_stdin()
+        agent.proc.stop(grace=1.0)
+
+    def _make_room(self) -> None:
+        """Stop the least recently used idle agents while ``max_agents`` are running."""
+        with self._lock:
+            slots = [s for s in self._slots.values() if s.agent is not None]
+        slots.sort(key=lambda s: s.agent.last_used if s.agent is not None else 0.0)
+        for slot in slots[: max(0, len(slots) - self.max_agents + 1)]:
+            if slot.lock.acquire(blocking=False):
+                try:
+                    self._stop(slot)
+                finally:
+                    slot.lock.release()
+
+    def close(self) -> None:
+        """Stop every agent process (the bridge is shutting down)."""
+        with self._lock:
+            self._closed = True
+            slots = list(self._slots.values())
+        for slot in slots:
+            self._stop(slot)
+
+
+def _fs(method: str, params: Dict[str, Any]) -> Any:
+    """Serve ``fs/read_text_file`` or ``fs/write_text_file``. Raises :class:`RpcError`."""
+    path = params.get("path")
+    if not isinstance(path, str) or not path:
+        raise RpcError(INVALID_PARAMS, "path must be a non-empty string")
+    path = os.path.join(os.getcwd(), path)  # an absolute path stays as it is
+    try:
+        if method == "fs/read_text_file":
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            line, limit = params.get("line"), params.get("limit")
+            if isinstance(line, int) or isinstance(limit, int):
+                lines = text.splitlines(keepends=True)
+                start = max(line - 1, 0) if isinstance(line, int) else 0
+                end = start + limit if isinstance(limit, int) and limit >= 0 else None
+                text = "".join(lines[start:end])
+            return {"content": text}
+        content = params.get("content")
+        if not isinstance(content, str):
+            raise RpcError(INVALID_PARAMS, "content must be a string")
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        try:
+            mode = os.stat(path).st_mode & 0o7777  # an existing file keeps its mode
+        except FileNotFoundError:
+            mode = 0o644
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".acp-write-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(content)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return None
+    except FileNotFoundError:
+        raise RpcError(RESOURCE_NOT_FOUND, f"no such file: {path}") from None
+    except OSError as exc:
+        raise RpcError(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
+
+
+def make_driver(options: Any) -> AcpDriver:
+    """Make the ACP driver from its options (see the module's docstring).
+
+    Raises:
+        ValueError: ``command`` is missing, or an option is unknown or of the wrong type.
+    """
+    return AcpDriver(check_agent_options("acp", options))

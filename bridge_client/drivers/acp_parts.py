@@ -1,0 +1,180 @@
+"""How the ``acp`` driver turns an ACP agent's ``session/update`` notifications into parts.
+
+The shapes are the Agent Client Protocol's (schema ``SessionUpdate``, protocol version 1):
+
+- ``agent_message_chunk`` (a ``ContentBlock``): text → ``text-delta``; any other block (an
+  image, a resource) → ``data`` ``acp-content``.
+- ``agent_thought_chunk``: text → ``reasoning-delta``.
+- ``tool_call`` and ``tool_call_update`` (``toolCallId``, ``title``, ``kind``, ``status``,
+  ``rawInput``, ``content``, ``rawOutput``, ``locations``): one ``tool-call`` part per tool
+  call, emitted once its input is known (the status leaves ``pending``, a permission is asked
+  for it, or it ends), with ``toolName`` = its ``kind`` (``execute``, ``read``, ``edit``, ...,
+  ``other``) and ``input`` = its ``rawInput`` (``{"title": ...}`` when the agent gives none);
+  then one ``tool-result`` when its status becomes ``completed`` or ``failed`` (an error):
+  ``output`` is the text of its ``content`` blocks, or the blocks themselves when they are not
+  all text (a diff), or its ``rawOutput``. Agents send ``tool_call`` again for a call they
+  already announced (with the input filled in): it counts as an update.
+- ``plan`` → ``data`` ``acp-plan`` (the entries); ``current_mode_update`` → ``data``
+  ``acp-mode``; ``user_message_chunk`` (the prompt echoed) and ``available_commands_update``
+  are skipped; any other update → ``data`` ``acp-update`` (the update itself).
+
+Steps: ACP does not mark model calls, so a step is what one model call gives: its text and
+reasoning and the tool calls it asks for. A step opens at the first update of a turn, and a
+new one opens when model output (text, reasoning, a new tool call) comes after every tool
+call of the open step has ended.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ..bridge.driver import TurnContext
+
+__all__ = ["UpdateMapper", "tool_output"]
+
+_ENDED = ("completed", "failed")
+_STARTED = ("in_progress",) + _ENDED
+
+
+def tool_output(content: Any, raw_output: Any) -> Any:
+    """A tool result's ``output``: the text of ``content``'s text blocks joined by newlines;
+    the blocks themselves when one is not text (a diff, a terminal); else ``raw_output``
+    (``""`` when there is none)."""
+    if isinstance(content, list) and content:
+        texts: List[str] = []
+        for item in content:
+            block = item.get("content") if isinstance(item, dict) and item.get("type") == "content" else None
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            else:
+                return content
+        return "\n".join(texts)
+    return "" if raw_output is None else raw_output
+
+
+class _Tool:
+    """What the driver knows of one tool call so far."""
+
+    __slots__ = ("id", "fields", "called", "ended")
+
+    def __init__(self, tool_call_id: str) -> None:
+        self.id = tool_call_id
+        self.fields: Dict[str, Any] = {}
+        self.called = False  # its tool-call part is out
+        self.ended = False  # its tool-result part is out
+
+
+class UpdateMapper:
+    """Maps one prompt's ``session/update`` notifications onto a turn (see the module).
+
+    Args:
+        ctx: the turn.
+    """
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self.ctx = ctx
+        self.tools: Dict[str, _Tool] = {}
+        self._step_tools: List[_Tool] = []
+
+    # ------------------------------------------------------------------ steps
+
+    def _model_output(self) -> None:
+        """Open a step for model output: the first, or the next once the open step's tool
+        calls have all ended."""
+        ctx = self.ctx
+        if ctx.step is not None and self._step_tools and all(t.ended for t in self._step_tools):
+            ctx.finish_step("tool-calls")
+        if ctx.step is None:
+            ctx.start_step()
+            self._step_tools = []
+
+    def close(self, finish_reason: str, note: str = "the turn ended before the tool call did") -> None:
+        """End the open step (if any) with ``finish_reason``; a tool call still open gets an
+        error result saying ``note``, so every ``tool-call`` has its ``tool-result``."""
+        ctx = self.ctx
+        if ctx.step is None:
+            return
+        for tool in self._step_tools:
+            if not tool.ended:
+                self._call(tool)
+                tool.ended = True
+                ctx.tool_result(tool.id, self._name(tool), note, is_error=True)
+        ctx.finish_step(finish_reason)
+
+    # ------------------------------------------------------------------ tool calls
+
+    @staticmethod
+    def _name(tool: _Tool) -> str:
+        kind = tool.fields.get("kind")
+        return kind if isinstance(kind, str) and kind else "other"
+
+    def _call(self, tool: _Tool) -> None:
+        if tool.called:
+            return
+        raw = tool.fields.get("rawInput")
+        title = tool.fields.get("title")
+        empty = raw is None or raw == {}
+        value: Any = {"title": title} if empty and isinstance(title, str) else ({} if raw is None else raw)
+        self.ctx.tool_call(tool.id, self._name(tool), value)
+        tool.called = True
+
+    def tool(self, fields: Dict[str, Any]) -> Optional[_Tool]:
+        """Merge a ``tool_call``/``tool_call_update`` (or a permission request's
+        ``toolCall``) into the call it names; emit what became known. Returns the call
+        (``None`` without a ``toolCallId``)."""
+        tool_call_id = fields.get("toolCallId")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            return None
+        tool = self.tools.get(tool_call_id)
+        if tool is None:  # a call not seen before is model output, whatever announced it
+            self._model_output()
+            tool = self.tools[tool_call_id] = _Tool(tool_call_id)
+            self._step_tools.append(tool)
+        for key, value in fields.items():
+            if key not in ("sessionUpdate", "toolCallId", "_meta") and value is not None:
+                tool.fields[key] = value
+        status = tool.fields.get("status")
+        if status in _STARTED:
+            self._call(tool)
+        if status in _ENDED and not tool.ended:
+            tool.ended = True
+            output = tool_output(tool.fields.get("content"), tool.fields.get("rawOutput"))
+            self.ctx.tool_result(tool.id, self._name(tool), output, is_error=status == "failed")
+        return tool
+
+    def asked(self, tool_fields: Any) -> Optional[_Tool]:
+        """A permission request names this tool call: its input is known, emit the call."""
+        if not isinstance(tool_fields, dict):
+            return None
+        tool = self.tool(tool_fields)
+        if tool is not None:
+            self._call(tool)
+        return tool
+
+    # ------------------------------------------------------------------ updates
+
+    def update(self, update: Any) -> None:
+        """Map one ``update`` object of a ``session/update`` notification."""
+        if not isinstance(update, dict):
+            return
+        kind = update.get("sessionUpdate")
+        ctx = self.ctx
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            block = update.get("content")
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                if not block["text"]:
+                    return  # agents open a message with an empty chunk
+                self._model_output()
+                (ctx.text if kind == "agent_message_chunk" else ctx.reasoning)(block["text"])
+            elif block is not None:
+                self._model_output()
+                ctx.data("acp-content", block)
+        elif kind in ("tool_call", "tool_call_update"):
+            self.tool(update)
+        elif kind == "plan":
+            ctx.data("acp-plan", update.get("entries"))
+        elif kind == "current_mode_update":
+            ctx.data("acp-mode", update.get("currentModeId"))
+        elif kind in ("user_message_chunk", "available_commands_update"):
+            return
+        else:
+            ctx.data("acp-update", update)
