@@ -59,6 +59,11 @@ class CommandResult(NamedTuple):
     cancelled: bool
 
 
+# Wait for the bridge's go-ahead on stdin, then run the command ($1) with no stdin.
+# The positional parameters and variables are left as `sh -c LINE` would have them.
+_GATE = 'read -r _ || exit 125; exec </dev/null; _bc_line=$1; shift; eval "unset -v _bc_line; $_bc_line"'
+
+
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
     """SIGTERM the command's process group, then SIGKILL it after a short grace."""
     try:
@@ -139,10 +144,13 @@ class ShellDriver:
             How it ended. On timeout or cancel its process group is killed.
         """
         env = ctx.child_env()  # the bridge's environment, the session's over it
+        # The command waits at a gate on its stdin until the keeper knows its group: a bridge
+        # SIGKILLed in between leaves a command that reads end of file and exits unrun, never
+        # one that nobody kills (its step runs again in the next bridge).
         proc = subprocess.Popen(
-            [self.shell, "-c", line],
+            [self.shell, "-c", _GATE, self.shell, line],
             cwd=os.getcwd(),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -152,6 +160,12 @@ class ShellDriver:
             self._procs.add(proc)
         self._keeper.started(proc.pid)  # its process group: start_new_session made it the leader
         process_group_started(proc.pid)  # the bridge kills it if the turn ignores a cancel
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(b"\n")  # open the gate
+            proc.stdin.close()
+        except OSError:
+            pass  # the command is gone already: its status says how
         try:
             timed_out, cancelled = self._pump(ctx, proc)
             if timed_out or cancelled:

@@ -264,6 +264,28 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def test_b05_a_command_whose_bridge_died_before_the_keeper_knew_it_never_runs(tmp_path):
+    # The shell driver starts each command behind a gate on its stdin and opens it only once
+    # the keeper lists the command's group. A bridge SIGKILLed in between closes the gate's
+    # pipe unopened: the command must exit unrun, not run on with nobody to kill it.
+    from bridge_client.drivers import shell as shell_mod
+
+    marker = tmp_path / "ran"
+    proc = subprocess.Popen(
+        ["sh", "-c", shell_mod._GATE, "sh", f"touch {marker}"], stdin=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    proc.stdin.close()  # what the bridge's death does to the gate
+    assert proc.wait(timeout=10) == 125
+    assert not marker.exists()
+    opened = subprocess.run(
+        ["sh", "-c", shell_mod._GATE, "sh", f'touch {marker}; echo "[$0][$#]"'], input=b"\n",
+        capture_output=True, timeout=10,
+    )
+    assert opened.returncode == 0 and marker.exists()
+    assert opened.stdout == b"[sh][0]\n"  # as `sh -c LINE` would run it
+
+
 def test_b05_a_sigkilled_bridges_command_does_not_overlap_the_step_run_again(sandbox, workspace):
     # The command notes its start, waits for a `release` file (at most 30 s), notes its end.
     # The bridge is SIGKILLed while it waits; the step runs again in the next bridge. The
