@@ -1,9 +1,9 @@
 """The ``acp`` driver: any agent that speaks the Agent Client Protocol (ACP) on its stdio runs
-behind a bridge. See the *ACP driver* page (docs/drivers/acp.md).
+behind a bridge. See the *ACP driver* page (:doc:`drivers/acp`).
 
 Where the protocol comes from: the ACP specification and schema, protocol version 1
-(``zed-industries/agent-client-protocol``: ``docs/protocol/initialization.mdx``,
-``session-setup.mdx``, ``prompt-turn.mdx``, ``file-system.mdx``, ``schema/schema.json``):
+(the ``zed-industries/agent-client-protocol`` repository: its protocol pages on
+initialization, session setup, the prompt turn and the file system, and its JSON schema):
 JSON-RPC 2.0, one message per line, over the agent's stdin and stdout.
 
 The driver is the ACP *client*. For each bridge session it starts the agent (``command`` and

@@ -10,7 +10,7 @@ Events are yielded as :class:`Event`: a parsed JSON object, or a line that is no
 drivers report those as ``data`` parts named ``<driver>-unparsed`` and go on).
 
 A bridge that is SIGKILLed cannot end its CLI, whose own session outlives it; the turn then
-goes on in the next bridge (B05) while the abandoned CLI could still be working. Every CLI is
+goes on in the next bridge while the abandoned CLI could still be working. Every CLI is
 therefore listed with a keeper process (:mod:`bridge_client.drivers.keeper`), which SIGKILLs
 the groups still listed when the bridge's end of its pipe closes, however the bridge died.
 
