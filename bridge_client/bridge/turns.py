@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
 from ..errors import Overloaded, RevisionExhausted, SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import (
@@ -100,6 +100,7 @@ def iso_now() -> str:
 
 
 _dumps = json_text
+_monotonic = time.monotonic
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -178,6 +179,9 @@ class Turn:
         self.ctx: Optional[TurnContext] = None
         # Committed side (published by the store's writer): _cond.
         self._cond = threading.Condition()
+        # The ReadTurn streams of this turn (the server's): each is poked after every publish,
+        # in the committing thread, so that it can send at once (see Reader).
+        self.readers: "Set[Reader]" = set()
         self.texts: List[str] = []
         self.metas: List[Tuple[Optional[int], int, str]] = []
         self.discarded: Set[Tuple[Optional[int], int]] = set()
@@ -208,6 +212,23 @@ class Turn:
                 elif kind == "turn-finish":
                     self.complete = True
             self._cond.notify_all()
+            readers = list(self.readers) if self.readers else None
+        if readers:
+            for reader in readers:
+                try:
+                    reader.poke()
+                except Exception:  # a reader's bug must not stop the committing thread
+                    log.exception("turn %s: waking a reader failed", self.id)
+
+    def add_reader(self, reader: "Reader") -> None:
+        """Poke ``reader`` after every publish from now on (until :meth:`remove_reader`)."""
+        with self._cond:
+            self.readers.add(reader)
+
+    def remove_reader(self, reader: "Reader") -> None:
+        """Stop poking ``reader``."""
+        with self._cond:
+            self.readers.discard(reader)
 
     def load(self, parts: List[StoredPart]) -> None:
         """Fill a turn read back from the store with its committed parts."""
@@ -278,6 +299,15 @@ class Turn:
                 size += len(text)
                 position += 1
             return out, position, self.complete and position >= n
+
+
+class Reader(Protocol):
+    """What :meth:`Turn.publish_segment` pokes: a ReadTurn stream of the server."""
+
+    def poke(self) -> None:
+        """New committed parts: send them now if the stream may (called in the committing
+        thread, holding no lock of the turn or the store; must not block for long)."""
+        ...
 
 
 class _Progress(NamedTuple):
@@ -356,6 +386,14 @@ def _check_room(session: Session) -> None:
         )
 
 
+_INLINE_GAP = 0.001
+"""Seconds since a driver's previous part after which its part is committed in its own thread
+(:meth:`~bridge_client.bridge.store.Store.commit_here`): a paced stream's lone delta goes to the
+log and to its readers without a thread hand-off. A driver that emits faster hands its parts to
+the store's writer, which commits what queued meanwhile together (group commit). Neither way
+waits for company."""
+
+
 class _Sink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
@@ -364,6 +402,15 @@ class _Sink:
         self._turn = turn
         assert turn.buffer is not None
         self._buffer = turn.buffer
+        self._store = manager._store
+        self._last = 0.0  # monotonic end of the previous emit
+
+    def _commit(self) -> None:
+        """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
+        now = _monotonic()
+        if now - self._last < _INLINE_GAP or not self._store.commit_here():
+            self._store.wake_writer()
+        self._last = _monotonic()
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
         """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
@@ -374,13 +421,14 @@ class _Sink:
             index = turn.next_index
             text = part_text(kind, index, step, attempt, fields)
             try:
-                pending = self._buffer.add(index, text, (step, attempt, kind))
+                pending = self._buffer.add(index, text, (step, attempt, kind), (), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = index + 1
             if kind == "step-start" and step is not None:
                 turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return index
@@ -397,11 +445,12 @@ class _Sink:
             first = turn.next_index
             encoded = text_parts(kind, first, step, attempt, texts)
             try:
-                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded))
+                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = first + len(encoded)
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return first
