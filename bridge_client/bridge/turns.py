@@ -52,6 +52,8 @@ from .store import (
     Ticket,
     checkpoint_op,
     finish_op,
+    _encode_str,
+    _utf8_checked,
     json_text,
     part_text,
     session_op,
@@ -404,13 +406,19 @@ class _Sink:
         self._buffer = turn.buffer
         self._store = manager._store
         self._last = 0.0  # monotonic end of the previous emit
+        # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
+        self._key: Tuple[str, Optional[int], int] = ("", None, 0)
+        self._head = self._tail = ""
+        self._meta: Meta = (None, 0, "")
 
     def _commit(self) -> None:
         """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
         now = _monotonic()
-        if now - self._last < _INLINE_GAP or not self._store.commit_here():
+        if now - self._last < _INLINE_GAP:
             self._store.wake_writer()
-        self._last = _monotonic()
+        elif self._store.commit_here():
+            now = _monotonic()
+        self._last = now
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
         """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
@@ -428,6 +436,38 @@ class _Sink:
             turn.next_index = index + 1
             if kind == "step-start" and step is not None:
                 turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        self._commit()
+        if pending >= MAX_PENDING:
+            self._manager._wait_room(turn)
+        return index
+
+    def emit_text(self, kind: str, step: Optional[int], attempt: int, text: str) -> int:
+        """Append one part of a text kind, ``{"text": text}``; return its index (the per-delta
+        path of a streaming driver: :meth:`emit` without the dict and the general encoding).
+        Raises ValueError for a lone surrogate (nothing is appended then)."""
+        turn = self._turn
+        key = (kind, step, attempt)
+        if key != self._key:
+            self._key = key
+            self._head = '{"type":"%s","index":' % kind
+            where = "null" if step is None else "%d" % step
+            self._tail = ',"step":%s,"attempt":%d,"text":' % (where, attempt)
+            self._meta = (step, attempt, kind)
+        if not text.isascii():
+            _utf8_checked(text)
+        encoded = _encode_str(text)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            try:
+                pending = self._buffer.add(
+                    index, self._head + str(index) + self._tail + encoded + "}", self._meta, (), False
+                )
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
         self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
