@@ -87,6 +87,11 @@ class BaselineServer:
             raise RuntimeError(f"baseline server {args} did not start: {line!r}")
         self.url = f"ws://127.0.0.1:{int(line.split()[1])}/"
 
+    @property
+    def pid(self) -> int:
+        """The server process's id (for its CPU and context switches in /proc)."""
+        return self._proc.pid
+
     def close(self) -> None:
         """Stop the server (closing its stdin), killing it if it lingers."""
         try:
