@@ -129,6 +129,11 @@ def details(rows: Sequence[Row]) -> str:
         if r.name == "latency" and r.extra:
             out.append(f"latency p99: product {_num(r.extra['product_p99_ms'])} ms, "
                        f"raw round trip {_num(r.extra['baseline_p99_ms'])} ms")
+            if "new_session_first_part_p50_ms" in r.extra:
+                out.append("latency, a new session on the warm bridge (create_session to first text part): "
+                           f"p50 "
+                           f"{_num(r.extra['new_session_first_part_p50_ms'])} ms "
+                           f"(n={len(r.extra['new_session_first_part_ms'])})")
         if r.name == "throughput" and r.extra.get("paired_ratios"):
             pairs = ", ".join(f"{x:.3f}" for x in r.extra["paired_ratios"])
             out.append(f"throughput / transport limit, run by run (alternating): {pairs}")
