@@ -104,17 +104,19 @@ def _per_delta(a: _Snap, b: _Snap) -> Dict[str, float]:
 
 
 def _run_streams(
-    k: int, duration: float, pid: int, stream: Callable[[int, List[int]], List[float]]
-) -> Tuple[List[Dict[str, float]], List[float]]:
+    k: int, duration: float, pid: int, stream: Callable[[int, List[int]], List[Tuple[int, float]]]
+) -> Tuple[List[Dict[str, float]], List[float], List[float]]:
     """Run ``stream(i, counts)`` in ``k`` threads released together; each counts its deltas in
-    ``counts[i]`` and returns its emit-to-yield latencies (ms). While they run, the steady part
-    (15% to 85% of ``duration``, the nominal length) is measured in :data:`SUB_WINDOWS` windows.
+    ``counts[i]`` and returns its deltas' (emit time in monotonic ns, emit-to-yield latency in
+    ms). While they run, the steady part (15% to 85% of ``duration``, the nominal length) is
+    measured in :data:`SUB_WINDOWS` windows.
 
     Returns:
-        The per-delta figures of each window, and every latency of every stream.
+        The per-delta figures of each window, every latency of every stream, and the latencies
+        of the deltas emitted in the steady part (no start-up burst).
     """
     counts = [0] * k
-    latencies: List[float] = []
+    latencies: List[Tuple[int, float]] = []
     errors: List[BaseException] = []
     start = threading.Barrier(k + 1)
 
@@ -131,6 +133,7 @@ def _run_streams(
         t.start()
     start.wait()
     t0 = time.monotonic()
+    steady = (int((t0 + 0.15 * duration) * 1e9), int((t0 + 0.85 * duration) * 1e9))
     snaps: List[_Snap] = []
     for j in range(SUB_WINDOWS + 1):
         due = t0 + duration * (0.15 + 0.70 * j / SUB_WINDOWS)
@@ -140,13 +143,15 @@ def _run_streams(
         t.join()
     if errors:
         raise errors[0]
-    return [_per_delta(a, b) for a, b in zip(snaps, snaps[1:])], latencies
+    windows = [_per_delta(a, b) for a, b in zip(snaps, snaps[1:])]
+    in_steady = [ms for emitted, ms in latencies if steady[0] <= emitted < steady[1]]
+    return windows, [ms for _, ms in latencies], in_steady or [ms for _, ms in latencies]
 
 
-def _latencies(yields: List[int], emits: Any, what: str) -> List[float]:
+def _latencies(yields: List[int], emits: Any, what: str) -> List[Tuple[int, float]]:
     if not isinstance(emits, list) or len(emits) != len(yields):
         raise RuntimeError(f"{what}: {len(yields)} deltas but {len(emits or [])} emit times")
-    return [(y - e) / 1e6 for y, e in zip(yields, emits)]
+    return [(e, (y - e) / 1e6) for y, e in zip(yields, emits)]
 
 
 def product_paced(env: BenchEnv, k: int, n: int, rate: float) -> Dict[str, Any]:
@@ -165,7 +170,7 @@ def product_paced(env: BenchEnv, k: int, n: int, rate: float) -> Dict[str, Any]:
             # Warm the bridge's and the host's code paths once before measuring.
             sum(1 for _ in sessions[0].turn(json.dumps({"n": 50, "rate": 0})))
 
-            def stream(i: int, counts: List[int]) -> List[float]:
+            def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
                 yields: List[int] = []
                 emits: Any = None
                 now = time.monotonic_ns
@@ -177,12 +182,12 @@ def product_paced(env: BenchEnv, k: int, n: int, rate: float) -> Dict[str, Any]:
                         emits = part.data
                 return _latencies(yields, emits, "paced product stream")
 
-            windows, lat = _run_streams(k, n / rate, hello.pid, stream)
+            windows, lat, steady = _run_streams(k, n / rate, hello.pid, stream)
         finally:
             for s in sessions:
                 s.release()
     env.stop_bridges(ws)
-    return {"windows": windows, "latencies_ms": lat}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
 
 
 def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
@@ -193,7 +198,7 @@ def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
         clients = [raw_client(server.url) for _ in range(k)]
         try:
 
-            def stream(i: int, counts: List[int]) -> List[float]:
+            def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
                 ws = clients[i]
                 yields: List[int] = []
                 now = time.monotonic_ns
@@ -207,11 +212,11 @@ def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
                     counts[i] += len(message["values"])
                     ws.send(ack)
 
-            windows, lat = _run_streams(k, n / rate, server.pid, stream)
+            windows, lat, steady = _run_streams(k, n / rate, server.pid, stream)
         finally:
             for c in clients:
                 c.close()
-    return {"windows": windows, "latencies_ms": lat}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
 
 
 def _summary(run: Dict[str, Any]) -> Dict[str, float]:
@@ -227,6 +232,8 @@ def _summary(run: Dict[str, Any]) -> Dict[str, float]:
         "host_vcsw_per_delta": statistics.median(x["host_vcsw"] for x in w),
         "p50_ms": percentile(lat, 50),
         "p99_ms": percentile(lat, 99),
+        "steady_p50_ms": percentile(run["steady_latencies_ms"], 50),
+        "steady_p99_ms": percentile(run["steady_latencies_ms"], 99),
         "deltas_measured": sum(x["deltas"] for x in w),
     }
 
@@ -329,7 +336,9 @@ def paced_details(rows: Sequence[Row]) -> List[str]:
                 f"{p['cpu_us_per_delta']:.0f} us / server {b['cpu_us_per_delta']:.0f}, host "
                 f"{p['host_cpu_us_per_delta']:.0f} us / raw client {b['host_cpu_us_per_delta']:.0f}; "
                 f"emit-to-yield p50 {p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms (raw p50 "
-                f"{b['p50_ms']:.2f}, p99 {b['p99_ms']:.2f}); voluntary switches per delta bridge "
+                f"{b['p50_ms']:.2f}, p99 {b['p99_ms']:.2f}; steady part only: p50 {p['steady_p50_ms']:.2f}, "
+                f"p99 {p['steady_p99_ms']:.2f}, raw p99 {b['steady_p99_ms']:.2f}); "
+                "voluntary switches per delta bridge "
                 f"{p['vcsw_per_delta']:.2f} / server {b['vcsw_per_delta']:.2f}, host "
                 f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}")
         if r.name == "per-part" and r.extra:
