@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import bridge_client as bc
 from bridge_client import template as template_module
@@ -45,37 +45,24 @@ def _count(name: str) -> None:
 class CountingSandbox(bc.LocalSandbox):
     """A LocalSandbox that counts the processes the host starts in it."""
 
-    def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        timeout: Optional[float] = None,
-    ) -> Any:
+    # Whatever arguments the adapter takes (other engineers may add some): passed through.
+    def exec(self, argv: Sequence[str], **kw: Any) -> Any:
         """:meth:`LocalSandbox.exec`, counted."""
         _count("execs")
-        return super().exec(argv, cwd=cwd, env=env, timeout=timeout)
+        return super().exec(argv, **kw)
 
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        log_path: Optional[str] = None,
-    ) -> Any:
+    def spawn(self, argv: Sequence[str], **kw: Any) -> Any:
         """:meth:`LocalSandbox.spawn`, counted."""
         _count("spawned")
-        return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
+        return super().spawn(argv, **kw)
 
 
 def _count_template_runs() -> None:
     original = template_module.Template.run
 
-    def run(self: Any, sandbox: Any) -> None:
+    def run(self: Any, *args: Any, **kw: Any) -> Any:
         _count("template_runs")
-        original(self, sandbox)
+        return original(self, *args, **kw)
 
     template_module.Template.run = run  # type: ignore[method-assign]
 
