@@ -23,9 +23,14 @@ _EXEC_WRAPPER = (
     'p=$(command -v "$1") || { printf "%s: not found\\n" "$1" >&2; exit 127; }; '
     'echo "$$"; case $p in */*) exec "$@";; *) "$@";; esac'  # a builtin (kill) has no file to exec
 )
-# Creates the log file (private) and runs argv detached, output appended to the log.
+# Creates the log file (private) and runs argv detached, output appended to the log. A log
+# that is a symlink or not a regular file is refused (exit 126): appending would write
+# through it to a file the container's user did not mean.
 _SPAWN_WRAPPER = (
-    'log=$1; shift; (umask 077; mkdir -p "${log%/*}"; : >>"$log") || exit 126; '
+    'log=$1; shift; '
+    'if [ "$log" != /dev/null ] && { [ -L "$log" ] || { [ -e "$log" ] && [ ! -f "$log" ]; }; }; '
+    'then exit 126; fi; '
+    '(umask 077; mkdir -p "${log%/*}"; : >>"$log") || exit 126; '
     'command -v "$1" >/dev/null 2>&1 || { printf "%s: not found\\n" "$1" >>"$log"; exit 127; }; '
     'exec "$@" >>"$log" 2>&1 </dev/null'
 )

@@ -133,3 +133,16 @@ def test_ssh_a_forked_child_gets_its_own_connection_and_the_parent_keeps_its_own
     assert os.waitstatus_to_exitcode(status) == 0
     assert ssh_sandbox._link is before
     assert ssh_sandbox.exec(["echo", "parent"]).stdout == b"parent\n", "the parent's connection is intact"
+
+
+def test_c21_ssh_spawn_refuses_a_symlinked_log_and_writes_nothing_through_it(
+    ssh_sandbox, remote_folder, tmp_path
+):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"before\n")
+    log = os.path.join(remote_folder, "state", "bridge.log")
+    os.makedirs(os.path.dirname(log))
+    os.symlink(victim, log)
+    with pytest.raises(bc.UntrustedFile, match="symlink"):
+        ssh_sandbox.spawn(["sh", "-c", "echo ran"], log_path=log)
+    assert victim.read_bytes() == b"before\n"
