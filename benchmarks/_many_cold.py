@@ -135,8 +135,20 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
         "first_part_s": firsts,
         "all_first_parts_s": max(firsts),
         **COUNTS,
-        "bridges_logged": _bridges_logged(sandboxes),
+        "bridges_logged": _settled_logs(sandboxes, COUNTS["spawned"]),
     }
+
+
+def _settled_logs(sandboxes: Sequence[bc.LocalSandbox], spawned: int, wait: float = 10.0) -> Dict[str, int]:
+    """:func:`_bridges_logged` once every spawned bridge has said whether it won the lock (a
+    loser may still be on its way out, and the winner logs after it writes the listening file
+    the host connects by), or after ``wait`` seconds with what was said by then."""
+    deadline = time.monotonic() + wait
+    while True:
+        logged = _bridges_logged(sandboxes)
+        if logged["won_lock"] + logged["lost_lock"] >= spawned or time.monotonic() > deadline:
+            return logged
+        time.sleep(0.05)
 
 
 def main(argv: List[str]) -> int:
