@@ -1121,34 +1121,24 @@ class _Connection:
         if busy:
             self.send_fail(request_id, Overloaded(f"{busy}: try again later", turnId=turn_id).to_wire())
             return
-        try:
-            stream.start()
-        except RuntimeError as exc:  # "can't start new thread"
-            self.forget(stream)
-            log.warning(
-                "connection %d: cannot start a stream's thread (%s): answered Overloaded", self.number, exc
-            )
-            self.send_fail(
-                request_id,
-                Overloaded(f"the bridge cannot start a thread now ({exc}): try again later").to_wire(),
-            )
+        stream.start()
 
 
 class _ReadStream:
     """One ReadTurn: sends the turn's committed parts from ``offset`` as Chunks, one Chunk and
     then the host's Ack before the next, and ends with Exit right after ``turn-finish``.
 
-    Sent by whichever thread makes progress, without a hand-off (:meth:`poke`, :meth:`ack`):
-    the thread that committed new parts (a paced driver's own thread, or the store's writer),
-    or the thread that received the Ack. Such a thread sends only what goes into the socket
-    at once (:meth:`_Connection.try_send`); anything else (a big Chunk, a full socket, another
-    send under way), the first Chunks from ``offset`` and the end after a stop are left to
-    the stream's own daemon thread. :meth:`stop` (Interrupt, or the connection closing) ends
-    it from any thread.
+    Sent by whichever thread makes progress, without a hand-off: the connection's thread sends
+    the first Chunk (:meth:`start`); then the thread that committed new parts (:meth:`poke`: a
+    paced driver's own thread, or the store's writer) or that read the Ack (:meth:`ack`:
+    websockets' reader). Those send only what goes into the socket at once
+    (:meth:`_Connection.try_send`); anything else (a big Chunk, a full socket, another send
+    under way) is handed to the stream's own daemon thread, started the first time it is
+    needed. :meth:`stop` (Interrupt, or the connection closing) ends it from any thread.
 
     State, under ``_lock``: ``_busy`` (a thread is sending for the stream: it alone moves
     ``position``), ``_again`` (work came while busy), ``_inflight`` (a Chunk awaits its Ack),
-    ``_handoff`` (the stream's thread should take over), ``_ended`` (the Exit is sent or due).
+    ``_handoff`` (the stream's thread should take over), ``_ended`` (the end is under way).
     """
 
     def __init__(
@@ -1162,29 +1152,25 @@ class _ReadStream:
         self.position = offset
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._busy = True  # the stream's thread sends the first Chunks (from the offset)
+        self._busy = True  # start() sends the first Chunks (from the offset)
         self._again = False
         self._inflight = False
         self._handoff = False
         self._ended = False
         self._stop_reason: Optional[str] = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"bridge-read-{conn.number}-{request_id}-{turn.id}", daemon=True
-        )
+        self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        """Start streaming."""
+        """Start streaming: send what is committed from the offset (in the calling thread,
+        the connection's, which may wait on the socket)."""
         self.turn.add_reader(self)
-        try:
-            self._thread.start()
-        except BaseException:
-            self.turn.remove_reader(self)
-            raise
+        self._guarded(False)
 
     def join(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the stream's thread to end."""
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        """Wait up to ``timeout`` seconds for the stream's thread (if it has one) to end."""
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def ack(self) -> None:
         """The host took the last Chunk: send the next one now, if parts wait."""
@@ -1196,7 +1182,7 @@ class _ReadStream:
             if self._stop_reason is not None or self._ended:
                 return
             self._busy = True
-        self._pump(inline=True)
+        self._guarded(True)
 
     def poke(self) -> None:
         """New parts are committed (see :class:`~bridge_client.bridge.turns.Reader`)."""
@@ -1207,18 +1193,36 @@ class _ReadStream:
             if self._inflight or self._stop_reason is not None or self._ended:
                 return
             self._busy = True
-        self._pump(inline=True)
+        self._guarded(True)
 
     def stop(self, reason: str) -> None:
-        """Stop streaming: ``interrupt`` answers Exit Failure[Interrupt]; ``closed`` sends nothing."""
+        """Stop streaming: ``interrupt`` answers Exit Failure[Interrupt]; ``closed`` sends nothing.
+        The thread that sends for the stream (if one does) ends it; else this one."""
         with self._lock:
             if self._stop_reason is None:
                 self._stop_reason = reason
             self._cond.notify_all()
+            if self._busy or self._ended:
+                return
+            self._busy = self._ended = True
+        self._stopped()
+
+    def _guarded(self, inline: bool) -> None:
+        """:meth:`_pump`, ending the stream with Die if it fails (a bug)."""
+        try:
+            self._pump(inline)
+        except Exception as exc:
+            log.exception("connection %d: ReadTurn %r failed", self.conn.number, self.request_id)
+            with self._lock:
+                self._ended = True
+                self._cond.notify_all()
+            self.turn.remove_reader(self)
+            self.conn.forget(self)
+            self.conn.send_die(self.request_id, f"{type(exc).__name__}: {exc}")
 
     def _pump(self, inline: bool) -> None:
         """Send what the host may get now; the caller set ``_busy`` (which this clears, or
-        hands to the stream's thread). ``inline``: a thread that must not block on the socket."""
+        hands to the stream's thread). ``inline``: a thread that must not wait on the socket."""
         turn = self.turn
         while True:
             if self._stop_reason is not None:
@@ -1232,9 +1236,11 @@ class _ReadStream:
                 if sent is None:  # not at once: the stream's own thread sends it
                     with self._lock:
                         self._inflight = False
-                        self._handoff = True
-                        self._cond.notify_all()
-                    return
+                    if self._hand_off():
+                        return
+                    sent = self.conn.send(frame)  # no thread to be had: send it here
+                    with self._lock:
+                        self._inflight = True
                 if not sent:
                     self.stop("closed")
                     break
@@ -1249,12 +1255,37 @@ class _ReadStream:
                 self._again = False
                 self._busy = False
                 return
-        with self._lock:
-            self._busy = False
+        with self._lock:  # stopped: this thread ends the stream
+            self._busy = True
+            ended, self._ended = self._ended, True
             self._cond.notify_all()
+        if not ended:
+            self._stopped()
+
+    def _hand_off(self) -> bool:
+        """Give the stream (``_busy`` and all) to its own thread, started now if it has none.
+        False when no thread can be started (the caller sends itself)."""
+        with self._lock:
+            self._handoff = True
+            self._cond.notify_all()
+            if self._thread is not None:
+                return True
+            thread = threading.Thread(
+                target=self._run, name=f"bridge-read-{self.conn.number}-{self.request_id}", daemon=True
+            )
+            self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": B09, the caller goes on itself
+            log.warning("connection %d: cannot start a stream's thread (%s)", self.conn.number, exc)
+            with self._lock:
+                self._thread = None
+                self._handoff = False
+            return False
+        return True
 
     def _end(self) -> None:
-        """``turn-finish`` is sent: answer Exit Success (the stream's thread then ends)."""
+        """``turn-finish`` is sent: answer Exit Success."""
         with self._lock:
             self._ended = True
             self._cond.notify_all()
@@ -1262,31 +1293,19 @@ class _ReadStream:
         self.conn.forget(self)
         self.conn.send_exit(self.request_id, Success(None))
 
-    def _run(self) -> None:
-        try:
-            self._pump(inline=False)
-            while True:
-                with self._lock:
-                    while not self._ended and not self._handoff and (
-                        self._stop_reason is None or self._busy
-                    ):
-                        self._cond.wait()
-                    if self._ended:
-                        return
-                    if not self._handoff:  # stopped, and no thread sends for it any more
-                        self._ended = True
-                        break
-                    self._handoff = False
-                self._pump(inline=False)
-        except Exception as exc:
-            log.exception("connection %d: ReadTurn %r failed", self.conn.number, self.request_id)
-            with self._lock:
-                self._ended = True
-            self.turn.remove_reader(self)
-            self.conn.forget(self)
-            self.conn.send_die(self.request_id, f"{type(exc).__name__}: {exc}")
-            return
+    def _stopped(self) -> None:
+        """The end after :meth:`stop`, once (whoever set ``_ended``)."""
         self.turn.remove_reader(self)
         self.conn.forget(self)
         if self._stop_reason == "interrupt":
             self.conn.send_exit(self.request_id, Failure((Interrupted(),)))
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._handoff and not self._ended:
+                    self._cond.wait()
+                if not self._handoff:
+                    return
+                self._handoff = False
+            self._guarded(False)

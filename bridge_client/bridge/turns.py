@@ -1,8 +1,9 @@
 """Sessions and turns inside the bridge: runs each turn in its own thread, appends its parts
 to the store, wakes its readers, and continues turns a restart left unfinished.
 
-- Stored first: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
-  calls after the commit.
+- Stored first: a part reaches a reader only through :meth:`Turn.publish_segment`, which the
+  thread that committed it (the store's writer, or the emitting thread itself) calls after the
+  commit; that thread then pokes the turn's ReadTurn streams, which send at once if they may.
 - Turns outlive readers: a turn runs in its thread whoever reads it; readers read the in-memory committed log
   (:meth:`Turn.take`) from their own offsets, as many at once as like.
 - After a restart: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
@@ -10,8 +11,10 @@ to the store, wakes its readers, and continues turns a restart left unfinished.
   checkpoint of the last completed step, and runs the driver from there.
 
 Lock order (never the other way round): ``TurnManager._lock`` → ``Turn.append_lock`` →
-the store's lock. The store's writer takes ``Turn.append_lock`` alone (to take the turn's
-buffered parts) and ``Turn._cond`` alone (to publish).
+the store's lock. A committing thread (the store's writer, or one in
+:meth:`~bridge_client.bridge.store.Store.commit_here`, which holds none of these) takes
+``Turn.append_lock`` alone (to take the turn's buffered parts) and ``Turn._cond`` alone (to
+publish), and pokes the streams holding neither.
 
 Hot path: a driver's part is encoded once (:func:`~bridge_client.bridge.store.part_text`)
 and that one string is the SQLite segment's content, the in-memory log's entry, and what
@@ -205,7 +208,8 @@ class Turn:
         )
 
     def publish_segment(self, texts: List[str], metas: List[Meta], marks: List[Meta]) -> None:
-        """Add committed parts (store writer thread) and wake every reader.
+        """Add committed parts (in the committing thread), wake every reader and poke the
+        turn's streams.
 
         Args:
             texts: their JSON texts; metas: their ``(step, attempt, type)``; marks: the metas of
