@@ -1,0 +1,127 @@
+"""Breaking issue 15's hot path with real bridge processes: odd text through the cached
+JSON head/tail of ``ctx.text`` (the wire JSON stays valid and decodes to the same text), the
+bridge killed at random moments of a fast and of a paced stream (every part a reader saw is
+in the store at its offset after the restart: B03), and a reader that acks nothing (the
+bridge's other connections go on)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from bridge_harness import text_of, wait_until
+from breaker_drivers import ODD
+
+from bridge_client.wire import frames
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _raw_read(client, session, turn, offset=0, after_step=0):
+    """ReadTurn to its end with the raw frames: (parts decoded from each raw frame, exit)."""
+    rid = client.request(
+        "ReadTurn", {"sessionId": session, "turnId": turn, "offset": offset, "afterStep": after_step}
+    )
+    parts = []
+    while True:
+        raw = client.ws.recv()
+        message = json.loads(raw)  # strict: the frame must be valid JSON
+        if message.get("requestId") != rid:
+            continue
+        if message["_tag"] == "Chunk":
+            parts.extend(message["values"])
+            client.send(frames.Ack(rid))
+        else:
+            return parts, message["exit"]
+
+
+def test_b03_odd_text_through_ctx_text_reaches_the_reader_and_the_store_unchanged(make_bridge):
+    bridge = make_bridge("breaker_drivers:make_odd")
+    with bridge.connect() as client:
+        client.open("s")
+        client.start("s", "t", "go")
+        parts, exit_ = _raw_read(client, "s", "t")
+    assert exit_["_tag"] == "Success", exit_
+    deltas = [p["text"] for p in parts if p["type"] == "text-delta"]
+    assert deltas == (ODD + ["after"]) * 2
+    assert [p["data"] for p in parts if p["type"] == "data"] == [3, 3]
+    assert [p["index"] for p in parts] == list(range(len(parts)))
+    # And read again from the store by a fresh connection, from an offset inside the step.
+    with bridge.connect() as client:
+        again, exit_ = _raw_read(client, "s", "t", offset=5)
+    assert again == parts[5:]
+
+
+def _read_until_gone(client, session, turn, seen):
+    """ReadTurn from 0, acking each Chunk, appending every value to ``seen`` until the
+    connection drops (the bridge killed) or the stream ends."""
+    try:
+        rid = client.request("ReadTurn", {"sessionId": session, "turnId": turn, "offset": 0, "afterStep": 0})
+        while True:
+            message = json.loads(client.ws.recv())
+            if message.get("requestId") != rid:
+                continue
+            if message["_tag"] != "Chunk":
+                return
+            seen.extend(message["values"])
+            client.send(frames.Ack(rid))
+    except Exception:  # the bridge was killed under the read
+        return
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.002], ids=["fast", "paced"])
+def test_b03_b05_sigkill_at_random_moments_loses_nothing_a_reader_saw(make_bridge, tmp_path, delay):
+    import threading
+
+    from bridge_client.bridge.store import read_parts
+
+    rng = random.Random(1500 + int(delay * 1000))
+    options = {"count": 400 if delay == 0 else 120, "delay": delay, "steps": 3}
+    for run in range(5):
+        state = str(tmp_path / f"kill-{run}")
+        bridge = make_bridge("breaker_drivers:make_counter", options=options, state=state)
+        seen = []
+        with bridge.connect() as client:
+            client.open("s")
+            client.start("s", "t", "go")
+            with bridge.connect() as reader_client:
+                reader = threading.Thread(target=_read_until_gone, args=(reader_client, "s", "t", seen))
+                reader.start()
+                time.sleep(rng.uniform(0.0, 0.4 if delay == 0 else 1.0))
+                bridge.kill()
+                reader.join(10)
+            assert not reader.is_alive()
+        stored = read_parts(os.path.join(state, "bridge.sqlite3"), "t")
+        by_index = {p.index: json.loads(p.text) for p in stored}
+        assert [p.index for p in stored] == list(range(len(stored))), f"run {run}: a gap in the store"
+        assert len(stored) >= len(seen), f"run {run}: a reader saw {len(seen)} parts, the store has {len(stored)}"
+        assert [p["index"] for p in seen] == list(range(len(seen))), f"run {run}: the reader saw a gap or a repeat"
+        for value in seen:
+            assert by_index[value["index"]] == value, f"run {run}: part {value['index']} differs"
+        # Restart on the same state: the turn is continued (B05) and reads whole, offsets kept.
+        again = make_bridge("breaker_drivers:make_counter", options=options, state=state)
+        with again.connect() as client:
+            client.open("s")
+            client.start("s", "t", "go")
+            parts, _, exit_ = client.read("s", "t")
+        assert exit_["_tag"] == "Success", exit_
+        # The store after the restart still holds every part read before, unchanged, no gap.
+        stored = read_parts(os.path.join(state, "bridge.sqlite3"), "t")
+        assert [p.index for p in stored] == list(range(len(stored)))
+        for value in seen:
+            assert json.loads(stored[value["index"]].text) == value, f"run {run}: part {value['index']} rewritten"
+        # The read skips the discarded attempt (a step-reset says which) and gives the whole text.
+        indexes = [p["index"] for p in parts]
+        assert indexes == sorted(set(indexes))
+        for value in parts:
+            assert json.loads(stored[value["index"]].text) == value
+        expected = "".join(f"<{s}:{i}>" for s in range(3) for i in range(options["count"]))
+        assert text_of(parts) == expected, f"run {run}: the text after the restart is not whole"
+        finished = [p for p in parts if p["type"] == "step-finish"]
+        assert len(finished) == 3
+        again.stop()
