@@ -125,3 +125,58 @@ def test_b03_b05_sigkill_at_random_moments_loses_nothing_a_reader_saw(make_bridg
         finished = [p for p in parts if p["type"] == "step-finish"]
         assert len(finished) == 3
         again.stop()
+
+
+def test_b04_a_stream_whose_chunk_is_never_acked_does_not_hold_up_its_connection(make_bridge):
+    # Two ReadTurns on one connection: the first is never acked; the second, and a plain RPC,
+    # go on to their ends on that same connection, and another connection is served too.
+    bridge = make_bridge("breaker_drivers:make_counter", options={"count": 2000, "delay": 0, "steps": 2})
+    with bridge.connect() as client:
+        client.open("s")
+        client.start("s", "a", "go")
+        client.start("s", "b", "go")
+        stalled = client.request("ReadTurn", {"sessionId": "s", "turnId": "a", "offset": 0, "afterStep": 0})
+        reading = client.request("ReadTurn", {"sessionId": "s", "turnId": "b", "offset": 0, "afterStep": 0})
+        hello = client.request("Hello", None)
+        stalled_chunks, parts, exits = 0, [], {}
+        deadline = time.monotonic() + 60
+        while reading not in exits or hello not in exits:
+            assert time.monotonic() < deadline, "the connection stalled behind an un-acked stream"
+            message = client.recv()
+            rid = message.get("requestId")
+            if message["_tag"] == "Chunk" and rid == stalled:
+                stalled_chunks += 1  # never acked
+            elif message["_tag"] == "Chunk" and rid == reading:
+                parts.extend(message["values"])
+                client.send(frames.Ack(reading))
+            elif message["_tag"] == "Exit":
+                exits[rid] = message["exit"]
+        assert stalled_chunks == 1, "the bridge sent past a Chunk that was not acked"
+        assert exits[reading]["_tag"] == "Success"
+        assert text_of(parts) == "".join(f"<{s}:{i}>" for s in range(2) for i in range(2000))
+        with bridge.connect() as other:
+            assert other.value("Hello")["bridgeId"]
+
+
+def test_b04_a_host_that_stops_reading_its_socket_does_not_stall_other_connections(make_bridge):
+    # The connection's own thread now sends a stream's first Chunk: a peer whose socket is full
+    # may hold that thread, but never the accept loop nor another connection's reads.
+    bridge = make_bridge(
+        "breaker_drivers:make_counter", options={"count": 20000, "delay": 0, "steps": 1}, args=["--send-timeout", "30"]
+    )
+    with bridge.connect() as setup:
+        setup.open("s")
+        for name in ("a", "b", "c"):
+            setup.start("s", name, "go")
+    with bridge.connect() as deaf:
+        deaf.ws.sock.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_RCVBUF, 4096)
+        for name in ("a", "b", "c"):  # never read: the bridge's sends fill the socket
+            deaf.request("ReadTurn", {"sessionId": "s", "turnId": name, "offset": 0, "afterStep": 0})
+        time.sleep(0.5)
+        for round_ in range(3):
+            started = time.monotonic()
+            with bridge.connect() as other:
+                parts, _, exit_ = other.read("s", "c")
+            assert exit_["_tag"] == "Success"
+            assert len(parts) == 20000 + 4
+            assert time.monotonic() - started < 20
