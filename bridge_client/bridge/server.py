@@ -1249,6 +1249,8 @@ class _ReadStream:
                 self._end()
                 return
             with self._lock:
+                if self._stop_reason is not None:
+                    continue  # a stop came while this thread held the stream: it ends it (above)
                 if self._again and not self._inflight:
                     self._again = False
                     continue

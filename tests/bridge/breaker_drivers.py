@@ -30,7 +30,7 @@ class OddDriver:
         return None
 
     def run_turn(self, ctx: TurnContext) -> None:
-        for step in range(2):
+        for _ in range(2):
             ctx.start_step()
             for s in ODD:
                 ctx.text(s)
@@ -52,8 +52,8 @@ def make_odd(options: Any) -> OddDriver:
 class CounterDriver:
     agent_id = "echo"
 
-    def __init__(self, count: int, delay: float, steps: int) -> None:
-        self.count, self.delay, self.steps = count, delay, steps
+    def __init__(self, count: int, delay: float, steps: int, size: int = 0) -> None:
+        self.count, self.delay, self.steps, self.pad = count, delay, steps, "p" * size
 
     def initial_state(self) -> Any:
         return None
@@ -62,7 +62,7 @@ class CounterDriver:
         for step in range(ctx.completed_steps, self.steps):
             ctx.start_step()
             for i in range(self.count):
-                ctx.text(f"<{step}:{i}>")
+                ctx.text(f"<{step}:{i}>{self.pad}")
                 if self.delay and ctx.cancelled.wait(self.delay):
                     return
             ctx.finish_step()
@@ -70,4 +70,9 @@ class CounterDriver:
 
 def make_counter(options: Any) -> CounterDriver:
     options = options or {}
-    return CounterDriver(int(options.get("count", 500)), float(options.get("delay", 0)), int(options.get("steps", 3)))
+    return CounterDriver(
+        int(options.get("count", 500)),
+        float(options.get("delay", 0)),
+        int(options.get("steps", 3)),
+        int(options.get("size", 0)),
+    )

@@ -29,7 +29,7 @@ def test_c09_random_drops_of_a_hot_stream_lose_and_repeat_nothing(proxied, delay
             proxy.drop_when(b'"_tag":"Chunk"', times=rng.randint(0, 2), new_only=True, rst=rng.random() < 0.5)
             stop = threading.Event()
 
-            def dropper() -> None:
+            def dropper(stop: threading.Event = stop) -> None:
                 while not stop.wait(rng.uniform(0.005, 0.15)):
                     proxied.drop_all(rst=rng.random() < 0.5)
 
