@@ -182,3 +182,29 @@ def test_b04_a_host_that_stops_reading_its_socket_does_not_stall_other_connectio
             assert len(parts) == 20000 + 4
             assert time.monotonic() - started < 20
 
+
+
+@pytest.mark.parametrize("delay", [0.0005, 0.003], ids=["group-commit", "inline-commit"])
+def test_b04_a_deaf_reader_of_a_running_turn_does_not_stall_the_commits_of_others(make_bridge, delay):
+    # A committing thread (the store's writer, or a paced driver's own thread) sends to a
+    # turn's streams only what goes into the socket at once: a reader that stopped reading its
+    # socket must not hold that thread (and so every turn's commits) for the send timeout.
+    bridge = make_bridge(
+        "breaker_drivers:make_counter",
+        options={"count": 500, "delay": delay, "steps": 1, "size": 20_000},
+        args=["--send-timeout", "60"],
+    )
+    with bridge.connect() as setup:
+        setup.open("s")
+        with bridge.connect() as deaf:
+            deaf.ws.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            setup.start("s", "a", "go")
+            deaf.request("ReadTurn", {"sessionId": "s", "turnId": "a", "offset": 0, "afterStep": 0})
+            time.sleep(0.3)  # the deaf socket fills
+            started = time.monotonic()
+            setup.start("s", "b", "go")
+            parts, _, exit_ = setup.read("s", "b")
+            took = time.monotonic() - started
+            assert exit_["_tag"] == "Success"
+            assert len(parts) == 500 + 4
+            assert took < 30, f"turn b took {took:.1f} s behind a deaf reader of turn a"
