@@ -405,6 +405,11 @@ log and to its readers without a thread hand-off. A driver that emits faster han
 the store's writer, which commits what queued meanwhile together (group commit). Neither way
 waits for company."""
 
+_BURST_MEMORY = 0.05
+"""Seconds a driver that emitted faster than :data:`_INLINE_GAP` keeps handing its parts to the
+writer: a fast driver that the scheduler paused (a loaded machine) must not start committing
+each part itself, blocked on the disk, when it goes on."""
+
 
 class _Sink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
@@ -416,6 +421,7 @@ class _Sink:
         self._buffer = turn.buffer
         self._store = manager._store
         self._last = 0.0  # monotonic end of the previous emit
+        self._fast = float("-inf")  # monotonic time of the last emit that came within _INLINE_GAP
         # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
         self._key: Tuple[str, Optional[int], int] = ("", None, 0)
         self._head = self._tail = ""
@@ -425,6 +431,8 @@ class _Sink:
         """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
         now = _monotonic()
         if now - self._last < _INLINE_GAP:
+            self._fast = now
+        if now - self._fast < _BURST_MEMORY:
             self._store.wake_writer()
         elif self._store.commit_here():
             now = _monotonic()
