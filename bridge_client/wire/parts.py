@@ -199,7 +199,12 @@ class _Value:
         """Pickle support for the slotted, frozen dataclasses: their field values in order."""
         return [getattr(self, f.name) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
 
-    def __setstate__(self, state: List[Any]) -> None:
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):  # pickled by a release without slots: its __dict__
+            for f in dataclasses.fields(self):  # type: ignore[arg-type]
+                if f.name in state:
+                    object.__setattr__(self, f.name, state[f.name])
+            return
         for f, value in zip(dataclasses.fields(self), state):  # type: ignore[arg-type]
             object.__setattr__(self, f.name, value)
 
