@@ -4,13 +4,14 @@ own thread; every part is yielded once and ``Turn.text()`` is the joined deltas 
 from __future__ import annotations
 
 import random
+import sys
 import threading
 
 import pytest
 
 import bridge_client as bc
 from host_support import options, session_options
-from resilience_support import check_turn, echo_text
+from resilience_support import check_turn, echo_text, sigkill_bridge
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,3 +48,41 @@ def test_c09_random_drops_of_a_hot_stream_lose_and_repeat_nothing(proxied, delay
             deltas = "".join(p.text for p in parts if isinstance(p, bc.TextDelta))
             assert turn.text() == deltas == echo_text(PROMPT, 3), f"run {run}"
             assert [p.index for p in parts] == list(range(len(parts))), f"run {run}"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the delivery points are those of CPython 3.11+")
+@pytest.mark.parametrize("seed", [4, 5])
+def test_c09_c13_keyboard_interrupts_and_a_step_reset_keep_text_exact(sandbox, seed):
+    # Turn.text() keeps strings by slice assignment and rebuilds them at a step-reset: with
+    # KeyboardInterrupts at any delivery point of the read and the bridge SIGKILLed in the
+    # middle of a step (its attempt discarded, delivered again), no text is lost or doubled.
+    from test_resilience_breaker import _InterruptAtBytecodes, _read_through_interrupts
+
+    import bridge_client.client.connection as connection_mod
+    import bridge_client.client.turn as turn_mod
+
+    steps, chunks = 4, 30
+    prompt = "abcdefghij"
+    opts = options("echo", agent_options={"steps": steps, "chunks": chunks, "delay": 0.004})
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        turn = session.turn(prompt)
+        tracer = _InterruptAtBytecodes(seed, [turn_mod.__file__, connection_mod.__file__])
+        killed = []
+        parts: list = []
+
+        def after() -> None:
+            # In the middle of step 1, once: the bridge dies; the step comes again after a reset.
+            if not killed and turn.steps == 1 and len(turn.text()) > len(prompt) + 2:
+                killed.append(sigkill_bridge(sandbox, session.bridge_id))
+            sys.settrace(tracer)
+
+        sys.settrace(tracer)
+        try:
+            parts = _read_through_interrupts(turn, after=after)
+        finally:
+            sys.settrace(None)
+        assert tracer.raised > 20
+        assert killed, "the kill point was never reached"
+    assert any(isinstance(p, bc.StepReset) for p in parts), "no step was delivered again"
+    check_turn(parts, steps=steps)
+    assert turn.text() == prompt * steps
