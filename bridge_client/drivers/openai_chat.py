@@ -485,7 +485,14 @@ class OpenAIChatDriver:
                 for value in batch:
                     self._apply(ctx, value, text, calls, pending)
                 _flush(ctx, pending)
-            except BaseException:  # the bridge is stopping, or ctx refused a part
+            except Exception:  # a malformed chunk, or ctx refused a part
+                try:  # the deltas before the bad chunk reach the log, as one at a time would
+                    _flush(ctx, pending)
+                except Exception:
+                    pass
+                _abort(response)
+                raise
+            except BaseException:  # the bridge is stopping
                 _abort(response)
                 raise
             for value in batch:
