@@ -43,6 +43,19 @@ What each message becomes:
 - The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
   status and the tail of its stderr.
 
+Interactive turns (see the *Interactive turns* guide, :doc:`interactive`, and
+:mod:`bridge_client.drivers.stream_control`): with approvals on, the run gets
+``--permission-prompt-tool stdio`` (and no ``bypassPermissions``, which would ask nothing);
+each ``can_use_tool`` control request the CLI sends is asked of the host
+(``approval-request``, title e.g. ``Bash: rm -rf build``) and answered with a
+``control_response`` (allow, or deny with the user's message); allow-always also hands the
+CLI its own ``permission_suggestions`` for the rest of the run, kept in its session, never
+in the workspace's settings. Messages sent to the running turn are written to stdin as
+stream-json user messages (``data`` parts ``claude-code-message`` follow their progress);
+the CLI gives each to the model with the next tool result, or as its next turn when the
+model had finished, and the bridge's turn ends at the ``result`` after which no message
+is left.
+
 Cancel: the interrupt control request on stdin; the CLI's process group is killed when it
 has not ended ``interrupt_grace`` seconds later.
 
@@ -56,7 +69,8 @@ Options (``agent_options``, a JSON object or null):
         ``claude`` on ``PATH``, else the copy the template installed in the sandbox's private
         prefix (:doc:`drivers/claude-code`).
     model: ``--model`` (default: the CLI's).
-    permission_mode: ``--permission-mode``. Default: in an isolated sandbox (a container, as
+    permission_mode: ``--permission-mode`` (``bypassPermissions`` is left out while
+        approvals are on). Default: in an isolated sandbox (a container, as
         the template records), ``bypassPermissions`` (the container is the boundary;
         ``IS_SANDBOX=1`` is set for the CLI so that it accepts this as root); elsewhere (a
         ``LocalSandbox``: no isolation) none, so the CLI's own permission checks apply (in
