@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any, List
 __version__ = "0.1.0"
 
 from .errors import (
+    ApprovalConflict,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ApprovalsUnsupported,
     BadRequest,
     BridgeLaunchError,
     BridgeMismatch,
@@ -40,6 +44,8 @@ from .errors import (
     UntrustedEndpoint,
     UntrustedFile,
     InvalidToken,
+    MessagesUnsupported,
+    TurnNotRunning,
 )
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
@@ -47,6 +53,8 @@ from .redacted import Redacted, hmac_token
 from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox, SSHSandbox
 from .template import Template, TemplateStep, bridge_template
 from .wire.parts import (
+    ApprovalAnswer,
+    ApprovalRequest,
     Data,
     Part,
     ReasoningDelta,
@@ -61,6 +69,7 @@ from .wire.parts import (
     TurnFinish,
     TurnStart,
     TurnState,
+    UserMessage,
 )
 
 if TYPE_CHECKING:
@@ -136,6 +145,9 @@ __all__ = [
     "SessionStateChanged",
     "Data",
     "TurnFinish",
+    "ApprovalRequest",
+    "ApprovalAnswer",
+    "UserMessage",
     "TurnState",
     "SessionState",
     "HarnessError",
@@ -154,6 +166,12 @@ __all__ = [
     "TurnConflict",
     "Overloaded",
     "RevisionExhausted",
+    "ApprovalNotFound",
+    "ApprovalExpired",
+    "ApprovalConflict",
+    "ApprovalsUnsupported",
+    "MessagesUnsupported",
+    "TurnNotRunning",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",

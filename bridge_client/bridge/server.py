@@ -574,6 +574,8 @@ class BridgeServer:
             "StartTurn": manager.start_turn,
             "CancelTurn": manager.cancel_turn,
             "CloseSession": manager.close_session,
+            "AnswerApproval": manager.answer_approval,
+            "SendMessage": manager.send_message,
         }
 
     def start(self) -> int:

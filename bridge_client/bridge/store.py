@@ -65,6 +65,8 @@ __all__ = [
     "part_op",
     "checkpoint_op",
     "finish_op",
+    "allow_always_op",
+    "messages_taken_op",
     "json_text",
     "part_text",
     "text_parts",
@@ -113,6 +115,14 @@ SYNCHRONOUS = "FULL"
 survives a power loss); ``NORMAL`` does not (faster; a power loss may drop the last commits)."""
 
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+# Interactive turns (made beside ``meta`` in any schema version: older bridges ignore them):
+# the tools a session allowed always, and how many user messages a turn's completed steps took.
+_INTERACTIVE = (
+    "CREATE TABLE IF NOT EXISTS approval_always ("
+    "session_id TEXT NOT NULL, tool_name TEXT NOT NULL, PRIMARY KEY (session_id, tool_name))",
+    "CREATE TABLE IF NOT EXISTS turn_messages (turn_id TEXT PRIMARY KEY, taken INTEGER NOT NULL)",
+)
 
 MAX_PENDING = 65536
 """Parts (or ops) waiting for the writer before an appender blocks (back-pressure on a driver
@@ -426,6 +436,23 @@ def finish_op(turn_id: str, finish: Any) -> Op:
     return Op(_FINISH_SQL, (_dumps(finish), turn_id))
 
 
+def allow_always_op(session_id: str, tool_name: str) -> Op:
+    """Remember that session ``session_id`` allowed ``tool_name`` always."""
+    return Op(
+        "INSERT OR IGNORE INTO approval_always (session_id, tool_name) VALUES (?, ?)", (session_id, tool_name)
+    )
+
+
+def messages_taken_op(turn_id: str, taken: int) -> Op:
+    """Record how many user messages the turn's completed steps took (written with a
+    ``step-finish``: a step run again after a restart is handed the rest again)."""
+    return Op(
+        "INSERT INTO turn_messages (turn_id, taken) VALUES (?, ?) "
+        "ON CONFLICT(turn_id) DO UPDATE SET taken = excluded.taken",
+        (turn_id, taken),
+    )
+
+
 def _connect(path: str, synchronous: str = SYNCHRONOUS) -> sqlite3.Connection:
     # Create the file 0600 first: it holds prompts and output, and SQLite gives its -wal and
     # -shm files the database file's mode.
@@ -446,6 +473,8 @@ def _open_meta(conn: sqlite3.Connection) -> Tuple[str, bool]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_META)
+        for statement in _INTERACTIVE:
+            conn.execute(statement)
         rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         generation = rows.get("generation")
         if not generation:
@@ -854,6 +883,18 @@ class Store:
         """
         with self._read_lock:
             return _load_parts(self._reader, turn_id)
+
+    def load_always(self, session_id: str) -> List[str]:
+        """Return the tool names session ``session_id`` allowed always (committed), sorted."""
+        rows = self._query(
+            "SELECT tool_name FROM approval_always WHERE session_id = ? ORDER BY tool_name", (session_id,)
+        )
+        return [row[0] for row in rows]
+
+    def load_messages_taken(self, turn_id: str) -> int:
+        """Return how many user messages the completed steps of ``turn_id`` took (0 if none)."""
+        rows = self._query("SELECT taken FROM turn_messages WHERE turn_id = ?", (turn_id,))
+        return int(rows[0][0]) if rows else 0
 
     def counts(self) -> Dict[str, int]:
         """Return ``{"sessions": n, "turns": n, "running": n}`` of what is committed."""

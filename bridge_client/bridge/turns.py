@@ -29,7 +29,8 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..errors import Overloaded, RevisionExhausted, SessionNotFound, TurnConflict, TurnNotFound
+from ..errors import ApprovalsUnsupported, MessagesUnsupported, Overloaded, RevisionExhausted
+from ..errors import SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import (
     FINISH_REASONS,
     MAX_OPEN_REVISION,
@@ -40,6 +41,7 @@ from ..wire.parts import (
     TurnState,
     part_from_dict,
 )
+from .approvals import AlwaysAllowed, Append, TurnInteraction
 from .driver import Driver, TurnContext, TurnResult
 from .store import (
     MAX_PENDING,
@@ -122,7 +124,7 @@ class Session:
             when the host opens the session on its new connection.
     """
 
-    __slots__ = ("id", "revision", "data", "closed", "env")
+    __slots__ = ("id", "revision", "data", "closed", "env", "approvals", "approval_timeout")
 
     def __init__(self, session_id: str, revision: int, data: Any, closed: bool = False) -> None:
         self.id = session_id
@@ -130,6 +132,9 @@ class Session:
         self.data = data
         self.closed = closed
         self.env: Dict[str, str] = {}
+        # OpenSession's interactive settings: in memory, like env (every connection sends them).
+        self.approvals = False
+        self.approval_timeout: Optional[float] = None
 
     def state(self) -> SessionState:
         """Return the state as a :class:`SessionState` value."""
@@ -176,6 +181,7 @@ class Turn:
         # (still running, maybe) writes nothing more and changes no status.
         self.forced = False
         self.ctx: Optional[TurnContext] = None
+        self.interaction: Optional[TurnInteraction] = None  # set by the manager
         # Committed side (published by the store's writer): _cond.
         self._cond = threading.Condition()
         self.texts: List[str] = []
@@ -470,11 +476,16 @@ class TurnManager:
         self._finished: "OrderedDict[str, None]" = OrderedDict()
         self._running = 0
         self._closing = False
+        self._always = AlwaysAllowed(store)
 
     # ------------------------------------------------------------------ RPCs
 
     def open_session(
-        self, session_id: str, state: Optional[SessionState], env: Optional[Dict[str, str]] = None
+        self,
+        session_id: str,
+        state: Optional[SessionState],
+        env: Optional[Dict[str, str]] = None,
+        interactive: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, Any]:
         """``OpenSession``: keep whichever of the stored copy and ``state`` has the higher
         revision; a new session starts at revision 0 with the driver's initial data. Re-opens
@@ -487,10 +498,20 @@ class TurnManager:
         Returns:
             The SessionState JSON object.
 
+        ``interactive`` (``{"approvals", "approval_timeout"}``) is held like ``env``.
+
         Raises:
             RevisionExhausted: the bridge's own copy is above ``MAX_OPEN_REVISION`` (the host's
                 is checked when the payload is decoded).
+            ApprovalsUnsupported: approvals on, and the driver cannot ask.
         """
+        approvals = bool(interactive and interactive.get("approvals"))
+        if approvals and not getattr(self._driver, "supports_approvals", False):
+            raise ApprovalsUnsupported(
+                f"the {self._agent_id} agent cannot ask before it runs a tool: open the session "
+                "with approvals off",
+                sessionId=session_id,
+            )
         with self._lock:
             self._check_open()
             session = self._get_session(session_id)
@@ -512,6 +533,8 @@ class TurnManager:
                     session.revision, session.data = state.revision, state.data
                 session.closed = False
             session.env = dict(env or {})
+            session.approvals = approvals
+            session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
             ticket = self._store.submit(session.op())
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
@@ -615,6 +638,8 @@ class TurnManager:
                 raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
             if turn.status == "running":
                 turn.cancelled.set()
+                if turn.interaction is not None:
+                    turn.interaction.wake()  # a driver waiting for an answer denies it (cancel)
                 if turn.thread is not None:
                     self._watch_grace(turn, turn.thread)
             elif turn.status == "orphan":
@@ -627,6 +652,73 @@ class TurnManager:
         if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}
+
+    def answer_approval(
+        self,
+        session_id: str,
+        turn_id: str,
+        request_id: str,
+        decision: str,
+        message: Optional[str],
+        by: str,
+    ) -> Dict[str, Any]:
+        """``AnswerApproval`` (see :mod:`~bridge_client.bridge.approvals`).
+
+        Returns:
+            The recorded answer ``{"requestId", "decision", "message", "by"}``.
+
+        Raises:
+            TurnNotFound, ApprovalNotFound, ApprovalExpired, ApprovalConflict.
+        """
+        interaction = self._interaction_of(session_id, turn_id)
+        try:
+            return interaction.answer(request_id, decision, message, by)
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
+    def send_message(self, session_id: str, turn_id: str, message_id: str, text: str) -> Dict[str, Any]:
+        """``SendMessage``: record a user message for a turn (once per message id).
+
+        Returns:
+            ``{"messageId", "index"}``.
+
+        Raises:
+            TurnNotFound, MessagesUnsupported, TurnNotRunning, BadRequest.
+        """
+        if not getattr(self._driver, "supports_messages", False):
+            raise MessagesUnsupported(
+                f"the {self._agent_id} agent cannot take messages during a turn", turnId=turn_id
+            )
+        interaction = self._interaction_of(session_id, turn_id)
+        turn = self._turns.get(turn_id)
+        assert turn is not None
+        try:
+            return interaction.send(message_id, text, self._appender(turn))
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
+    def _interaction_of(self, session_id: str, turn_id: str) -> TurnInteraction:
+        with self._lock:
+            self._check_open()
+            turn = self._get_turn(turn_id)
+            if turn is None or turn.session_id != session_id or turn.interaction is None:
+                raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
+            return turn.interaction
+
+    def _appender(self, turn: Turn) -> Append:
+        def append(
+            kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any], extra: Sequence[Op]
+        ) -> Tuple[int, Ticket]:
+            return self._append(turn, kind, step, attempt, fields, extra)
+
+        return append
+
+    def _new_interaction(self, turn: Turn) -> TurnInteraction:
+        def wait(ticket: Ticket) -> None:
+            self._store.wait(ticket, self._commit_timeout)
+
+        turn.interaction = TurnInteraction(turn.id, turn.session_id, self._always, wait)
+        return turn.interaction
 
     @property
     def running(self) -> int:
@@ -654,6 +746,8 @@ class TurnManager:
             with turn.append_lock:
                 turn.abandoned = True
             turn.cancelled.set()
+            if turn.interaction is not None:
+                turn.interaction.wake()
         closer = getattr(self._driver, "close", None)
         if callable(closer):
             try:
@@ -697,6 +791,7 @@ class TurnManager:
             "finished" if finished else "orphan",
         )
         turn.load(parts)
+        self._new_interaction(turn).load(parts, self._store.load_messages_taken(turn_id))
         turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, turn.next_index)
         self._turns[turn_id] = turn
         if finished:
@@ -770,9 +865,10 @@ class TurnManager:
             session = self._sessions[turn.session_id]
             checkpoint = session.state()
             fields = {"finishReason": finish_reason, "usage": usage}
-            self._append(
-                turn, "step-finish", step, attempt, fields, (checkpoint_op(turn.id, checkpoint.to_dict()),)
-            )
+            ops: Tuple[Op, ...] = (checkpoint_op(turn.id, checkpoint.to_dict()),)
+            if turn.interaction is not None:  # the user messages this step took are its for good
+                ops += turn.interaction.finish_ops()
+            self._append(turn, "step-finish", step, attempt, fields, ops)
             turn.checkpoint = checkpoint
 
     def _set_state(self, turn: Turn, data: Any, step: Optional[int], attempt: int) -> SessionState:
@@ -796,6 +892,8 @@ class TurnManager:
         force: bool = False,
     ) -> Ticket:
         """Close a step left open, then append ``turn-finish`` with the turn's status."""
+        if turn.interaction is not None:
+            turn.interaction.finishing()  # no user-message may follow turn-finish
         if open_step is not None:
             self._append(
                 turn,
@@ -833,6 +931,7 @@ class TurnManager:
         ).to_dict()
         checkpoint = session.state()
         turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
+        self._new_interaction(turn)
         launch = self._spawn(turn)  # first: a turn that cannot run is not written (Overloaded)
         try:
             turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
@@ -932,6 +1031,14 @@ class TurnManager:
     def _launch(
         self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState, launch: "_Launch"
     ) -> None:
+        session = self._sessions[turn.session_id]
+        interaction = turn.interaction or self._new_interaction(turn)
+        sink = interaction.begin_run(
+            approvals=session.approvals,
+            timeout=session.approval_timeout,
+            cancelled=turn.cancelled,
+            append=self._appender(turn),
+        )
         ctx = TurnContext(
             prompt=turn.prompt,
             session_id=turn.session_id,
@@ -941,7 +1048,8 @@ class TurnManager:
             steps=steps,
             cancelled=turn.cancelled,
             sink=_Sink(self, turn),
-            env=self._sessions[turn.session_id].env,
+            env=session.env,
+            interactive=sink,
         )
         turn.status = "running"
         turn.ctx = ctx
@@ -969,6 +1077,8 @@ class TurnManager:
             log.exception("turn %s: could not write its end", turn.id)
         finally:
             ctx.close()
+            if turn.interaction is not None:
+                turn.interaction.end_run()
             with self._lock:
                 # A forced turn was finished and counted out by the manager (cancel grace).
                 if not turn.forced:

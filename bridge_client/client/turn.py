@@ -35,6 +35,8 @@ from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, Se
 from ..errors import TurnStalled
 from ..wire import rpcs
 from ..wire.parts import (
+    ApprovalAnswer,
+    ApprovalRequest,
     Part,
     SessionStateChanged,
     StartTurnResult,
@@ -44,9 +46,13 @@ from ..wire.parts import (
     TurnFinish,
     TurnStart,
     TurnState,
+    UserMessage,
     part_from_dict,
 )
 from .connection import END, Connection, Stream, StreamClosed
+from .interactive import RecordedAnswer, RequestRef, TurnApprovals
+from .interactive import answer as _answer
+from .interactive import say as _say
 from .foreign import ForeignBridge, ForeignBridgeGone
 from .resend import FIRST_BACKOFF, MAX_BACKOFF
 
@@ -151,6 +157,9 @@ class Turn:
         # The store generation of the turn state continue_turn() was given (B10), until a
         # turn-start says which log is read.
         self._known_generation: Optional[str] = None
+        # Approval requests seen, and those the approve= policy has still to answer.
+        self._approvals = TurnApprovals(getattr(session._opts, "approve", None))
+        self._due = self._approvals.due
 
     # ------------------------------------------------------------------ public
 
@@ -197,6 +206,8 @@ class Turn:
         if self._suspended:  # suspended from another thread: reading stops (C11)
             self._suspended = False
             raise StopIteration
+        if self._due:  # requests yielded before: the approve= policy answers them now
+            self._approvals.run_policy(self)
         st = self._st
         parts, taken = st[0], st[1]
         if taken >= len(parts):
@@ -278,6 +289,70 @@ class Turn:
         payload = {"sessionId": self._session_id, "turnId": self.id}
         value = self._session._call(rpcs.CANCEL_TURN, payload, link=self._link)
         return StartTurnResult.from_dict(value)
+
+    # ------------------------------------------------------------------ interactive turns
+
+    @property
+    def pending_approvals(self) -> List[ApprovalRequest]:
+        """The approval requests yielded so far that have no answer yet (no
+        ``approval-answer`` part yielded for them, their attempt not reset, the turn not
+        finished), oldest first. It never reads: iterate the turn to see new requests and
+        answers."""
+        return list(self._approvals.pending.values())
+
+    def approve(
+        self, request: RequestRef, always: bool = False, message: Optional[str] = None
+    ) -> RecordedAnswer:
+        """Allow the tool call an approval request asks about (``AnswerApproval``).
+
+        Safe to call twice, from any thread and any host holding the turn: the bridge records
+        the first answer, and the same decision again gets that record back. Sent again over
+        a new connection after a drop, within the resend window.
+
+        Args:
+            request: the :class:`~bridge_client.wire.parts.ApprovalRequest` part, or its
+                request id (``str``).
+            always: ``True`` answers ``allow-always``: the session remembers it for that
+                tool name and later requests for the tool are allowed without asking (also
+                after the bridge restarts).
+            message: words for the agent, or ``None``.
+
+        Returns:
+            The :class:`~bridge_client.client.interactive.RecordedAnswer`.
+
+        Raises:
+            ApprovalConflict: the request was answered otherwise before (``.recorded`` is
+                that answer). ApprovalExpired: the request can no longer be answered (its
+                attempt was abandoned after a bridge restart, it timed out, the turn was
+                cancelled or finished). ApprovalNotFound: the turn has no such request.
+            BridgeUnavailable, SessionReleased: as for every request.
+        """
+        return _answer(self, request, "allow-always" if always else "allow-once", message)
+
+    def deny(self, request: RequestRef, message: Optional[str] = None) -> RecordedAnswer:
+        """Deny the tool call an approval request asks about; ``message`` tells the agent why.
+        Idempotent and resent like :meth:`approve`, with the same errors."""
+        return _answer(self, request, "deny", message)
+
+    def say(self, text: str, message_id: Optional[str] = None) -> str:
+        """Add a user message to the running turn (``SendMessage``): the bridge records it as a
+        ``user-message`` part, in order, and the agent takes it when it can (at once, or at
+        its next step).
+
+        Args:
+            text: the message (at most 1 MiB of UTF-8).
+            message_id: its id (1 to 128 letters, digits, ``. _ : @ -``); default a random one.
+                Sending the same id again adds nothing (resent safely after a drop).
+
+        Returns:
+            The message id.
+
+        Raises:
+            TurnNotRunning: the turn finished. MessagesUnsupported: the turn's agent cannot
+                take messages. BadRequest: the same id was sent with another text, or a bad
+                id or text. BridgeUnavailable, SessionReleased: as for every request.
+        """
+        return _say(self, text, message_id)
 
     def text(self) -> str:
         """The text of the text-delta parts yielded so far, with reset attempts removed.
@@ -639,6 +714,7 @@ class Turn:
         if isinstance(part, StepReset):
             dropped = (part.step, part.discarded_attempt)
             self._texts = [t for t in self._texts if (t.step, t.attempt) != dropped]
+            self._approvals.seen(part)
         elif isinstance(part, SessionStateChanged):
             # Only this session's own state (a continued turn may belong to another session).
             if part.state.session_id == self._session.id:
@@ -647,11 +723,15 @@ class Turn:
                     self._adopted_state = True
         elif isinstance(part, TurnFinish):
             finish = part
+            self._approvals.seen(part)
+        elif isinstance(part, (ApprovalRequest, ApprovalAnswer, UserMessage)):
+            self._approvals.seen(part)
         elif isinstance(part, TurnStart):
             if part.index == 0 and started:
                 # The turn runs again from its prompt (its bridge lost it, C14): a new log.
                 self._texts = []
                 steps = 0
+                self._approvals.seen(part)
             started = True
         return steps, finish, started
 

@@ -41,6 +41,11 @@ __all__ = [
     "SessionStateChanged",
     "Data",
     "TurnFinish",
+    "ApprovalRequest",
+    "ApprovalAnswer",
+    "UserMessage",
+    "APPROVAL_CHOICES",
+    "APPROVAL_DECIDERS",
     "PART_TYPES",
     "part_from_dict",
 ]
@@ -519,6 +524,130 @@ class TurnFinish(Part):
     finish_reason: str
     usage: Any = field(metadata=_JSON_VALUE)
     error: Optional[str] = None
+
+
+# ----------------------------------------------------------------------------- interactive turns
+
+APPROVAL_CHOICES = ("allow-once", "allow-always", "deny")
+"""The decisions an ``approval-request`` may offer and an ``approval-answer`` records."""
+
+APPROVAL_DECIDERS = ("host", "policy", "timeout", "cancel")
+"""Who decided (``approval-answer.by``): a host's answer, a policy (the host's ``approve=``
+callable, or an allow-always the session remembers), the approval timeout (deny), or a
+cancel of the turn (deny)."""
+
+
+def _choices(d: Mapping[str, Any], key: str, where: str) -> Tuple[str, ...]:
+    value = _str_list(d, key, where)
+    if not value or any(c not in APPROVAL_CHOICES for c in value):
+        raise ProtocolError(f"{where}.{key} must be a non-empty array of {', '.join(APPROVAL_CHOICES)}")
+    return value
+
+
+def _decision(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _str(d, key, where)
+    if value not in APPROVAL_CHOICES:
+        raise ProtocolError(f"{where}.{key} must be one of {', '.join(APPROVAL_CHOICES)}")
+    return value
+
+
+def _decider(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _str(d, key, where)
+    if value not in APPROVAL_DECIDERS:
+        raise ProtocolError(f"{where}.{key} must be one of {', '.join(APPROVAL_DECIDERS)}")
+    return value
+
+
+@_part(
+    "approval-request",
+    ("request_id", "requestId", _str),
+    ("tool_call_id", "toolCallId", _str),
+    ("tool_name", "toolName", _str),
+    ("input", "input", _any),
+    ("choices", "choices", _choices),
+    ("title", "title", _opt_str),
+)
+@dataclass(frozen=True)
+class ApprovalRequest(Part):
+    """The agent asks before it runs a tool, and waits for the answer (approvals on).
+
+    Attributes:
+        request_id: the request's id, made by the bridge; it names the step's attempt, so an
+            answer meant for an abandoned attempt never matches a request of a new one.
+        tool_call_id: the tool call it is about. tool_name: the tool's name.
+        input: the tool's JSON input (what it would run).
+        choices: the decisions offered, a subset of ``allow-once``, ``allow-always``,
+            ``deny``, in the agent's order (a tuple of ``str``).
+        title: a one-line description for people (e.g. ``"shell: rm -rf build"``), or ``None``.
+
+    Answer it with ``Turn.approve(request)`` or ``Turn.deny(request)``; the
+    ``approval-answer`` part that follows records the decision. See the *Interactive turns*
+    guide (:doc:`interactive`).
+    """
+
+    request_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any = field(metadata=_JSON_VALUE)
+    choices: Tuple[str, ...]
+    title: Optional[str] = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the tool, the title and the input the agent wants to run."""
+        from html import escape
+
+        body = _json_text(self.input) if not isinstance(self.input, str) else self.input
+        title = f"<div>{escape(self.title)}</div>" if self.title else ""
+        return (
+            f'<div class="bridge-client-approval"><b>Approval requested</b>: '
+            f"<code>{escape(self.tool_name)}</code>{title}"
+            f"<pre>{escape(body)}</pre>"
+            f"<small>request {escape(self.request_id)}; choices: {escape(', '.join(self.choices))}"
+            "</small></div>"
+        )
+
+
+@_part(
+    "approval-answer",
+    ("request_id", "requestId", _str),
+    ("decision", "decision", _decision),
+    ("message", "message", _opt_str),
+    ("by", "by", _decider),
+)
+@dataclass(frozen=True)
+class ApprovalAnswer(Part):
+    """The decision on an ``approval-request``, as the driver got it.
+
+    Attributes:
+        request_id: the request answered. decision: ``allow-once``, ``allow-always`` or ``deny``.
+        message: the answerer's words for the agent (e.g. why it was denied), or ``None``.
+        by: who decided: ``host``, ``policy``, ``timeout`` (denied when nobody answered in
+            time) or ``cancel`` (denied because the turn was cancelled).
+    """
+
+    request_id: str
+    decision: str
+    message: Optional[str]
+    by: str
+
+    @property
+    def allowed(self) -> bool:
+        """True for ``allow-once`` and ``allow-always``."""
+        return self.decision != "deny"
+
+
+@_part("user-message", ("message_id", "messageId", _str), ("text", "text", _str))
+@dataclass(frozen=True)
+class UserMessage(Part):
+    """A message the user added to the running turn (``Turn.say``), recorded in order when the
+    bridge accepted it; the driver takes it when it can (at once, or at its next step).
+
+    Attributes:
+        message_id: the message's id (sending the same id again adds nothing). text: the words.
+    """
+
+    message_id: str
+    text: str
 
 
 _DELTA_TYPES: Dict[str, Type[Part]] = {"text-delta": TextDelta, "reasoning-delta": ReasoningDelta}
