@@ -123,8 +123,9 @@ def test_c18_claude_code_allow_always_answers_the_sessions_later_asks(real_cli, 
                              seen=asked.append)
     assert parts[-1].finish_reason == "stop", parts[-1]
     answers = _of(parts, "approval-answer")
-    assert [a.decision for a in answers][:1] == ["allow-always"] and answers[0].by == "host"
-    assert all(a.by == "policy" and a.decision != "deny" for a in answers[1:]), answers
+    # 2.1.332's own rule (Bash(echo one *)) does not cover the second command: it asks again,
+    # and the session's remembered allow-always answers without the host.
+    assert [(a.decision, a.by) for a in answers] == [("allow-always", "host"), ("allow-always", "policy")]
     assert len(asked) == len(answers), "no request went unanswered"
     assert all(os.path.exists(os.path.join(workspace, f)) for f in ("a.txt", "b.txt"))
     assert not os.path.exists(os.path.join(workspace, ".claude", "settings.local.json")), (
