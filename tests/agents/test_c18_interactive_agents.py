@@ -8,6 +8,7 @@ and a real Session, offline against the scripted model server (model_server.py):
 - a message sent to a running claude-code turn reaches the model in its next request (with the
   tool result of the running turn, or as one more CLI turn after the model had finished);
 - the openai driver asks before each tool call, and takes messages before its next step;
+- qwen asks over the same protocol; a cancel while claude-code waits for an answer runs nothing;
 - a CLI that offers no way to ask (codex's non-interactive exec) refuses ``approvals=True``
   with ApprovalsUnsupported;
 - a bridge SIGKILLed while a claude-code request is pending: the repeated step asks again and
@@ -26,6 +27,7 @@ import pytest
 import bridge_client as bc
 from host_support import options, session_options, wait_until
 from model_server import ModelServer, hang, shell_call, text, text_quoting_last_tool_output
+from test_real_agents import _cli_processes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,6 +133,40 @@ def test_c18_claude_code_allow_always_answers_the_sessions_later_asks(real_cli, 
     assert not os.path.exists(os.path.join(workspace, ".claude", "settings.local.json")), (
         "the CLI's rule stayed in its session: nothing written into the workspace"
     )
+    _check_clean(model)
+
+
+def test_c18_claude_code_cancel_while_a_request_is_pending_runs_nothing(real_cli, model, sandbox, workspace):
+    cli = real_cli("claude-code")
+    model.script(shell_call("echo hi > f.txt"), text("unused"))
+    with _session(sandbox, cli, approvals=True) as session:
+        turn = session.turn("Write f.txt")
+        parts = _answer_each(turn, lambda t, r: t.cancel())
+        program = os.path.basename(cli.agent_options["executable"])
+        assert wait_until(lambda: not _cli_processes(workspace, program), timeout=10), "the CLI ended"
+    assert parts[-1].finish_reason == "cancelled", parts[-1]
+    (answer,) = _of(parts, "approval-answer")
+    assert (answer.decision, answer.by) == ("deny", "cancel")
+    assert not os.path.exists(os.path.join(workspace, "f.txt")), "the command did not run"
+
+
+@pytest.mark.parametrize("allow", [True, False])
+def test_c18_qwen_asks_before_its_tool_over_the_same_protocol(real_cli, model, sandbox, workspace, allow):
+    cli = real_cli("qwen")  # approval_mode yolo in its options: approvals make it "default"
+    model.script(shell_call("echo hi > f.txt && echo wrote-it"), text_quoting_last_tool_output("Saw: "))
+    with _session(sandbox, cli, approvals=True) as session:
+        turn = session.turn("Write f.txt")
+        parts = _answer_each(turn, lambda t, r: t.approve(r) if allow else t.deny(r, message="not here"))
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    (request,) = _of(parts, "approval-request")
+    (call,) = _of(parts, "tool-call")
+    assert (request.tool_name, request.tool_call_id) == ("run_shell_command", call.tool_call_id)
+    assert request.title == "run_shell_command: echo hi > f.txt && echo wrote-it"
+    (result,) = _of(parts, "tool-result")
+    assert result.is_error is (not allow)
+    assert os.path.exists(os.path.join(workspace, "f.txt")) is allow
+    if not allow:
+        assert "not here" in model.agent_requests()[-1].tool_outputs()[-1]
     _check_clean(model)
 
 
