@@ -407,7 +407,7 @@ class AcpDriver:
         policy and say so in a data part."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
-        if getattr(ctx, "approvals", False):
+        if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
         outcome: Dict[str, Any] = {"outcome": "cancelled"}
         if not ctx.cancelled.is_set():

@@ -239,8 +239,4 @@ def ask_permission(
 
 def taken_messages(ctx: TurnContext) -> List[str]:
     """The texts of the user messages sent to the running turn and not taken yet."""
-    take = getattr(ctx, "take_messages", None)
-    if take is None:
-        return []
-    texts = (getattr(m, "text", m) for m in take())
-    return [t for t in texts if isinstance(t, str) and t]
+    return [m.text for m in ctx.take_messages() if m.text]

@@ -312,7 +312,7 @@ class StreamJsonDriver:
             "parent_tool_use_id": None,
             "session_id": session_id or "default",
         }
-        approvals = bool(getattr(ctx, "approvals", False))
+        approvals = ctx.approvals
         try:
             stdin = json.dumps(message) + "\n"
             if approvals and self.initialize_for_approvals:

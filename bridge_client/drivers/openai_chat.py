@@ -671,7 +671,7 @@ def _add_fragment(calls: Dict[int, List[str]], frag: Any) -> None:
 def _denied(ctx: TurnContext, call_id: str, name: str, args: Any) -> Optional[str]:
     """With approvals on, ask before the tool runs: ``None`` when allowed, else the tool
     result the model gets (the denial, with the user's message)."""
-    if not getattr(ctx, "approvals", False):
+    if not ctx.approvals:
         return None
     decision = ctx.ask_approval(call_id, name, args, title=approval_title(name, args))
     if decision.allowed:
@@ -683,15 +683,7 @@ def _denied(ctx: TurnContext, call_id: str, name: str, args: Any) -> Optional[st
 
 def _user_messages(ctx: TurnContext) -> List[Dict[str, Any]]:
     """The messages the user sent to the running turn, as user messages of the conversation."""
-    take = getattr(ctx, "take_messages", None)
-    if take is None:
-        return []
-    out = []
-    for message in take():
-        text = getattr(message, "text", message)
-        if isinstance(text, str) and text:
-            out.append({"role": "user", "content": text})
-    return out
+    return [{"role": "user", "content": m.text} for m in ctx.take_messages() if m.text]
 
 
 def _add_usage(total: Dict[str, int], usage: Any) -> None:

@@ -32,6 +32,7 @@ import uuid
 from typing import Any, Callable, Dict, Optional, Set
 
 from ..bridge.driver import TurnContext
+from ..wire.parts import UserMessage
 from .cli_process import JsonLinesProcess, summarize
 
 __all__ = ["StreamControl", "approval_title", "initialize_request", "DENIED"]
@@ -192,10 +193,8 @@ class StreamControl:
         waiting = self._waiting_since
         return waiting is not None and time.monotonic() - waiting > MESSAGE_GRACE
 
-    def _send(self, message: Any) -> None:
-        text = getattr(message, "text", message)
-        if not isinstance(text, str):
-            return
+    def _send(self, message: UserMessage) -> None:
+        text = message.text
         message_uuid = str(uuid.uuid4())
         line = {
             "type": "user",
@@ -206,7 +205,7 @@ class StreamControl:
         }
         if self.proc.write(json.dumps(line) + "\n"):
             self.pending.add(message_uuid)
-            self.ids[message_uuid] = str(getattr(message, "message_id", message_uuid))
+            self.ids[message_uuid] = message.message_id
 
     def finished_at_result(self) -> bool:
         """At a ``result`` message: True when the run is over (no message written that the CLI
