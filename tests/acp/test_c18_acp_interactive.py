@@ -1,6 +1,7 @@
 """Interactive turns through the ``acp`` driver: ``session/request_permission`` asked of the
 host (approvals on) with our own ACP agent (acp_agent.py ``--ask``) and with the real
-``@zed-industries/claude-code-acp`` against the scripted model server; a cancel answers a
+``@zed-industries/claude-code-acp`` and the Gemini CLI in ACP mode against the scripted model
+server; a cancel answers a
 pending request ``cancelled``; the policy still answers with approvals off; a message sent
 while a prompt runs becomes the next prompt of the same turn."""
 from __future__ import annotations
@@ -176,3 +177,32 @@ def test_c18_acp_real_claude_code_acp_asks_the_host(
     assert os.path.exists(os.path.join(workspace, "acp.txt")) is allow
     if allow:
         assert "made-by-acp" in json.dumps(result.output)
+
+
+def test_c18_acp_real_gemini_cli_asks_the_host_in_acp_mode(sandbox, workspace, tmp_path, model):
+    """What the gemini driver's refusal points to: the Gemini CLI in ACP mode asks through
+    ``session/request_permission``, and a denial keeps its command from running."""
+    gemini = program(acp_agents_prefix(), "gemini")
+    model.script(shell_call("echo from-gemini > gem.txt"), text_quoting_last_tool_output())
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = {
+        "HOME": str(home),
+        "GEMINI_API_KEY": bc.Redacted("sk-acp-real-test"),
+        "GOOGLE_GEMINI_BASE_URL": model.url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    opts = options("acp", agent_options={"command": gemini, "args": ["--acp", "--model", "gemini-2.5-flash"]})
+    with bc.create_session(opts, session_options(sandbox, env=env, approvals=True)) as session:
+        parts = _answer_each(session.turn("Make gem.txt"), lambda t, r: t.deny(r))
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    (request,) = _of(parts, "approval-request")
+    (call,) = _of(parts, "tool-call")
+    assert request.tool_call_id == call.tool_call_id and "deny" in request.choices
+    assert [a.decision for a in _of(parts, "approval-answer")] == ["deny"]
+    assert not os.path.exists(os.path.join(workspace, "gem.txt")), "the denied command did not run"
