@@ -1,9 +1,8 @@
 """Interactive turns through the ``acp`` driver: ``session/request_permission`` asked of the
 host (approvals on) with our own ACP agent (acp_agent.py ``--ask``) and with the real
 ``@zed-industries/claude-code-acp`` and the Gemini CLI in ACP mode against the scripted model
-server; a cancel answers a
-pending request ``cancelled``; the policy still answers with approvals off; a message sent
-while a prompt runs becomes the next prompt of the same turn."""
+server; a cancel answers a pending request ``cancelled``; the policy still answers with
+approvals off; a message sent while a prompt runs becomes the next prompt of the same turn."""
 from __future__ import annotations
 
 import json
