@@ -269,7 +269,6 @@ class OpenAIChatDriver:
         for _ in range(ctx.completed_steps, self.max_steps):
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled")
-            messages += _user_messages(ctx)  # sent to the running turn: the model reads them now
             try:
                 answer = self._step(ctx, messages)
             except _Fatal as exc:
@@ -333,6 +332,10 @@ class OpenAIChatDriver:
     def _step(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
         """Open a step and stream one model answer into it; on a cut, ``step-reset`` and again.
 
+        The user messages sent to the running turn are taken inside the step (so an attempt
+        that is abandoned hands them to the next) and appended to ``messages`` once the
+        answer is complete.
+
         Returns:
             The complete answer (the step still open), or ``None`` when cancelled.
 
@@ -342,8 +345,12 @@ class OpenAIChatDriver:
         cuts = 0
         while True:
             ctx.start_step()
+            taken = _user_messages(ctx)  # sent to the running turn: the model reads them now
             try:
-                return self._call(ctx, messages)
+                answer = self._call(ctx, messages + taken)
+                if answer is not None:
+                    messages += taken
+                return answer
             except _Cut as exc:
                 if ctx.cancelled.is_set():
                     return None
