@@ -368,8 +368,8 @@ class TurnContext:
 
     @property
     def approvals(self) -> bool:
-        """True when the session turned approvals on: ask with :meth:`ask_approval` before
-        running a tool. Fixed for the run of the turn."""
+        """Whether the session turned approvals on (``bool``; fixed for the run of the turn):
+        then ask with :meth:`ask_approval` before running a tool."""
         return self._interactive is not None and self._interactive.approvals
 
     @property
