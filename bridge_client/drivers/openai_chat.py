@@ -22,6 +22,14 @@ One step is one model call plus the tool calls it asked for:
 - ``step-finish`` with the call's ``finish_reason`` (``tool_calls`` or ``stop`` ...) and its
   ``usage``.
 
+Interactive turns (see the *Interactive turns* guide, :doc:`interactive`): with approvals
+on, each tool call is asked about first (``approval-request``: the tool's name, its arguments,
+a title such as ``run_command: rm -rf build``); a denial does not run it, and its
+``tool-result`` (an error) tells the model that the user denied it, with the user's message.
+A message the user sends to the running turn is added to the conversation as a user message
+before the next model call; one that comes while the model gives its final answer gets one
+more model call.
+
 The loop ends when the model answers without tool calls (``turn-finish`` ``stop``) or after
 ``max_steps`` steps (``max-steps``); the turn's usage sums the steps'.
 
@@ -84,6 +92,7 @@ from tenacity import (
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .cli_process import summarize
+from .stream_control import approval_title
 from .tools import TOOL_SPECS, run_tool
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
@@ -216,6 +225,8 @@ class OpenAIChatDriver:
     """
 
     agent_id = "openai"
+    supports_approvals = True
+    supports_messages = True
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.model: str = options["model"]
@@ -283,19 +294,26 @@ class OpenAIChatDriver:
                     is_error = True
                 else:
                     ctx.tool_call(cid, name, parsed)
-                    output, is_error = run_tool(
-                        name, parsed, os.getcwd(), ctx.cancelled, self.command_timeout, self.max_output
-                    )
+                    denied = _denied(ctx, cid, name, parsed)
+                    if denied is not None:
+                        output, is_error = denied, True
+                    else:
+                        output, is_error = run_tool(
+                            name, parsed, os.getcwd(), ctx.cancelled, self.command_timeout, self.max_output
+                        )
                 ctx.tool_result(cid, name, output, is_error)
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
                 messages.append({"role": "tool", "tool_call_id": cid, "content": content})
                 if ctx.cancelled.is_set():
                     break
+            # A message that came while the model answered without tools: one more step for it.
+            later = _user_messages(ctx) if not answer.tool_calls and not ctx.cancelled.is_set() else []
+            messages += later
             ctx.set_state({"messages": messages})  # checkpointed by finish_step (B05)
             ctx.finish_step(answer.finish_reason, answer.usage)
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled", total or None)
-            if not answer.tool_calls:
+            if not answer.tool_calls and not later:
                 return TurnResult("stop", total or None)
         return TurnResult("max-steps", total or None)
 
@@ -314,6 +332,10 @@ class OpenAIChatDriver:
     def _step(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
         """Open a step and stream one model answer into it; on a cut, ``step-reset`` and again.
 
+        The user messages sent to the running turn are taken inside the step (so an attempt
+        that is abandoned hands them to the next) and appended to ``messages`` once the
+        answer is complete.
+
         Returns:
             The complete answer (the step still open), or ``None`` when cancelled.
 
@@ -323,8 +345,12 @@ class OpenAIChatDriver:
         cuts = 0
         while True:
             ctx.start_step()
+            taken = _user_messages(ctx)  # sent to the running turn: the model reads them now
             try:
-                return self._call(ctx, messages)
+                answer = self._call(ctx, messages + taken)
+                if answer is not None:
+                    messages += taken
+                return answer
             except _Cut as exc:
                 if ctx.cancelled.is_set():
                     return None
@@ -699,6 +725,24 @@ def _add_fragment(calls: Dict[int, List[str]], frag: Any) -> None:
             entry[1] = function["name"]
         if isinstance(function.get("arguments"), str):
             entry[2] += function["arguments"]
+
+
+def _denied(ctx: TurnContext, call_id: str, name: str, args: Any) -> Optional[str]:
+    """With approvals on, ask before the tool runs: ``None`` when allowed, else the tool
+    result the model gets (the denial, with the user's message)."""
+    if not ctx.approvals:
+        return None
+    decision = ctx.ask_approval(call_id, name, args, title=approval_title(name, args))
+    if decision.allowed:
+        return None
+    why = {"timeout": " (no answer in time)", "cancel": " (the turn was cancelled)"}.get(decision.by, "")
+    text = f"The user denied this tool call{why}; it did not run."
+    return f"{text} The user says: {decision.message}" if decision.message else text
+
+
+def _user_messages(ctx: TurnContext) -> List[Dict[str, Any]]:
+    """The messages the user sent to the running turn, as user messages of the conversation."""
+    return [{"role": "user", "content": m.text} for m in ctx.take_messages() if m.text]
 
 
 def _add_usage(total: Dict[str, int], usage: Any) -> None:
