@@ -54,6 +54,7 @@ from .store import (
     Ticket,
     checkpoint_op,
     finish_op,
+    interactive_op,
     json_text,
     part_text,
     session_op,
@@ -535,7 +536,9 @@ class TurnManager:
             session.env = dict(env or {})
             session.approvals = approvals
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
-            ticket = self._store.submit(session.op())
+            ticket = self._store.submit(
+                session.op(), interactive_op(session_id, session.approvals, session.approval_timeout)
+            )
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
         return result
@@ -769,6 +772,8 @@ class TurnManager:
             row = self._store.load_session(session_id)
             if row is not None:
                 session = Session(row.session_id, row.revision, row.data, row.closed)
+                # Not opened on this run yet: its turns continue asking as they did.
+                session.approvals, session.approval_timeout = self._store.load_interactive(session_id)
                 self._sessions[session_id] = session
         return session
 
