@@ -277,3 +277,39 @@ def test_c18_a_turn_continued_after_a_restart_still_asks_and_times_out(make_brid
         )
         assert _tag(expired) == "ApprovalExpired"
     assert "Traceback" not in bridge.log()
+
+
+def test_c18_an_answer_the_request_did_not_offer_is_refused(tmp_path):
+    # No built-in driver offers a subset (ACP agents do): drive the bridge's own TurnInteraction.
+    from bridge_client.bridge.approvals import AlwaysAllowed, TurnInteraction
+    from bridge_client.bridge.store import Store
+    from bridge_client.errors import BadRequest
+
+    store = Store(str(tmp_path / "store.sqlite"))
+    try:
+        log: List[Any] = []
+
+        def append(kind: str, step: Any, attempt: int, fields: Dict[str, Any], extra: Any) -> Any:
+            log.append((kind, dict(fields), tuple(extra)))
+            return len(log) - 1, None
+
+        interaction = TurnInteraction("t-1", "s-1", AlwaysAllowed(store), lambda ticket: None)
+        interaction.begin_run(approvals=True, timeout=None, cancelled=threading.Event(), append=append)
+        decided: List[Any] = []
+        asking = threading.Thread(
+            target=lambda: decided.append(
+                interaction.ask(0, 1, "c-1", "Bash", {"command": "ls"}, ("allow-once", "deny"), None)
+            )
+        )
+        asking.start()
+        wait_until(lambda: log, timeout=5)
+        request_id = log[0][1]["requestId"]
+        with pytest.raises(BadRequest, match="offers allow-once, deny"):
+            interaction.answer(request_id, "allow-always", None, "host")
+        assert len(log) == 1  # nothing recorded, nothing remembered
+        assert interaction.answer(request_id, "allow-once", None, "host")["decision"] == "allow-once"
+        asking.join(5)
+        assert [d.decision for d in decided] == ["allow-once"]
+        assert not AlwaysAllowed(store).allowed("s-1", "Bash")
+    finally:
+        store.close()
