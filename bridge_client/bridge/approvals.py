@@ -271,7 +271,7 @@ class TurnInteraction:
             self._requests[rec.id] = rec
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
             if self._always.allowed(self.session_id, tool_name):
-                self._record(rec, "allow-always", None, "policy")
+                self._record(rec, "allow-always", None, "policy", remember=False)
         while True:
             with self._cond:
                 ticket = None
@@ -297,15 +297,18 @@ class TurnInteraction:
                     self._cond.wait(wait)
             self._commit(rec, ticket)
 
-    def _record(self, rec: _Request, decision: str, message: Optional[str], by: str) -> Optional[Ticket]:
+    def _record(
+        self, rec: _Request, decision: str, message: Optional[str], by: str, remember: bool = True
+    ) -> Optional[Ticket]:
         """Record the answer of a pending request: append its part (with the allow-always op
-        when that is the decision). ``_cond`` held. Returns the ticket to wait for."""
+        when that is the decision, unless ``remember`` is False: the session's own remembered
+        answer). ``_cond`` held. Returns the ticket to wait for."""
         append = self._append
         if append is None:
             raise RuntimeError("the turn's run ended")
         answer = {"requestId": rec.id, "decision": decision, "message": message, "by": by}
         extra: Tuple[Op, ...] = ()
-        if decision == "allow-always" and by != "policy":
+        if decision == "allow-always" and remember:  # the host's, or the host's approve= policy
             extra = (self._always.remember(self.session_id, rec.tool_name),)
         _, ticket = append("approval-answer", rec.step, rec.attempt, dict(answer), extra)
         rec.status, rec.answer, rec.ticket = _ANSWERED, answer, ticket

@@ -25,11 +25,13 @@ class _Reader(threading.Thread):
         self.sid, self.tid = sid, tid
         self.parts: List[Dict[str, Any]] = []
         self.exit: Any = None
+        self.error: Any = None
 
     def run(self) -> None:
         try:
             self._read()
-        except Exception:  # the bridge was killed: the parts read so far stay
+        except Exception as exc:  # the bridge was killed: the parts read so far stay
+            self.error = exc
             self.conn.close()
 
     def _read(self) -> None:
@@ -313,3 +315,24 @@ def test_c18_an_answer_the_request_did_not_offer_is_refused(tmp_path):
         assert not AlwaysAllowed(store).allowed("s-1", "Bash")
     finally:
         store.close()
+
+
+def test_c18_allow_always_from_the_hosts_policy_is_remembered(make_bridge):
+    bridge = make_bridge(driver="shell")
+    with bridge.connect() as c:
+        sid, tid, reader = _start(bridge, c, "echo one\necho two")
+        wait_until(lambda: reader.requests(), timeout=15)
+        rid = reader.requests()[0]["requestId"]
+        answer = {
+            "sessionId": sid,
+            "turnId": tid,
+            "requestId": rid,
+            "decision": "allow-always",
+            "by": "policy",
+        }
+        assert c.value("AnswerApproval", answer)["by"] == "policy"
+        reader.join(20)
+        assert reader.exit is not None and reader.exit["_tag"] == "Success", (reader.error, reader.parts)
+        answers = [(p["decision"], p["by"]) for p in reader.parts if p["type"] == "approval-answer"]
+        # the second command's request is answered by the session's remembered allow-always
+        assert answers == [("allow-always", "policy"), ("allow-always", "policy")]
