@@ -336,3 +336,43 @@ def test_c18_allow_always_from_the_hosts_policy_is_remembered(make_bridge):
         answers = [(p["decision"], p["by"]) for p in reader.parts if p["type"] == "approval-answer"]
         # the second command's request is answered by the session's remembered allow-always
         assert answers == [("allow-always", "policy"), ("allow-always", "policy")]
+
+
+def test_c18_a_policy_that_raises_or_returns_junk_leaves_the_request_to_the_caller(sandbox, workspace):
+    import os
+
+    import bridge_client as bc
+    from interactive_support import lines, next_request, of_type, shell_session
+
+    out = os.path.join(workspace, "out")
+    calls: List[str] = []
+
+    def policy(request: Any) -> Any:
+        calls.append(request.request_id)
+        if len(calls) == 1:
+            raise ValueError("the policy broke")
+        return "maybe" if len(calls) == 2 else None  # junk, then: leave it to the caller
+
+    with shell_session(sandbox, approve=policy) as session:
+        turn = session.turn(f"echo one >> {out}\necho two >> {out}")
+        seen: List[Any] = []
+        first = next_request(turn, seen)
+        with pytest.raises(ValueError, match="the policy broke"):
+            next(turn)
+        assert turn.pending_approvals == [first]  # still pending, the caller may answer it
+        turn.approve(first)
+        second = next_request(turn, seen)
+        with pytest.raises(TypeError, match="approve= returned"):
+            next(turn)
+        assert turn.pending_approvals == [second]
+        # a request of another turn (or an id this turn never had) is not found
+        other = session.turn("echo other")
+        with pytest.raises(bc.ApprovalNotFound):
+            other.approve(second)
+        turn.deny(second)
+        seen.extend(turn)
+        assert calls == [first.request_id, second.request_id]
+        other.cancel()  # its request (if it came) is left to the caller: denied by the cancel
+        list(other)
+    assert lines(out) == ["one"]
+    assert [a.decision for a in of_type(seen, bc.ApprovalAnswer)] == ["allow-once", "deny"]
