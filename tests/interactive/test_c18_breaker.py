@@ -376,3 +376,79 @@ def test_c18_a_policy_that_raises_or_returns_junk_leaves_the_request_to_the_call
         list(other)
     assert lines(out) == ["one"]
     assert [a.decision for a in of_type(seen, bc.ApprovalAnswer)] == ["allow-once", "deny"]
+
+
+def test_c18_an_answer_racing_a_cancel_records_one_answer(make_bridge):
+    bridge = make_bridge(driver="shell")
+    for _ in range(3):
+        with bridge.connect() as c, bridge.connect() as c2:
+            sid, tid, reader = _start(bridge, c, "echo one")
+            wait_until(lambda: reader.requests(), timeout=15)
+            rid = reader.requests()[0]["requestId"]
+            go = threading.Barrier(2)
+            exits: List[Any] = []
+
+            def cancel(sid: str = sid, tid: str = tid) -> None:
+                go.wait()
+                c2.value("CancelTurn", {"sessionId": sid, "turnId": tid})
+
+            canceller = threading.Thread(target=cancel)
+            canceller.start()
+            go.wait()
+            exits.append(
+                c.call(
+                    "AnswerApproval",
+                    {"sessionId": sid, "turnId": tid, "requestId": rid, "decision": "allow-once"},
+                )
+            )
+            canceller.join(10)
+            reader.join(20)
+            assert reader.exit is not None and reader.exit["_tag"] == "Success", reader.error
+            answers = [p for p in reader.parts if p["type"] == "approval-answer"]
+            assert len(answers) == 1
+            if exits[0]["_tag"] == "Success":
+                assert answers[0]["by"] == "host"
+            else:
+                assert _tag(exits[0]["cause"]) == "ApprovalExpired" and answers[0]["by"] == "cancel"
+    assert "Traceback" not in bridge.log()
+
+
+def test_c18_messages_racing_the_turns_end_never_follow_turn_finish(make_bridge):
+    bridge = make_bridge(driver="shell")
+    with bridge.connect() as c:
+        sid, tid, reader = _start(bridge, c, "echo one")
+        wait_until(lambda: reader.requests(), timeout=15)
+        rid = reader.requests()[0]["requestId"]
+        stop = threading.Event()
+        outcomes: Dict[str, str] = {}
+
+        def send() -> None:
+            with bridge.connect() as conn:
+                n = 0
+                while not stop.is_set() and n < 400:
+                    mid = f"m-{n}"
+                    exit_ = conn.call(
+                        "SendMessage", {"sessionId": sid, "turnId": tid, "messageId": mid, "text": "true"}
+                    )
+                    outcomes[mid] = "ok" if exit_["_tag"] == "Success" else _tag(exit_["cause"])
+                    if outcomes[mid] == "TurnNotRunning":
+                        return
+                    n += 1
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        c.value(
+            "AnswerApproval", {"sessionId": sid, "turnId": tid, "requestId": rid, "decision": "allow-once"}
+        )
+        time.sleep(0.2)
+        c.value("CancelTurn", {"sessionId": sid, "turnId": tid})
+        reader.join(30)
+        stop.set()
+        sender.join(30)
+        assert reader.exit is not None and reader.exit["_tag"] == "Success", reader.error
+        types = [p["type"] for p in reader.parts]
+        assert types[-1] == "turn-finish"
+        logged = [p["messageId"] for p in reader.parts if p["type"] == "user-message"]
+        assert set(logged) == {m for m, o in outcomes.items() if o == "ok"}
+        assert set(outcomes.values()) <= {"ok", "TurnNotRunning"}
+    assert "Traceback" not in bridge.log()
