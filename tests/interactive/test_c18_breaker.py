@@ -452,3 +452,26 @@ def test_c18_messages_racing_the_turns_end_never_follow_turn_finish(make_bridge)
         assert set(logged) == {m for m, o in outcomes.items() if o == "ok"}
         assert set(outcomes.values()) <= {"ok", "TurnNotRunning"}
     assert "Traceback" not in bridge.log()
+
+
+def test_c18_a_message_at_the_size_limit_is_kept_whole_and_one_over_is_refused(sandbox):
+    import bridge_client as bc
+    from interactive_support import next_request, of_type, shell_session
+
+    big = "\U0001f600" * (1024 * 1024 // 4)  # 1 MiB of UTF-8, 3 MiB as JSON escapes
+    with shell_session(sandbox) as session:
+        turn = session.turn("echo one")
+        seen: List[Any] = []
+        next_request(turn, seen)
+        with pytest.raises(bc.BadRequest):
+            turn.say(big + "x")
+        with pytest.raises(bc.BadRequest):
+            turn.say("\ud800")
+        mid = turn.say(big)
+        assert turn.say(big, message_id=mid) == mid  # idempotent
+        with pytest.raises(bc.BadRequest):
+            turn.say("other", message_id=mid)
+        turn.cancel()
+        seen.extend(turn)
+    (message,) = of_type(seen, bc.UserMessage)
+    assert message.message_id == mid and message.text == big
