@@ -383,12 +383,12 @@ def test_c18_an_answer_racing_a_cancel_records_one_answer(make_bridge):
     for _ in range(3):
         with bridge.connect() as c, bridge.connect() as c2:
             sid, tid, reader = _start(bridge, c, "echo one")
-            wait_until(lambda: reader.requests(), timeout=15)
+            wait_until(reader.requests, timeout=15)
             rid = reader.requests()[0]["requestId"]
             go = threading.Barrier(2)
             exits: List[Any] = []
 
-            def cancel(sid: str = sid, tid: str = tid) -> None:
+            def cancel(sid: str = sid, tid: str = tid, go: Any = go) -> None:
                 go.wait()
                 c2.value("CancelTurn", {"sessionId": sid, "turnId": tid})
 
@@ -475,3 +475,44 @@ def test_c18_a_message_at_the_size_limit_is_kept_whole_and_one_over_is_refused(s
         seen.extend(turn)
     (message,) = of_type(seen, bc.UserMessage)
     assert message.message_id == mid and message.text == big
+
+
+def test_c18_a_message_to_a_turn_a_restart_left_unfinished_is_kept_and_handed(make_bridge, tmp_path):
+    out = tmp_path / "ran"
+    prompt = "echo one"
+    bridge = make_bridge(driver="shell")
+    with bridge.connect() as c:
+        sid, tid, reader = _start(bridge, c, prompt)
+        wait_until(lambda: reader.requests(), timeout=15)
+        bridge.kill()
+    reader.join(10)
+    bridge.start()
+    with bridge.connect() as c:
+        sent = c.value(
+            "SendMessage", {"sessionId": sid, "turnId": tid, "messageId": "m-1", "text": f"echo msg >> {out}"}
+        )
+        c.value("StartTurn", {"sessionId": sid, "turnId": tid, "prompt": prompt})
+        reader = _Reader(bridge, sid, tid)
+        reader.start()
+        answered = set()
+        deadline = time.monotonic() + 30
+        while reader.is_alive() and time.monotonic() < deadline:
+            for r in reader.requests():
+                if r["requestId"] not in answered:
+                    answered.add(r["requestId"])
+                    c.call(
+                        "AnswerApproval",
+                        {
+                            "sessionId": sid,
+                            "turnId": tid,
+                            "requestId": r["requestId"],
+                            "decision": "allow-once",
+                        },
+                    )
+            time.sleep(0.05)
+        reader.join(5)
+        assert reader.exit is not None and reader.exit["_tag"] == "Success", reader.error
+    messages = [p for p in reader.parts if p["type"] == "user-message"]
+    assert [(m["messageId"], m["index"]) for m in messages] == [("m-1", sent["index"])]
+    assert out.read_text().splitlines() == ["msg"]
+    assert "Traceback" not in bridge.log()
