@@ -83,10 +83,15 @@ class AlwaysAllowed:
 
 
 class _Request:
-    __slots__ = ("id", "step", "attempt", "tool_name", "status", "answer", "ticket", "committed", "why")
+    __slots__ = (
+        "id", "step", "attempt", "tool_name", "choices", "status", "answer", "ticket", "committed", "why"
+    )
 
-    def __init__(self, request_id: str, step: int, attempt: int, tool_name: str) -> None:
+    def __init__(
+        self, request_id: str, step: int, attempt: int, tool_name: str, choices: Sequence[str] = ()
+    ) -> None:
         self.id = request_id
+        self.choices = tuple(choices)  # what the agent offered (empty: not known, any)
         self.step = step
         self.attempt = attempt
         self.tool_name = tool_name
@@ -159,7 +164,14 @@ class TurnInteraction:
                     continue
                 value = json.loads(p.text)
                 if p.type == "approval-request" and p.step is not None:
-                    rec = _Request(str(value.get("requestId")), p.step, p.attempt, str(value.get("toolName")))
+                    offered = value.get("choices")
+                    rec = _Request(
+                        str(value.get("requestId")),
+                        p.step,
+                        p.attempt,
+                        str(value.get("toolName")),
+                        [str(c) for c in offered] if isinstance(offered, list) else (),
+                    )
                     self._requests[rec.id] = rec
                 elif p.type == "approval-answer":
                     known = self._requests.get(str(value.get("requestId")))
@@ -246,7 +258,7 @@ class TurnInteraction:
             if append is None:
                 raise RuntimeError("ask_approval() outside the turn's run")
             self._count += 1
-            rec = _Request(f"{step}.{attempt}.{self._count}-{self._nonce}", step, attempt, tool_name)
+            rec = _Request(f"{step}.{attempt}.{self._count}-{self._nonce}", step, attempt, tool_name, choices)
             fields = {
                 "requestId": rec.id,
                 "toolCallId": tool_call_id,
@@ -259,7 +271,7 @@ class TurnInteraction:
             self._requests[rec.id] = rec
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
             if self._always.allowed(self.session_id, tool_name):
-                self._record(rec, "allow-always", None, "policy")
+                self._record(rec, "allow-always", None, "policy", remember=False)
         while True:
             with self._cond:
                 ticket = None
@@ -285,15 +297,18 @@ class TurnInteraction:
                     self._cond.wait(wait)
             self._commit(rec, ticket)
 
-    def _record(self, rec: _Request, decision: str, message: Optional[str], by: str) -> Optional[Ticket]:
+    def _record(
+        self, rec: _Request, decision: str, message: Optional[str], by: str, remember: bool = True
+    ) -> Optional[Ticket]:
         """Record the answer of a pending request: append its part (with the allow-always op
-        when that is the decision). ``_cond`` held. Returns the ticket to wait for."""
+        when that is the decision, unless ``remember`` is False: the session's own remembered
+        answer). ``_cond`` held. Returns the ticket to wait for."""
         append = self._append
         if append is None:
             raise RuntimeError("the turn's run ended")
         answer = {"requestId": rec.id, "decision": decision, "message": message, "by": by}
         extra: Tuple[Op, ...] = ()
-        if decision == "allow-always" and by != "policy":
+        if decision == "allow-always" and remember:  # the host's, or the host's approve= policy
             extra = (self._always.remember(self.session_id, rec.tool_name),)
         _, ticket = append("approval-answer", rec.step, rec.attempt, dict(answer), extra)
         rec.status, rec.answer, rec.ticket = _ANSWERED, answer, ticket
@@ -348,12 +363,21 @@ class TurnInteraction:
 
         Raises:
             ApprovalNotFound, ApprovalExpired, ApprovalConflict: see the catalogue.
+            BadRequest: ``decision`` is not one of the choices the request offered.
         """
         with self._cond:
             rec = self._requests.get(request_id)
             if rec is None:
                 raise ApprovalNotFound(
                     f"turn {self.turn_id!r} has no approval request {request_id!r}",
+                    turnId=self.turn_id,
+                    requestId=request_id,
+                )
+            if rec.choices and decision not in rec.choices:
+                # The driver could not carry it out (the agent did not offer it), and an
+                # allow-always not offered must not be remembered for the tool.
+                raise BadRequest(
+                    f"approval request {request_id!r} offers {', '.join(rec.choices)}, not {decision}",
                     turnId=self.turn_id,
                     requestId=request_id,
                 )

@@ -66,6 +66,7 @@ __all__ = [
     "checkpoint_op",
     "finish_op",
     "allow_always_op",
+    "interactive_op",
     "messages_taken_op",
     "json_text",
     "part_text",
@@ -117,11 +118,14 @@ survives a power loss); ``NORMAL`` does not (faster; a power loss may drop the l
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 # Interactive turns (made beside ``meta`` in any schema version: older bridges ignore them):
-# the tools a session allowed always, and how many user messages a turn's completed steps took.
+# the tools a session allowed always, how many user messages a turn's completed steps took, and
+# each session's last approval settings (a turn continued after a restart keeps asking).
 _INTERACTIVE = (
     "CREATE TABLE IF NOT EXISTS approval_always ("
     "session_id TEXT NOT NULL, tool_name TEXT NOT NULL, PRIMARY KEY (session_id, tool_name))",
     "CREATE TABLE IF NOT EXISTS turn_messages (turn_id TEXT PRIMARY KEY, taken INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS session_interactive ("
+    "session_id TEXT PRIMARY KEY, approvals INTEGER NOT NULL, timeout REAL)",
 )
 
 MAX_PENDING = 65536
@@ -443,6 +447,17 @@ def allow_always_op(session_id: str, tool_name: str) -> Op:
     """Remember that session ``session_id`` allowed ``tool_name`` always."""
     return Op(
         "INSERT OR IGNORE INTO approval_always (session_id, tool_name) VALUES (?, ?)", (session_id, tool_name)
+    )
+
+
+def interactive_op(session_id: str, approvals: bool, timeout: Optional[float]) -> Op:
+    """Record the approval settings the last ``OpenSession`` of ``session_id`` gave (not
+    secret, unlike its environment): a restarted bridge continues its turns with them until
+    the session is opened again."""
+    return Op(
+        "INSERT INTO session_interactive (session_id, approvals, timeout) VALUES (?, ?, ?) "
+        "ON CONFLICT(session_id) DO UPDATE SET approvals = excluded.approvals, timeout = excluded.timeout",
+        (session_id, 1 if approvals else 0, timeout),
     )
 
 
@@ -947,6 +962,15 @@ class Store:
             "SELECT tool_name FROM approval_always WHERE session_id = ? ORDER BY tool_name", (session_id,)
         )
         return [row[0] for row in rows]
+
+    def load_interactive(self, session_id: str) -> Tuple[bool, Optional[float]]:
+        """Return the committed approval settings of ``session_id`` (``(approvals, timeout in
+        seconds or None)``; ``(False, None)`` when none were stored)."""
+        sql = "SELECT approvals, timeout FROM session_interactive WHERE session_id = ?"
+        rows = self._query(sql, (session_id,))
+        if not rows:
+            return False, None
+        return bool(rows[0][0]), None if rows[0][1] is None else float(rows[0][1])
 
     def load_messages_taken(self, turn_id: str) -> int:
         """Return how many user messages the completed steps of ``turn_id`` took (0 if none)."""

@@ -59,6 +59,7 @@ from .store import (
     finish_op,
     _encode_str,
     _utf8_checked,
+    interactive_op,
     json_text,
     part_text,
     session_op,
@@ -636,7 +637,9 @@ class TurnManager:
             session.env = dict(env or {})
             session.approvals = approvals
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
-            ticket = self._store.submit(session.op())
+            ticket = self._store.submit(
+                session.op(), interactive_op(session_id, session.approvals, session.approval_timeout)
+            )
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
         return result
@@ -870,6 +873,8 @@ class TurnManager:
             row = self._store.load_session(session_id)
             if row is not None:
                 session = Session(row.session_id, row.revision, row.data, row.closed)
+                # Not opened on this run yet: its turns continue asking as they did.
+                session.approvals, session.approval_timeout = self._store.load_interactive(session_id)
                 self._sessions[session_id] = session
         return session
 

@@ -175,9 +175,9 @@ def test_b05_a_store_of_the_first_layout_is_migrated_and_its_turn_continued(tmp_
     finally:
         bridge.stop()
     assert exit_["_tag"] == "Success"
-    assert _schema_version(path) == (
-        SCHEMA_VERSION, {"sessions", "turns", "segments", "meta", "approval_always", "turn_messages"}
-    )
+    tables = {"sessions", "turns", "segments", "meta", "approval_always", "turn_messages"}
+    tables.add("session_interactive")
+    assert _schema_version(path) == (SCHEMA_VERSION, tables)
     stored = read_parts(path, tid)
     # The old rows are the log's first parts, unchanged (C09: offsets keep their meaning).
     assert [p.text for p in stored[: len(kept)]] == kept
