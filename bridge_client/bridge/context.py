@@ -2,7 +2,7 @@
 already complete, the cancel event, and the methods a driver emits parts with.
 
 Pure Python: no sockets, no store, no websockets. The bridge's turn runner builds one over a
-:class:`~bridge_client.bridge.sinks.TurnSink` per run of a turn. Drivers import it from
+:class:`~bridge_client.bridge.driver_types.TurnSink` per run of a turn. Drivers import it from
 :mod:`bridge_client.bridge.driver`.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from ..wire.parts import APPROVAL_CHOICES, Part, SessionState, UserMessage
 from . import step_moves
 from .child_process import ProcessGroups, ReadOnlyEnv, bind_groups, bound_env, child_environ
-from .sinks import Decision, InteractiveSink, TurnSink
+from .driver_types import Decision, InteractiveSink, TurnSink
 
 __all__ = ["TurnContext"]
 

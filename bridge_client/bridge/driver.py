@@ -7,7 +7,7 @@ calls :meth:`Driver.run_turn` in the turn's own thread, whether or not a host re
 
 Where the pieces live (every name below is importable from here, as drivers and
 docs/writing-a-driver.md do): :class:`TurnContext` in ``bridge/context.py`` (its steps'
-table in ``bridge/step_moves.py``), the values and sink interfaces in ``bridge/sinks.py``, the
+table in ``bridge/step_moves.py``), the values and sink interfaces in ``bridge/driver_types.py``, the
 process-group and child-environment helpers in ``bridge/child_process.py``.
 
 A turn is a sequence of steps (one model call and the tool calls it makes). A driver opens a
@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Union
 from ..driver_options import options_object
 from .child_process import child_environ, process_group_ended, process_group_started, session_env
 from .context import TurnContext
-from .sinks import Decision, InteractiveSink, TurnResult, TurnSink
+from .driver_types import Decision, InteractiveSink, TurnResult, TurnSink
 
 __all__ = [
     "Driver",
