@@ -18,6 +18,7 @@ from ..wire.parts import SessionState
 from .approvals import TurnInteraction
 from .context import TurnContext
 from .store import Meta, PartBuffer, StoredPart
+from .turn_life import TurnLife
 
 __all__ = ["Turn", "Reader", "MAX_CHUNK_VALUES", "MAX_CHUNK_BYTES"]
 
@@ -39,9 +40,10 @@ class Turn:
 
     Attributes:
         id, session_id, prompt: what the host gave.
+        life: the turn's :class:`~bridge_client.bridge.turn_life.TurnLife` (new, running,
+            orphan, finished, forcing, forced), moved only under the manager's lock.
         status: ``running`` (its thread runs), ``finished``, or ``orphan`` (unfinished and
-            not running: left by a restart; the next StartTurn continues it). Guarded by the
-            manager's lock.
+            not running: left by a restart; the next StartTurn continues it): ``life.status``.
         checkpoint: the session state as of the last completed step (where a continue starts).
         cancelled: the driver's cancel event.
     """
@@ -53,7 +55,7 @@ class Turn:
         self.session_id = session_id
         self.prompt = prompt
         self.checkpoint = checkpoint
-        self.status = status
+        self.life = TurnLife(status)
         self.cancelled = threading.Event()
         self.thread: Optional[threading.Thread] = None
         # Append side (the turn's thread, or an RPC thread before it starts): append_lock.
@@ -61,10 +63,9 @@ class Turn:
         self.next_index = 0
         self.buffer: Optional[PartBuffer] = None  # set by the manager: where appends go
         self.max_attempt: Dict[int, int] = {}
+        # The driver's writes are refused (shutdown, a failed store, the cancel grace ran out):
+        # a flag under append_lock, beside the life table (see turn_life).
         self.abandoned = False
-        # The cancel grace ran out: the manager finished the turn itself; the driver's thread
-        # (still running, maybe) writes nothing more and changes no status.
-        self.forced = False
         self.ctx: Optional[TurnContext] = None
         self.interaction: Optional[TurnInteraction] = None  # set by the manager
         # Committed side (published by the store's writer): _cond.
@@ -76,6 +77,17 @@ class Turn:
         self.metas: List[Tuple[Optional[int], int, str]] = []
         self.discarded: Set[Tuple[Optional[int], int]] = set()
         self.complete = False
+
+    @property
+    def status(self) -> str:
+        """``running``, ``orphan`` or ``finished`` (read under the manager's lock)."""
+        return self.life.status
+
+    @property
+    def forced(self) -> bool:
+        """The cancel grace ran out: the manager finished the turn itself; the driver's thread
+        (still running, maybe) writes nothing more and changes no state."""
+        return self.life.forced
 
     # ------------------------------------------------------------------ committed log
 

@@ -25,7 +25,7 @@ from .cancel_grace import GraceWatcher
 from .driver import Driver, TurnContext, TurnResult
 from .sessions import Session, SessionRegistry, _check_room
 from .store import Op, Store, Ticket, checkpoint_op, finish_op, json_text, session_op, turn_op
-from .turn_life import _Abandoned
+from .turn_life import NEW, RUNNING, _Abandoned
 from .turn_log import Turn, _progress, _Progress
 from .turn_sink import RunSink, append_part, wait_room
 
@@ -224,7 +224,7 @@ class TurnRunner(SessionRegistry):
             self._generation,
         ).to_dict()
         checkpoint = session.state()
-        turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
+        turn = Turn(turn_id, session.id, prompt, checkpoint, NEW)
         self._new_interaction(turn)
         launch = self._spawn(turn)  # first: a turn that cannot run is not written (Overloaded)
         try:
@@ -345,7 +345,7 @@ class TurnRunner(SessionRegistry):
             env=session.env,
             interactive=sink,
         )
-        turn.status = "running"
+        turn.life.move("launch")
         turn.ctx = ctx
         turn.thread = launch.box[0]
         self._running += 1
@@ -376,7 +376,7 @@ class TurnRunner(SessionRegistry):
             with self._lock:
                 # A forced turn was finished and counted out by the manager (cancel grace).
                 if not turn.forced:
-                    turn.status = "finished" if finished else "orphan"
+                    turn.life.move("end" if finished else "leave")
                     if finished:
                         self._finished[turn.id] = None
                     self._running -= 1
@@ -405,13 +405,13 @@ class TurnRunner(SessionRegistry):
         """The cancel grace of ``turn`` ran out: if the same run still runs, end the turn as
         ``cancelled`` here, abandon the driver's thread and kill its reported process groups."""
         with self._lock:
-            if self._closing or turn.status != "running" or turn.thread is not thread:
+            if self._closing or turn.life.state != RUNNING or turn.thread is not thread:
                 return
             with turn.append_lock:
                 if turn.abandoned:
                     return  # shutting down: left unfinished for a restart (B05)
                 turn.abandoned = True  # from here no emit of the driver reaches the log
-            turn.forced = True
+            turn.life.move("force")
             last = turn.next_index - 1
         buffer = turn.buffer
         assert buffer is not None
@@ -420,7 +420,7 @@ class TurnRunner(SessionRegistry):
             with turn._cond:
                 progress = _progress(list(turn.metas), set(turn.discarded))
             ticket = self._finish_turn(turn, progress.open_step, "cancelled", None, None, force=True)
-            turn.status = "finished"
+            turn.life.move("forced")
             self._finished[turn.id] = None
             self._running -= 1
             self._notify_running(self._running)

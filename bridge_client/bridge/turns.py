@@ -178,7 +178,7 @@ class TurnManager(TurnRunner):
                 session = self._get_session(session_id)
                 self._reset_open_step(turn, session)
                 ticket = self._finish_turn(turn, None, "cancelled", None, None)
-                turn.status = "finished"
+                turn.life.move("cancel")
                 self._finished[turn.id] = None
             status = turn.status
         if ticket is not None:
