@@ -253,7 +253,10 @@ class Approver:
         elif self.mode == "none":
             self._send(part, "deny", "denied by --approve none")
         elif self.ask:
-            decision, message = self._ask(part)
+            try:
+                decision, message = self._ask(part)
+            except _AtPrompt:  # Ctrl-C just as the question ended: no, all the same
+                decision, message = "deny", "denied at the terminal (Ctrl-C)"
             self._send(part, decision, message)
         elif self.hint is not None:
             self.note(self.hint.format(id=shlex.quote(part.request_id)))
@@ -268,31 +271,37 @@ class Approver:
 
     def _ask(self, request: ApprovalRequest) -> Tuple[str, Optional[str]]:
         """Put the question until it gets an answer; end of input or Ctrl-C is no."""
-        assert self.tty_in is not None and self.tty_out is not None
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, _at_prompt) if main else None
         try:
-            while True:
-                self.tty_out.write(question(request))
-                self.tty_out.flush()
-                try:
-                    line = self.tty_in.readline()
-                except _AtPrompt:
-                    self.tty_out.write("no (Ctrl-C)\n")
-                    self.tty_out.flush()
-                    return "deny", "denied at the terminal (Ctrl-C)"
-                if not line:
-                    self.tty_out.write("no (end of input)\n")
-                    self.tty_out.flush()
-                    return "deny", "denied at the terminal (end of input)"
-                decision = parse_answer(line, request.choices)
-                if decision is not None:
-                    return decision, None
-                words = _keys(request.choices).replace("[", "").replace("]", "")
-                self.tty_out.write(f"please answer {words}\n")
+            return self._read_answer(request)
+        except _AtPrompt:
+            self._say("no (Ctrl-C)")
+            return "deny", "denied at the terminal (Ctrl-C)"
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+            while main:  # a Ctrl-C here still lands in _at_prompt: put the handler back anyway
+                try:
+                    signal.signal(signal.SIGINT, previous)
+                    break
+                except _AtPrompt:
+                    continue
+
+    def _read_answer(self, request: ApprovalRequest) -> Tuple[str, Optional[str]]:
+        while True:
+            self._say(question(request), end="")
+            line = self.tty_in.readline() if self.tty_in is not None else ""
+            if not line:
+                self._say("no (end of input)")
+                return "deny", "denied at the terminal (end of input)"
+            decision = parse_answer(line, request.choices)
+            if decision is not None:
+                return decision, None
+            self._say("please answer " + _keys(request.choices).replace("[", "").replace("]", ""))
+
+    def _say(self, text: str, end: str = "\n") -> None:
+        if self.tty_out is not None:
+            self.tty_out.write(text + end)
+            self.tty_out.flush()
 
     def _send(self, request: ApprovalRequest, decision: str, message: Optional[str]) -> None:
         try:

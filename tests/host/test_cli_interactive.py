@@ -276,7 +276,7 @@ def test_c18_ctrl_c_and_end_of_input_at_the_question_answer_no(terminal, workspa
     t = terminal(["run", "touch one.txt", "touch two.txt", "echo after", "--approve", "ask",
                   "--sandbox", workspace])
     t.expect("Allow shell: touch one.txt?")
-    time.sleep(0.2)  # the question is written before the read starts: let it start
+    # Ctrl-C as soon as the question shows: its handler is in place before it is written.
     t.proc.send_signal(signal.SIGINT)
     t.expect("no (Ctrl-C)")
     t.expect("Allow shell: touch two.txt?")
