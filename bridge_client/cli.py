@@ -220,13 +220,14 @@ try:
 except Exception as exc:
     answer(options="%s: %s" % (type(exc).__name__, exc))
 agent_id = getattr(driver, "agent_id", None)
+approvals = bool(getattr(driver, "supports_approvals", False))
 close = getattr(driver, "close", None)
 if callable(close):
     try:
         close()
     except Exception:
         pass
-answer(agentId=agent_id if isinstance(agent_id, str) else None)
+answer(agentId=agent_id if isinstance(agent_id, str) else None, approvals=approvals)
 """
 _PROBE_MARK = "@@bridge-client-probe "
 _PROBE_TIMEOUT = 60.0
@@ -254,7 +255,12 @@ def _probe(sandbox: Sandbox, python: str, agent: str, agent_options: Dict[str, A
 
 
 def _agent_id(
-    agent: str, agent_options: Dict[str, Any], sandbox: Sandbox, python: str, template: Template
+    agent: str,
+    agent_options: Dict[str, Any],
+    sandbox: Sandbox,
+    python: str,
+    template: Template,
+    approvals: bool = False,
 ) -> str:
     """Check the agent and its options before any bridge is launched, so that bad ones are
     reported as bad input; return the ``agent_id`` the bridge will answer with.
@@ -262,7 +268,8 @@ def _agent_id(
     A built-in agent is made here once. A ``MODULE:CALLABLE`` agent is loaded where the bridge
     loads it: by the bridge's Python in the sandbox folder (:data:`_PROBE`), so a module that
     is only there (in the folder, or only in a container) works; when that Python lacks this
-    package, the template installs it first.
+    package, the template installs it first. With ``approvals`` (``--approve``), an agent that
+    cannot ask is refused here too, before anything is launched or installed.
     """
     builtin = BUILTIN_DRIVERS.get(agent)
     module_name, sep, attr = (builtin or agent).partition(":")
@@ -278,6 +285,7 @@ def _agent_id(
         if "options" in answer:
             raise UsageError(f"agent {agent!r}: {answer['options']}")
         agent_id = answer.get("agentId")
+        can_ask = answer.get("approvals") is True
     else:
         try:
             factory = getattr(importlib.import_module(module_name), attr)
@@ -288,11 +296,16 @@ def _agent_id(
         except Exception as exc:
             raise UsageError(f"agent {agent!r}: {exc}") from None
         agent_id = getattr(driver, "agent_id", None)
+        can_ask = bool(getattr(driver, "supports_approvals", False))
         close = getattr(driver, "close", None)
         if callable(close):
             close()
     if not isinstance(agent_id, str) or not agent_id:
         raise UsageError(f"agent {agent!r} has no agent_id")
+    if approvals and not can_ask:
+        raise UsageError(
+            f"--approve: agent {agent!r} cannot ask before it runs a tool; run it without --approve"
+        )
     return agent_id
 
 
@@ -351,7 +364,9 @@ def _session_options(
     except ValueError as exc:
         raise UsageError(f"agent {args.agent!r}: {exc}") from None
     options = dataclasses.replace(options, template=_announced(options.template))
-    agent_id = _agent_id(args.agent, agent_options, sandbox, python, options.template)
+    agent_id = _agent_id(
+        args.agent, agent_options, sandbox, python, options.template, approvals=approvals_on(args)
+    )
     options = dataclasses.replace(options, id=agent_id)
     try:
         env = _parse_env(getattr(args, "env", None) or [])  # commands without --env (cancel)
@@ -1000,9 +1015,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         _say(f"bridge-client: error: {exc}")
         return 2
-    except ApprovalsUnsupported as exc:  # --approve with an agent that cannot ask: bad input
+    except ApprovalsUnsupported as exc:  # the bridge's own check (the command's came first)
         lines = str(exc).splitlines()
-        _say(f"bridge-client: error: --approve: {lines[0] if lines else 'the agent cannot ask'}")
+        reason = (lines[0] if lines else "the agent cannot ask").split(": open the session")[0]
+        _say(f"bridge-client: error: --approve: {reason}; run it without --approve")
         return 2
     except _Failure as exc:
         _say(f"bridge-client: error: {exc}")

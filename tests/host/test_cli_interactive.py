@@ -443,7 +443,11 @@ def test_c18_errors_an_agent_that_cannot_ask_or_take_messages(workspace, tmp_pat
         f.write(MUTE)
     line = _error_line(cli_run("run", "x", "--agent", "mute_driver:make", "--approve", "ask",
                                "--sandbox", workspace), 2)
-    assert "--approve" in line
+    assert "--approve: agent 'mute_driver:make' cannot ask" in line
+    assert not os.path.isdir(os.path.join(os.environ["BRIDGE_CLIENT_HOME"], "sandboxes")), \
+        "refused before any bridge was launched"
+    line = _error_line(cli_run("run", "x", "--agent", "pi", "--approve", "all", "--sandbox", workspace), 2)
+    assert "--approve: agent 'pi' cannot ask" in line
     state = str(tmp_path / "turn.json")
     proc = subprocess.Popen([*CLI, "run", "x", "--agent", "mute_driver:make", "--state", state,
                              "--sandbox", workspace],
