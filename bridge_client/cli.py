@@ -520,8 +520,8 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Pro
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             handlers[signum] = signal.signal(signum, _interrupt_once)
-    approver = begin(args, turn, sys.modules[__name__])
     try:
+        approver = begin(args, turn, sys.modules[__name__])
         try:
             for part in turn:
                 with progress.output(_waiting_for(part)):

@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import signal
+import sys
 import tempfile
 import threading
 import unicodedata
@@ -259,11 +260,10 @@ class Approver:
                 decision, message = "deny", "denied at the terminal (Ctrl-C)"
             self._send(part, decision, message)
         elif self.hint is not None:
-            self.note(self.hint.format(id=shlex.quote(part.request_id)))
+            self.note(self.hint.replace("{id}", shlex.quote(part.request_id)))
 
     def _still_pending(self, request: ApprovalRequest) -> bool:
-        """False when the parts received so far already answer ``request`` (a continued turn
-        reads old requests first); True when unsure."""
+        """False when a part yielded before already answered ``request``; True when unsure."""
         pending = getattr(self.turn, "pending_approvals", None)
         if pending is None:
             return True
@@ -354,15 +354,18 @@ def begin(args: argparse.Namespace, turn: Any, cli: Any) -> Optional[Approver]:
     Returns:
         The :class:`Approver` to call with each part, or ``None`` with approvals off.
     """
-    import sys
-
     mode = getattr(args, "approve", None)
     path: Optional[str] = getattr(args, "turn_state_file", None)
     wanted = getattr(args, "state", None)
     if "turn_state_file" not in args and wanted:
         record = dict(turn.state.to_dict(), **{cli._SANDBOX_KEY: cli._sandbox_label(args.sandbox)})
         path = os.path.abspath(wanted)
-        write_file(path, json.dumps(record, ensure_ascii=False).encode())
+        try:
+            write_file(path, json.dumps(record, ensure_ascii=False).encode())
+        except OSError as exc:  # the turn runs already: keep its state where it can be found
+            path = cli._save_turn_state(turn.state, cli._sandbox_label(args.sandbox))
+            reason = exc.strerror or str(exc)
+            cli._say(f"bridge-client: cannot write --state {wanted}: {reason}; the turn state is in {path}")
     elif "turn_state_file" not in args and mode is not None:
         path = cli._save_turn_state(turn.state, cli._sandbox_label(args.sandbox))
     if mode is None:

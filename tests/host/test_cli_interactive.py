@@ -496,3 +496,12 @@ def test_c18_a_run_suspended_at_a_pending_request_is_continued_and_answered(json
     done = cli_run("continue", state, "--approve", "all")
     assert done.returncode == 0, done.stderr
     assert "[allowed] " in done.stdout and os.path.exists(os.path.join(workspace, "later.txt"))
+
+
+def test_c18_a_state_file_that_cannot_be_written_is_said_and_the_state_kept(workspace, tmp_path):
+    done = cli_run("run", "echo fine", "--state", str(tmp_path / "no-such-folder" / "t.json"),
+                   "--sandbox", workspace)
+    assert done.returncode == 0, done.stderr
+    assert "cannot write --state" in done.stderr and "the turn state is in " in done.stderr
+    kept = done.stderr.strip().rsplit("the turn state is in ", 1)[1]
+    assert json.load(open(kept))["prompt"] == "echo fine"
