@@ -222,6 +222,23 @@ GOOD_PAYLOADS = [
         _open(interactive={"approvals": True, "approval_timeout": 2.0}),
     ),
     (
+        rpcs.ANSWER_APPROVAL,
+        {"sessionId": "s1", "turnId": "t1", "requestId": "0.1.1-abc", "decision": "deny", "message": "no"},
+        {
+            "session_id": "s1",
+            "turn_id": "t1",
+            "request_id": "0.1.1-abc",
+            "decision": "deny",
+            "message": "no",
+            "by": "host",
+        },
+    ),
+    (
+        rpcs.SEND_MESSAGE,
+        {"sessionId": "s1", "turnId": "t1", "messageId": "m1", "text": "go on"},
+        {"session_id": "s1", "turn_id": "t1", "message_id": "m1", "text": "go on"},
+    ),
+    (
         START_TURN,
         {"sessionId": "s1", "turnId": "t1", "prompt": "ls -la"},
         {"session_id": "s1", "turn_id": "t1", "prompt": "ls -la"},
@@ -257,8 +274,27 @@ def test_decode_payload_accepts_good_payloads(rpc, payload, expected):
     assert rpc.decode_payload(payload) == expected
 
 
+_ANSWER = {"sessionId": "s1", "turnId": "t1", "requestId": "0.1.1-abc", "decision": "allow-once"}
+_MESSAGE = {"sessionId": "s1", "turnId": "t1", "messageId": "m1", "text": "hi"}
+
 BAD_PAYLOADS = [
     # (rpc, payload, words the message must contain)
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": True}, "interactive"),
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": {"approvals": "yes"}}, "approvals"),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "interactive": {"approvals": True, "approvalTimeout": 0}},
+        "approvalTimeout",
+    ),
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": {"approvalTimeout": True}}, "approvalTimeout"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "decision": "yes"}, "decision"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "message": 3}, "message"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "by": "timeout"}, "by"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "requestId": "../x"}, "requestId"),
+    (rpcs.ANSWER_APPROVAL, {k: v for k, v in _ANSWER.items() if k != "decision"}, "decision"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "text": None}, "text"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "text": "x" * (rpcs.MAX_MESSAGE_BYTES + 1)}, "text"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "messageId": ""}, "messageId"),
     (OPEN_SESSION, None, "payload"),
     (OPEN_SESSION, [], "payload"),
     (OPEN_SESSION, "s1", "payload"),
