@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import unicodedata
-from typing import Any, Optional, Sequence, Set, TextIO, Tuple
+from typing import Any, Dict, Optional, Sequence, Set, TextIO, Tuple
 
 from .errors import ApprovalConflict, ApprovalExpired, ApprovalNotFound, TurnNotRunning
 from .terminal import Colours, is_terminal
@@ -239,15 +239,22 @@ class Approver:
         self.note = note
         self.hint = hint
         self._answered: Set[str] = set()  # request ids seen answered in the log
+        self._tools: Dict[str, str] = {}  # request id -> tool name, of the requests seen
+        # Tools allowed always in this turn: the session remembers that, and the bridge answers
+        # their next requests itself (allow-always, by policy) right after announcing them.
+        self._always: Set[str] = set()
 
     def on_part(self, part: Part) -> None:
         """Answer ``part`` when it is a request nobody has answered yet; else nothing."""
         if isinstance(part, ApprovalAnswer):
             self._answered.add(part.request_id)
+            if part.decision == "allow-always" and part.request_id in self._tools:
+                self._always.add(self._tools[part.request_id])
             return
         if not isinstance(part, ApprovalRequest) or part.request_id in self._answered:
             return
-        if not self._still_pending(part):
+        self._tools[part.request_id] = part.tool_name
+        if part.tool_name in self._always or not self._still_pending(part):
             return
         if self.mode == "all":
             self._send(part, "allow-once", None)
@@ -319,7 +326,7 @@ class Approver:
             )
         except (ApprovalExpired, ApprovalNotFound, TurnNotRunning) as exc:
             self.note(f"bridge-client: request {request.request_id} cannot be answered any more: {exc}")
-        self._answered.add(request.request_id)
+        self._answered.add(request.request_id)  # its answer part (next) marks an allow-always
 
 
 def write_file(path: str, data: bytes) -> None:

@@ -71,6 +71,11 @@ def test_c18_a_request_cannot_hide_what_it_runs_in_the_question():
     assert len(long) < 200 and long.endswith("more)")
 
 
+def _answer(request_id, decision, by):
+    return Part.from_dict({"type": "approval-answer", "index": 4, "step": 0, "attempt": 1,
+                           "requestId": request_id, "decision": decision, "message": None, "by": by})
+
+
 class _FakeTurn:
     """Records the answers an Approver sends; fails with ``fail`` when given."""
 
@@ -118,6 +123,19 @@ def test_c18_a_request_already_answered_in_the_log_is_not_asked_again():
     turn.pending_approvals = []  # a continued turn: its answer part was received already
     approver.on_part(_request("r1"))
     assert turn.sent == [] and out.getvalue() == ""
+
+
+def test_c18_after_always_the_tools_next_requests_are_not_asked():
+    approver, turn, out, _ = _approver("ask", "a\n")
+    _feed(approver, turn, _request("r1"))
+    assert turn.sent == [("allow-always", "r1", None)]
+    approver.on_part(_answer("r1", "allow-always", "host"))
+    _feed(approver, turn, _request("r2"))  # the bridge answers it itself (by policy)
+    _feed(approver, turn, _request("r3", tool="Edit"))  # another tool: asked (end of input: no)
+    assert turn.sent == [
+        ("allow-always", "r1", None), ("deny", "r3", "denied at the terminal (end of input)")
+    ]
+    assert out.getvalue().count("Allow Bash") == 1
 
 
 def test_c18_all_allows_none_denies_and_ask_off_a_terminal_says_how_to_answer():
@@ -270,6 +288,17 @@ def test_c18_on_a_terminal_y_runs_the_command_and_n_does_not(terminal, workspace
     assert "bridge-client answer " in shown, "the start says how to answer from another shell"
     assert "Traceback" not in shown, shown
     assert status in (0, 1), shown
+
+
+def test_c18_on_a_terminal_always_allows_the_tool_for_the_rest_of_the_turn(terminal, workspace):
+    t = terminal(["run", "touch a1.txt", "touch a2.txt", "--approve", "ask", "--sandbox", workspace])
+    t.expect("Allow shell: touch a1.txt? [y]es/[n]o/[a]lways")
+    t.send("a\n")
+    status, shown = t.finish()
+    assert status == 0, shown
+    assert "Allow shell: touch a2.txt" not in shown, "the session remembers it: not asked again"
+    assert "by policy" in shown
+    assert all(os.path.exists(os.path.join(workspace, f"a{i}.txt")) for i in (1, 2))
 
 
 def test_c18_ctrl_c_and_end_of_input_at_the_question_answer_no(terminal, workspace):
