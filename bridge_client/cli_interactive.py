@@ -270,11 +270,16 @@ class Approver:
             self.note(self.hint.replace("{id}", shlex.quote(part.request_id)))
 
     def _still_pending(self, request: ApprovalRequest) -> bool:
-        """False when a part yielded before already answered ``request``; True when unsure."""
+        """False when ``request`` is answered already: by a part yielded before, or by one
+        received and not yet yielded (a turn read again from its start); True when unsure."""
         pending = getattr(self.turn, "pending_approvals", None)
-        if pending is None:
-            return True
-        return any(r.request_id == request.request_id for r in pending)
+        if pending is not None and all(r.request_id != request.request_id for r in pending):
+            return False
+        if getattr(self.turn, "_st", None) is not None:  # a real Turn: look at what it received
+            from .client.interactive import _answered_ahead
+
+            return not _answered_ahead(self.turn, request)
+        return True
 
     def _ask(self, request: ApprovalRequest) -> Tuple[str, Optional[str]]:
         """Put the question until it gets an answer; end of input or Ctrl-C is no."""

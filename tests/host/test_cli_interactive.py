@@ -301,6 +301,17 @@ def test_c18_on_a_terminal_always_allows_the_tool_for_the_rest_of_the_turn(termi
     assert all(os.path.exists(os.path.join(workspace, f"a{i}.txt")) for i in (1, 2))
 
 
+def test_c18_continue_does_not_ask_about_requests_answered_in_the_log(terminal, workspace, tmp_path):
+    state = str(tmp_path / "turn.json")
+    done = cli_run("run", "touch d1.txt", "touch d2.txt", "--approve", "none", "--state", state,
+                   "--sandbox", workspace)
+    assert done.returncode == 0, done.stderr
+    t = terminal(["continue", state, "--approve", "ask"])
+    status, shown = t.finish()
+    assert status == 0, shown
+    assert shown.count("[denied] ") == 2 and "Allow shell" not in shown, shown
+
+
 def test_c18_ctrl_c_and_end_of_input_at_the_question_answer_no(terminal, workspace):
     t = terminal(["run", "touch one.txt", "touch two.txt", "echo after", "--approve", "ask",
                   "--sandbox", workspace])
