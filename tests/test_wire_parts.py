@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 
 import pytest
 from hypothesis import assume, given, settings
@@ -611,3 +612,39 @@ def test_c18_approval_request_renders_what_the_agent_wants_to_run():
     html = request._repr_html_()
     assert "shell" in html and "rm -rf &lt;b&gt;" in html and "x &amp; y" in html
     assert "<b>" not in html.split("</b>", 1)[1]  # only our own markup is markup
+
+
+class _OldPickle:
+    """Pickles as a part did before the classes had slots: the class and its ``__dict__``."""
+
+    def __init__(self, cls, state):
+        self.cls, self.state = cls, state
+
+    def __reduce_ex__(self, protocol):
+        import copyreg
+
+        return copyreg._reconstructor, (self.cls, object, None), self.state
+
+
+# What the previous release's pickle.dumps([TextDelta(3, 1, 1, "hi"), SessionState("s", 2, {"a": 1})]) gave.
+_RELEASED = (
+    b"\x80\x04\x95\xaa\x00\x00\x00\x00\x00\x00\x00]\x94(\x8c\x18bridge_client.wire.parts\x94\x8c"
+    b"\tTextDelta\x94\x93\x94)\x81\x94}\x94(\x8c\x05index\x94K\x03\x8c\x04step\x94K\x01\x8c\x07a"
+    b"ttempt\x94K\x01\x8c\x04text\x94\x8c\x02hi\x94ubh\x01\x8c\x0cSessionState\x94\x93\x94)\x81"
+    b"\x94}\x94(\x8c\nsession_id\x94\x8c\x01s\x94\x8c\x08revision\x94K\x02\x8c\x04data\x94}\x94"
+    b"\x8c\x01a\x94K\x01sube."
+)
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_parts_pickled_before_slots_load_with_their_values(protocol):
+    # A part or state pickled by the previous release (a plain frozen dataclass: the state is
+    # its __dict__) loads with its own values, not its field names.
+    delta = {"index": 3, "step": 1, "attempt": 2, "text": "hi"}
+    state = {"session_id": "s", "revision": 4, "data": {"a": [1]}}
+    old = pickle.dumps([_OldPickle(TextDelta, delta), _OldPickle(SessionState, state)], protocol)
+    assert pickle.loads(old) == [TextDelta(3, 1, 2, "hi"), SessionState("s", 4, {"a": [1]})]
+
+
+def test_parts_pickled_by_the_previous_release_load_with_their_values():
+    assert pickle.loads(_RELEASED) == [TextDelta(3, 1, 1, "hi"), SessionState("s", 2, {"a": 1})]

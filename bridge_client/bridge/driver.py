@@ -227,6 +227,8 @@ class TurnSink(Protocol):
     A sink may also have ``emit_texts(kind, step, attempt, texts) -> int``: append one
     ``{"text": t}`` part of ``kind`` per string, at once (:meth:`TurnContext.texts`); return
     the first index. Without it, :meth:`TurnContext.texts` calls :meth:`emit` once per string.
+    And ``emit_text(kind, step, attempt, text) -> int``: the same for one string
+    (:meth:`TurnContext.text`, the per-delta path of a model stream); without it, :meth:`emit`.
     """
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
@@ -326,6 +328,9 @@ class TurnContext:
         self._sink = sink
         self._emit_texts: Optional[Callable[[str, int, int, Sequence[str]], int]] = getattr(
             sink, "emit_texts", None
+        )
+        self._emit_text: Optional[Callable[[str, Optional[int], int, str], int]] = getattr(
+            sink, "emit_text", None
         )
         self._lock = threading.Lock()
         self._state = state
@@ -445,7 +450,10 @@ class TurnContext:
         with self._lock:  # _part() inlined: the per-part path of a streaming driver
             if self._phase != _IN_STEP:
                 self._move("part", "text")  # raises
-            self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+            if self._emit_text is not None:
+                self._emit_text("text-delta", self._step, self._attempt, s)
+            else:
+                self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
 
     def texts(self, chunks: Sequence[str]) -> None:
         """Emit several ``text-delta`` parts in the open step, one per string, in order: the

@@ -1,8 +1,9 @@
 """Sessions and turns inside the bridge: runs each turn in its own thread, appends its parts
 to the store, wakes its readers, and continues turns a restart left unfinished.
 
-- Stored first: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
-  calls after the commit.
+- Stored first: a part reaches a reader only through :meth:`Turn.publish_segment`, which the
+  thread that committed it (the store's writer, or the emitting thread itself) calls after the
+  commit; that thread then pokes the turn's ReadTurn streams, which send at once if they may.
 - Turns outlive readers: a turn runs in its thread whoever reads it; readers read the in-memory committed log
   (:meth:`Turn.take`) from their own offsets, as many at once as like.
 - After a restart: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
@@ -10,8 +11,10 @@ to the store, wakes its readers, and continues turns a restart left unfinished.
   checkpoint of the last completed step, and runs the driver from there.
 
 Lock order (never the other way round): ``TurnManager._lock`` → ``Turn.append_lock`` →
-the store's lock. The store's writer takes ``Turn.append_lock`` alone (to take the turn's
-buffered parts) and ``Turn._cond`` alone (to publish).
+the store's lock. A committing thread (the store's writer, or one in
+:meth:`~bridge_client.bridge.store.Store.commit_here`, which holds none of these) takes
+``Turn.append_lock`` alone (to take the turn's buffered parts) and ``Turn._cond`` alone (to
+publish), and pokes the streams holding neither.
 
 Hot path: a driver's part is encoded once (:func:`~bridge_client.bridge.store.part_text`)
 and that one string is the SQLite segment's content, the in-memory log's entry, and what
@@ -27,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
 from ..errors import ApprovalsUnsupported, MessagesUnsupported, Overloaded, RevisionExhausted
 from ..errors import SessionNotFound, TurnConflict, TurnNotFound
@@ -54,6 +57,8 @@ from .store import (
     Ticket,
     checkpoint_op,
     finish_op,
+    _encode_str,
+    _utf8_checked,
     json_text,
     part_text,
     session_op,
@@ -102,6 +107,7 @@ def iso_now() -> str:
 
 
 _dumps = json_text
+_monotonic = time.monotonic
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -184,6 +190,9 @@ class Turn:
         self.interaction: Optional[TurnInteraction] = None  # set by the manager
         # Committed side (published by the store's writer): _cond.
         self._cond = threading.Condition()
+        # The ReadTurn streams of this turn (the server's): each is poked after every publish,
+        # in the committing thread, so that it can send at once (see Reader).
+        self.readers: "Set[Reader]" = set()
         self.texts: List[str] = []
         self.metas: List[Tuple[Optional[int], int, str]] = []
         self.discarded: Set[Tuple[Optional[int], int]] = set()
@@ -199,7 +208,8 @@ class Turn:
         )
 
     def publish_segment(self, texts: List[str], metas: List[Meta], marks: List[Meta]) -> None:
-        """Add committed parts (store writer thread) and wake every reader.
+        """Add committed parts (in the committing thread), wake every reader and poke the
+        turn's streams.
 
         Args:
             texts: their JSON texts; metas: their ``(step, attempt, type)``; marks: the metas of
@@ -214,6 +224,23 @@ class Turn:
                 elif kind == "turn-finish":
                     self.complete = True
             self._cond.notify_all()
+            readers = list(self.readers) if self.readers else None
+        if readers:
+            for reader in readers:
+                try:
+                    reader.poke()
+                except Exception:  # a reader's bug must not stop the committing thread
+                    log.exception("turn %s: waking a reader failed", self.id)
+
+    def add_reader(self, reader: "Reader") -> None:
+        """Poke ``reader`` after every publish from now on (until :meth:`remove_reader`)."""
+        with self._cond:
+            self.readers.add(reader)
+
+    def remove_reader(self, reader: "Reader") -> None:
+        """Stop poking ``reader``."""
+        with self._cond:
+            self.readers.discard(reader)
 
     def load(self, parts: List[StoredPart]) -> None:
         """Fill a turn read back from the store with its committed parts."""
@@ -284,6 +311,15 @@ class Turn:
                 size += len(text)
                 position += 1
             return out, position, self.complete and position >= n
+
+
+class Reader(Protocol):
+    """What :meth:`Turn.publish_segment` pokes: a ReadTurn stream of the server."""
+
+    def poke(self) -> None:
+        """New committed parts: send them now if the stream may (called in the committing
+        thread, holding no lock of the turn or the store; must not block for long)."""
+        ...
 
 
 class _Progress(NamedTuple):
@@ -362,6 +398,19 @@ def _check_room(session: Session) -> None:
         )
 
 
+_INLINE_GAP = 0.001
+"""Seconds since a driver's previous part after which its part is committed in its own thread
+(:meth:`~bridge_client.bridge.store.Store.commit_here`): a paced stream's lone delta goes to the
+log and to its readers without a thread hand-off. A driver that emits faster hands its parts to
+the store's writer, which commits what queued meanwhile together (group commit). Neither way
+waits for company."""
+
+_BURST_MEMORY = 0.05
+"""Seconds a driver that emitted faster than :data:`_INLINE_GAP` keeps handing its parts to the
+writer: a fast driver that the scheduler paused (a loaded machine) must not start committing
+each part itself, blocked on the disk, when it goes on."""
+
+
 class _Sink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
@@ -370,6 +419,24 @@ class _Sink:
         self._turn = turn
         assert turn.buffer is not None
         self._buffer = turn.buffer
+        self._store = manager._store
+        self._last = 0.0  # monotonic end of the previous emit
+        self._fast = float("-inf")  # monotonic time of the last emit that came within _INLINE_GAP
+        # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
+        self._key: Tuple[str, Optional[int], int] = ("", None, 0)
+        self._head = self._tail = ""
+        self._meta: Meta = (None, 0, "")
+
+    def _commit(self) -> None:
+        """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
+        now = _monotonic()
+        if now - self._last < _INLINE_GAP:
+            self._fast = now
+        if now - self._fast < _BURST_MEMORY:
+            self._store.wake_writer()
+        elif self._store.commit_here():
+            now = _monotonic()
+        self._last = now
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
         """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
@@ -380,13 +447,46 @@ class _Sink:
             index = turn.next_index
             text = part_text(kind, index, step, attempt, fields)
             try:
-                pending = self._buffer.add(index, text, (step, attempt, kind))
+                pending = self._buffer.add(index, text, (step, attempt, kind), (), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = index + 1
             if kind == "step-start" and step is not None:
                 turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        self._commit()
+        if pending >= MAX_PENDING:
+            self._manager._wait_room(turn)
+        return index
+
+    def emit_text(self, kind: str, step: Optional[int], attempt: int, text: str) -> int:
+        """Append one part of a text kind, ``{"text": text}``; return its index (the per-delta
+        path of a streaming driver: :meth:`emit` without the dict and the general encoding).
+        Raises ValueError for a lone surrogate (nothing is appended then)."""
+        turn = self._turn
+        key = (kind, step, attempt)
+        if key != self._key:
+            self._key = key
+            self._head = '{"type":"%s","index":' % kind
+            where = "null" if step is None else "%d" % step
+            self._tail = ',"step":%s,"attempt":%d,"text":' % (where, attempt)
+            self._meta = (step, attempt, kind)
+        if not text.isascii():
+            _utf8_checked(text)
+        encoded = _encode_str(text)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            try:
+                pending = self._buffer.add(
+                    index, self._head + str(index) + self._tail + encoded + "}", self._meta, (), False
+                )
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return index
@@ -403,11 +503,12 @@ class _Sink:
             first = turn.next_index
             encoded = text_parts(kind, first, step, attempt, texts)
             try:
-                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded))
+                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = first + len(encoded)
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return first

@@ -14,12 +14,14 @@ All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
 Exactly once, even under ``KeyboardInterrupt``: a signal handler's exception can surface at
 almost any bytecode of the reading thread. The read state therefore lives in one tuple,
 ``Turn._st`` (the batch of parts received, how many were yielded, the yielded steps, finish and
-start, and a :class:`_Received` with the read cursor), and it changes by replacing that tuple in
+start, a :class:`_Received` with the read cursor, and how many text chunks count for
+:meth:`Turn.text`), and it changes by replacing that tuple in
 one attribute store. ``__next__`` stores the advanced position as its last act before
 ``return`` (on CPython >= 3.11 no interrupt is delivered between those two bytecodes; on 3.9
 and 3.10 a ``try`` puts the old position back), and a batch received is published in one store
 with the cursor that follows it. Work done before a store that an interrupt cut short is done
-again (it is idempotent: a text delta already last in the text list is not added twice). Values
+again (it is idempotent: a text delta's string is put at its place in the text list, a slice
+assignment, whatever was there after it). Values
 taken from the stream are kept (``Turn._raw``) until their batch is published, and their
 conversion goes on from a checkpoint after an interrupt; values a take lost before they were
 kept are read again: the stream counts as dirty from the take until the values are kept, and a
@@ -125,9 +127,9 @@ class Turn:
         self._cancel_requested = False
         # The read state, replaced in one store (see the module docstring): (the parts of the
         # last batch received, how many of them were yielded, steps yielded, turn-finish
-        # yielded, turn-start yielded, the cursor).
-        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received] = (
-            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False)
+        # yielded, turn-start yielded, the cursor, text chunks yielded).
+        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received, int] = (
+            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False), 0
         )
         # Values taken from the stream and being converted: (their batch number, the values,
         # the parts converted so far), and a checkpoint of that conversion (batch number, parts
@@ -149,9 +151,12 @@ class Turn:
         self._lost_since: Optional[float] = None
         # When the bridge first restarted since the last step completed (the crash-loop bound).
         self._restarted_since: Optional[float] = None
-        # The text deltas accounted; the last one may be the part not yet yielded (a leftover of
-        # an interrupted __next__: text() leaves it out, the next __next__ does not add it again).
-        self._texts: List[TextDelta] = []
+        # The text of the text deltas yielded: their strings (only the first _st[6] count: one
+        # more may be a leftover of an interrupted __next__), and the runs of one (step,
+        # attempt) as (step, attempt, position of its first string), for step-reset. No part
+        # object is kept for text().
+        self._texts: List[str] = []
+        self._runs: List[Tuple[Optional[int], int, int]] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
         self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
         # The store generation of the turn state continue_turn() was given (B10), until a
@@ -221,19 +226,20 @@ class Turn:
                 self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
         part = parts[taken]
-        steps, finish, started, rx = st[2], st[3], st[4], st[5]
+        steps, finish, started, rx, ntext = st[2], st[3], st[4], st[5], st[6]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
-        kind = type(part)  # exact types (part_from_dict builds them): isinstance on these
-        # ABC-derived classes takes ~0.4 us per miss, and a delta missed all of them
+        kind = type(part)  # exact types (part_from_dict builds them)
         if kind is TextDelta:
-            texts = self._texts
-            if not texts or texts[-1] is not part:
-                texts.append(part)  # type: ignore[arg-type]
+            self._texts[ntext:] = (part.text,)  # type: ignore[attr-defined]
+            runs = self._runs
+            if not runs or runs[-1][0] != part.step or runs[-1][1] != part.attempt:
+                runs.append((part.step, part.attempt, ntext))
+            ntext += 1
         elif kind is StepFinish:
             steps += 1
         else:
-            steps, finish, started = self._account(part, steps, finish, started)
-        new = (parts, taken + 1, steps, finish, started, rx)
+            steps, finish, started, ntext = self._account(part, steps, finish, started, ntext)
+        new = (parts, taken + 1, steps, finish, started, rx, ntext)
         try:
             self._st = new  # the part is yielded: nothing may run between this store and return
             return part
@@ -360,11 +366,7 @@ class Turn:
         It never reads: iterate the turn to its end first (``for part in turn: ...``) for the
         whole text. Before the first part is yielded it is ``""``.
         """
-        texts, st = self._texts, self._st
-        parts, taken = st[0], st[1]
-        if texts and taken < len(parts) and texts[-1] is parts[taken]:
-            texts = texts[:-1]  # accounted by a __next__ that an interrupt cut short: not yielded
-        return "".join(t.text for t in texts)
+        return "".join(self._texts[: self._st[6]])
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -476,7 +478,7 @@ class Turn:
     def _set_cursor(self, **changes: Any) -> None:
         """Replace fields of the cursor (one store; only between batches)."""
         st = self._st
-        self._st = st[:5] + (st[5]._replace(**changes),)
+        self._st = st[:5] + (st[5]._replace(**changes), st[6])
 
     def _check_restart_bound(self) -> None:
         """The crash-loop bound: a bridge that restarts again and again while no step of the
@@ -510,7 +512,7 @@ class Turn:
         st = self._st
         steps = st[2] if st[4] else 0
         rx = st[5]._replace(offset=0, after_step=0, steps=0, done=False)
-        self._st = (st[0], st[1], steps, st[3], st[4], rx)
+        self._st = (st[0], st[1], steps, st[3], st[4], rx, st[6])
         self._instance = None
         self._restarted_since = self._lost_since = None
 
@@ -704,16 +706,28 @@ class Turn:
             self._restarted_since = None
         st = self._st
         # One store publishes the batch and the cursor after it (the old batch was all yielded).
-        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done))
+        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done), st[6])
 
     def _account(
-        self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool
-    ) -> Tuple[int, Optional[TurnFinish], bool]:
+        self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool, ntext: int
+    ) -> Tuple[int, Optional[TurnFinish], bool, int]:
         """Bookkeeping for a part the caller is about to get, other than a text delta or a
-        step-finish: returns the new (steps, finish, started). Idempotent (see ``__next__``)."""
+        step-finish: returns the new (steps, finish, started, text chunks). Idempotent (see
+        ``__next__``)."""
         if isinstance(part, StepReset):
             dropped = (part.step, part.discarded_attempt)
-            self._texts = [t for t in self._texts if (t.step, t.attempt) != dropped]
+            runs = self._runs
+            ntext = min(ntext, len(self._texts))
+            if any((s, a) == dropped for s, a, _ in runs):
+                texts: List[str] = []
+                kept: List[Tuple[Optional[int], int, int]] = []
+                bounds = [r[2] for r in runs[1:]] + [ntext]
+                for (s, a, first), end in zip(runs, bounds):
+                    if (s, a) != dropped and first < end:
+                        kept.append((s, a, len(texts)))
+                        texts.extend(self._texts[first:end])
+                self._texts, self._runs = texts, kept  # one store each; again: nothing dropped
+                ntext = len(texts)
             self._approvals.seen(part)
         elif isinstance(part, SessionStateChanged):
             # Only this session's own state (a continued turn may belong to another session).
@@ -729,11 +743,11 @@ class Turn:
         elif isinstance(part, TurnStart):
             if part.index == 0 and started:
                 # The turn runs again from its prompt (its bridge lost it, C14): a new log.
-                self._texts = []
-                steps = 0
+                self._texts, self._runs = [], []
+                steps, ntext = 0, 0
                 self._approvals.seen(part)
             started = True
-        return steps, finish, started
+        return steps, finish, started, ntext
 
     def _close_stream(self) -> None:
         """Stop reading: close the stream, and the connection to a bridge of other options."""

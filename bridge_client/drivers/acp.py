@@ -28,8 +28,18 @@ the ``permission`` option (``reject`` by default: the option of kind ``reject_on
 chosen; ``allow`` picks ``allow_once``, ``allow_always`` picks ``allow_always``; the request
 and the answer are a ``data`` part ``acp-permission``), ``fs/read_text_file`` and
 ``fs/write_text_file`` on the sandbox's files (relative paths from the workspace; a write goes
-to a temporary file renamed into place), anything else ``Method not found``. Interactive
-approvals by the host are not built yet.
+to a temporary file renamed into place), anything else ``Method not found``.
+
+With approvals on (the session's ``approvals``; see the *Interactive turns* guide,
+:doc:`interactive`), ``session/request_permission`` is asked of the host instead of the
+policy: the choices are the options' kinds in the agent's order (``allow_once`` →
+``allow-once``, ``allow_always`` → ``allow-always``, ``reject_once`` and ``reject_always`` →
+``deny``), the tool name is the call's ``kind``, the title its ``title``; the answer selects
+the option of the chosen kind (a denial ``reject_once``, else ``reject_always``), and a
+cancel of the turn answers ``cancelled``. Messages the host sends to a running turn: ACP
+takes no second ``session/prompt`` while one runs, so they are sent as the next prompt of the
+same ACP session once the agent answers the running one with ``end_turn``, within the same
+turn (each such prompt starts a new step); a turn that ends otherwise leaves them unsent.
 
 Cancel sends ``session/cancel`` and answers a pending permission request ``cancelled``; an
 agent that has not answered the prompt ``interrupt_grace`` seconds later is killed (its
@@ -71,7 +81,7 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
-from .acp_parts import UpdateMapper
+from .acp_parts import UpdateMapper, ask_permission, taken_messages
 from .acp_rpc import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -151,6 +161,8 @@ class AcpDriver:
     """
 
     agent_id = "acp"
+    supports_approvals = True
+    supports_messages = True
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.argv: List[str] = [options["command"], *options.get("args", [])]
@@ -193,6 +205,14 @@ class AcpDriver:
             self._open_session(ctx, agent)
             prompt = self.continue_prompt if ctx.completed_steps else ctx.prompt
             result = self._prompt(ctx, agent, mapper, prompt)
+            # ACP takes no prompt while one runs: the user's messages sent meanwhile are the
+            # next prompt of the same turn, once the agent ended this one.
+            while _stop_reason(result) == "end_turn" and not ctx.cancelled.is_set():
+                later = taken_messages(ctx)
+                if not later:
+                    break
+                mapper.close("stop")
+                result = self._prompt(ctx, agent, mapper, "\n\n".join(later))
         except _GaveUp:
             self._stop(slot)
             mapper.close("cancelled", "cancelled")
@@ -383,9 +403,12 @@ class AcpDriver:
             agent.conn.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _permission(self, ctx: TurnContext, mapper: UpdateMapper, params: Dict[str, Any]) -> Dict[str, Any]:
-        """Choose an option by the ``permission`` policy; say so in a data part."""
+        """With approvals on, ask the host; else choose an option by the ``permission``
+        policy and say so in a data part."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+        if ctx.approvals:
+            return ask_permission(ctx, mapper, tool, options)
         outcome: Dict[str, Any] = {"outcome": "cancelled"}
         if not ctx.cancelled.is_set():
             for kind in _PREFERRED[self.permission]:
@@ -443,6 +466,10 @@ class AcpDriver:
             slots = list(self._slots.values())
         for slot in slots:
             self._stop(slot)
+
+
+def _stop_reason(result: Any) -> Any:
+    return result.get("stopReason") if isinstance(result, dict) else None
 
 
 def _fs(method: str, params: Dict[str, Any]) -> Any:

@@ -25,11 +25,13 @@ call of the open step has ended.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import uuid
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..bridge.driver import TurnContext
+from .stream_control import approval_title
 
-__all__ = ["UpdateMapper", "tool_output"]
+__all__ = ["UpdateMapper", "tool_output", "ask_permission", "taken_messages"]
 
 _ENDED = ("completed", "failed")
 _STARTED = ("in_progress",) + _ENDED
@@ -87,6 +89,11 @@ class UpdateMapper:
             ctx.start_step()
             self._step_tools = []
 
+    def ensure_step(self) -> None:
+        """Open a step when none is open (a permission is asked inside one)."""
+        if self.ctx.step is None:
+            self._model_output()
+
     def close(self, finish_reason: str, note: str = "the turn ended before the tool call did") -> None:
         """End the open step (if any) with ``finish_reason``; a tool call still open gets an
         error result saying ``note``, so every ``tool-call`` has its ``tool-result``."""
@@ -107,14 +114,18 @@ class UpdateMapper:
         kind = tool.fields.get("kind")
         return kind if isinstance(kind, str) and kind else "other"
 
-    def _call(self, tool: _Tool) -> None:
-        if tool.called:
-            return
+    @staticmethod
+    def input_of(tool: _Tool) -> Any:
+        """The call's ``input`` as its ``tool-call`` part shows it."""
         raw = tool.fields.get("rawInput")
         title = tool.fields.get("title")
         empty = raw is None or raw == {}
-        value: Any = {"title": title} if empty and isinstance(title, str) else ({} if raw is None else raw)
-        self.ctx.tool_call(tool.id, self._name(tool), value)
+        return {"title": title} if empty and isinstance(title, str) else ({} if raw is None else raw)
+
+    def _call(self, tool: _Tool) -> None:
+        if tool.called:
+            return
+        self.ctx.tool_call(tool.id, self._name(tool), self.input_of(tool))
         tool.called = True
 
     def tool(self, fields: Dict[str, Any]) -> Optional[_Tool]:
@@ -178,3 +189,54 @@ class UpdateMapper:
             return
         else:
             ctx.data("acp-update", update)
+
+
+_CHOICES = {
+    "allow_once": "allow-once",
+    "allow_always": "allow-always",
+    "reject_once": "deny",
+    "reject_always": "deny",
+}
+"""ACP's ``PermissionOptionKind`` → the bridge's approval choice."""
+
+_KINDS = {"allow-once": ("allow_once",), "allow-always": ("allow_always", "allow_once"),
+          "deny": ("reject_once", "reject_always")}
+"""The bridge's decision → the option kinds that carry it, preferred first (a remembered
+allow-always may answer an agent that offers only ``allow_once``; an allow-once is never
+widened to ``allow_always``)."""
+
+
+def ask_permission(
+    ctx: TurnContext, mapper: UpdateMapper, tool: Optional[_Tool], options: Sequence[Dict[str, Any]]
+) -> Dict[str, Any]:
+    """Answer a ``session/request_permission`` by asking the turn's host
+    (``ctx.ask_approval``): the outcome object (``selected`` with the chosen option's id, or
+    ``cancelled`` when the turn was cancelled or no offered option carries the decision)."""
+    choices: List[str] = []
+    for option in options:
+        choice = _CHOICES.get(str(option.get("kind")))
+        if choice is not None and choice not in choices:
+            choices.append(choice)
+    if not choices or ctx.cancelled.is_set():
+        return {"outcome": "cancelled"}
+    mapper.ensure_step()
+    if tool is not None:
+        call_id, name, value = tool.id, UpdateMapper._name(tool), UpdateMapper.input_of(tool)
+        title = tool.fields.get("title")
+    else:
+        call_id, name, value, title = f"acp-{uuid.uuid4().hex[:12]}", "other", {}, None
+    if not isinstance(title, str) or not title:
+        title = approval_title(name, value)
+    decision = ctx.ask_approval(call_id, name, value, choices=tuple(choices), title=title)
+    if decision.by == "cancel":
+        return {"outcome": "cancelled"}
+    for kind in _KINDS.get(decision.decision, ()):
+        chosen = next((o for o in options if o.get("kind") == kind), None)
+        if chosen is not None:
+            return {"outcome": "selected", "optionId": chosen.get("optionId")}
+    return {"outcome": "cancelled"}
+
+
+def taken_messages(ctx: TurnContext) -> List[str]:
+    """The texts of the user messages sent to the running turn and not taken yet."""
+    return [m.text for m in ctx.take_messages() if m.text]

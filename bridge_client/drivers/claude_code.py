@@ -43,6 +43,19 @@ What each message becomes:
 - The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
   status and the tail of its stderr.
 
+Interactive turns (see the *Interactive turns* guide, :doc:`interactive`, and
+:mod:`bridge_client.drivers.stream_control`): with approvals on, the run gets
+``--permission-prompt-tool stdio`` (and no ``bypassPermissions``, which would ask nothing);
+each ``can_use_tool`` control request the CLI sends is asked of the host
+(``approval-request``, title e.g. ``Bash: rm -rf build``) and answered with a
+``control_response`` (allow, or deny with the user's message); allow-always also hands the
+CLI its own ``permission_suggestions`` for the rest of the run, kept in its session, never
+in the workspace's settings. Messages sent to the running turn are written to stdin as
+stream-json user messages (``data`` parts ``claude-code-message`` follow their progress);
+the CLI gives each to the model with the next tool result, or as its next turn when the
+model had finished, and the bridge's turn ends at the ``result`` after which no message
+is left.
+
 Cancel: the interrupt control request on stdin; the CLI's process group is killed when it
 has not ended ``interrupt_grace`` seconds later.
 
@@ -56,7 +69,8 @@ Options (``agent_options``, a JSON object or null):
         ``claude`` on ``PATH``, else the copy the template installed in the sandbox's private
         prefix (:doc:`drivers/claude-code`).
     model: ``--model`` (default: the CLI's).
-    permission_mode: ``--permission-mode``. Default: in an isolated sandbox (a container, as
+    permission_mode: ``--permission-mode`` (``bypassPermissions`` is left out while
+        approvals are on). Default: in an isolated sandbox (a container, as
         the template records), ``bypassPermissions`` (the container is the boundary;
         ``IS_SANDBOX=1`` is set for the CLI so that it accepts this as root); elsewhere (a
         ``LocalSandbox``: no isolation) none, so the CLI's own permission checks apply (in
@@ -90,6 +104,7 @@ from .cli_process import (
     sandbox_isolated,
     summarize,
 )
+from .stream_control import StreamControl, initialize_request
 
 __all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
 
@@ -116,7 +131,7 @@ class _Mapper:
         self.step_usage: Any = None
         self.step_tools = False
         self.names: Dict[str, str] = {}
-        self.result: Optional[Dict[str, Any]] = None
+        self.results: List[Dict[str, Any]] = []  # one per CLI turn (a queued message adds one)
         self.streamed = False  # the open step was opened by a message_start stream event
 
     def _session_id(self, sid: Any) -> None:
@@ -149,6 +164,11 @@ class _Mapper:
             elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
                 self.ctx.reasoning(delta["thinking"])
 
+    def ensure_step(self) -> None:
+        """Open a step when none is open (an approval is asked inside one)."""
+        if self.ctx.step is None:
+            self._open(None)
+
     def close_step(self) -> None:
         if self.ctx.step is not None:
             self.ctx.finish_step("tool-calls" if self.step_tools else "stop", self.step_usage)
@@ -167,7 +187,7 @@ class _Mapper:
         if kind == "result":
             self._session_id(msg.get("session_id"))
             self.close_step()
-            self.result = msg
+            self.results.append(msg)
             return True
         if kind == "stream_event":
             if not msg.get("parent_tool_use_id"):
@@ -237,6 +257,13 @@ class StreamJsonDriver:
     version = "2.1.332"
     label = "claude"
     install_hint = "is Claude Code installed? the claude-code template installs it"
+    supports_approvals = True
+    supports_messages = False
+    initialize_for_approvals = False
+    """Send the ``initialize`` control request first when approvals are on (Qwen Code asks
+    only after it)."""
+    permission_updates = False
+    """Allow-always answers carry the CLI's ``permission_suggestions`` (Claude Code's shape)."""
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))
@@ -253,11 +280,12 @@ class StreamJsonDriver:
         """A new session's data: ``{"session_id": null}`` (no CLI session yet)."""
         return {"session_id": None}
 
-    def argv(self, session_id: Optional[str]) -> List[str]:
-        """The command line of one run (``session_id``: the CLI session to resume)."""
+    def argv(self, session_id: Optional[str], approvals: bool = False) -> List[str]:
+        """The command line of one run (``session_id``: the CLI session to resume;
+        ``approvals``: the CLI must ask the bridge before it runs a tool that needs it)."""
         raise NotImplementedError
 
-    def env(self) -> Dict[str, str]:
+    def env(self, approvals: bool = False) -> Dict[str, str]:
         """Extra environment variables for the CLI."""
         return {}
 
@@ -284,15 +312,35 @@ class StreamJsonDriver:
             "parent_tool_use_id": None,
             "session_id": session_id or "default",
         }
+        approvals = ctx.approvals
         try:
             stdin = json.dumps(message) + "\n"
-            argv, env = self.argv(session_id), self.env()
+            if approvals and self.initialize_for_approvals:
+                stdin = initialize_request() + stdin
+            argv, env = self.argv(session_id, approvals), self.env(approvals)
             proc = JsonLinesProcess(argv, os.getcwd(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
         with self._lock:
             self._running.add(proc)
         mapper = _Mapper(self, ctx)
+        control = StreamControl(
+            ctx,
+            proc,
+            session_id=session_id,
+            permission_updates=self.permission_updates,
+            messages=self.supports_messages,
+            open_step=mapper.ensure_step,
+            name=self.agent_id,
+        )
+
+        def on_event(event: Event) -> bool:
+            # Control messages first (permission asks, message lifecycles); a result ends
+            # the run unless a message written to the CLI is still to be answered.
+            if event.obj is not None and control.handle(event.obj):
+                return False
+            return mapper.on_event(event) and control.finished_at_result()
+
         try:
             interrupt = {
                 "type": "control_request",
@@ -301,9 +349,10 @@ class StreamJsonDriver:
             }
             how = proc.pump(
                 ctx.cancelled,
-                mapper.on_event,
+                on_event,
                 lambda: proc.write(json.dumps(interrupt) + "\n"),
                 self.interrupt_grace,
+                idle=control.idle if self.supports_messages else None,
             )
             if how == "done":
                 proc.finish(self.interrupt_grace)
@@ -329,10 +378,8 @@ class StreamJsonDriver:
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
-        result = mapper.result or {}
-        usage = {
-            k: result.get(k) for k in ("usage", "total_cost_usd", "num_turns", "duration_ms") if k in result
-        }
+        result = mapper.results[-1] if mapper.results else {}
+        usage = _usage(mapper.results)
         if result.get("is_error") or result.get("subtype", "success") != "success":
             detail = result.get("result") or result.get("errors") or result.get("subtype")
             return TurnResult("error", usage or None, f"{self.label}: {summarize(detail)}")
@@ -353,6 +400,9 @@ class ClaudeCodeDriver(StreamJsonDriver):
         options: the checked options (see :func:`make_driver`).
     """
 
+    supports_messages = True
+    permission_updates = True
+
     def __init__(self, options: Dict[str, Any]) -> None:
         super().__init__(options)
         self.contained = sandbox_isolated()
@@ -361,8 +411,15 @@ class ClaudeCodeDriver(StreamJsonDriver):
         self.max_turns: Optional[int] = options.get("max_turns")
         self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
 
-    def argv(self, session_id: Optional[str]) -> List[str]:
-        """The command line of one run (``session_id``: the CLI session to resume)."""
+    def _mode(self, approvals: bool) -> Optional[str]:
+        # With approvals the CLI must ask: a mode that skips its checks is not passed.
+        if approvals and self.permission_mode == "bypassPermissions":
+            return None
+        return self.permission_mode
+
+    def argv(self, session_id: Optional[str], approvals: bool = False) -> List[str]:
+        """The command line of one run (``session_id``: the CLI session to resume;
+        ``approvals``: ``--permission-prompt-tool stdio``, and no ``bypassPermissions``)."""
         argv = [
             self.executable,
             "-p",
@@ -376,8 +433,11 @@ class ClaudeCodeDriver(StreamJsonDriver):
             argv += ["--resume", session_id]
         if self.model:
             argv += ["--model", self.model]
-        if self.permission_mode:
-            argv += ["--permission-mode", self.permission_mode]
+        mode = self._mode(approvals)
+        if mode:
+            argv += ["--permission-mode", mode]
+        if approvals:
+            argv += ["--permission-prompt-tool", "stdio"]
         if self.max_turns is not None:
             argv += ["--max-turns", str(self.max_turns)]
         if self.append_system_prompt:
@@ -388,16 +448,41 @@ class ClaudeCodeDriver(StreamJsonDriver):
             argv.append("--include-partial-messages")
         return argv + self.extra_args
 
-    def env(self) -> Dict[str, str]:
+    def env(self, approvals: bool = False) -> Dict[str, str]:
         """In an isolated sandbox with the default bypass, ``IS_SANDBOX=1`` (claude refuses
         to skip its checks as root without it)."""
-        if self.contained and self.permission_mode == "bypassPermissions" and "IS_SANDBOX" not in os.environ:
+        bypass = self._mode(approvals) == "bypassPermissions"
+        if self.contained and bypass and "IS_SANDBOX" not in os.environ:
             return {"IS_SANDBOX": "1"}
         return {}
 
     def error_hint(self, stderr_tail: str) -> str:
         """The root hint when claude refused ``bypassPermissions`` as root."""
         return _ROOT_HINT if "root/sudo" in stderr_tail else ""
+
+
+def _usage(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The turn's usage from its ``result`` messages (more than one when a user message
+    started another CLI turn): the last one's figures; with several, token counts, turns and
+    durations summed (``total_cost_usd`` is already the run's total)."""
+    keys = ("usage", "total_cost_usd", "num_turns", "duration_ms")
+    if not results:
+        return {}
+    out = {k: results[-1].get(k) for k in keys if k in results[-1]}
+    if len(results) > 1:
+        for key in ("num_turns", "duration_ms"):
+            values: List[float] = [r[key] for r in results if isinstance(r.get(key), (int, float))]
+            if values:
+                out[key] = sum(values)
+        tokens: Dict[str, Any] = {}
+        for r in results:
+            usage = r.get("usage")
+            for k, v in (usage.items() if isinstance(usage, dict) else ()):
+                if isinstance(v, int) and not isinstance(v, bool):
+                    tokens[k] = tokens.get(k, 0) + v
+        if tokens:
+            out["usage"] = tokens
+    return out
 
 
 def make_driver(options: Any) -> ClaudeCodeDriver:

@@ -269,6 +269,7 @@ class JsonLinesProcess:
         interrupt: Callable[[], object],
         grace: float,
         tick: float = 0.1,
+        idle: Optional[Callable[[], bool]] = None,
     ) -> str:
         """Hand every stdout line to ``on_event`` until it returns True (the CLI's final
         event), stdout ends, or a cancel is done with.
@@ -276,12 +277,19 @@ class JsonLinesProcess:
         On cancel, ``interrupt()`` is called once (the CLI's own way to stop); events keep
         flowing to ``on_event`` for up to ``grace`` seconds, then the process group is killed.
 
+        ``idle()``, when given, is called before each wait for a line (at least every
+        ``tick`` seconds), in this thread: a driver writes the user's messages to stdin there.
+        It returns True when the run is over although no final event came (then ``"done"``).
+
         Returns:
-            ``"done"`` (``on_event`` saw the final event), ``"eof"`` (stdout ended first), or
-            ``"killed"`` (cancelled and the CLI did not end within ``grace``).
+            ``"done"`` (``on_event`` saw the final event, or ``idle`` said so), ``"eof"``
+            (stdout ended first), or ``"killed"`` (cancelled and the CLI did not end within
+            ``grace``).
         """
         interrupted_at: Optional[float] = None
         while True:
+            if idle is not None and not cancelled.is_set() and idle():
+                return "done"
             if cancelled.is_set():
                 now = time.monotonic()
                 if interrupted_at is None:

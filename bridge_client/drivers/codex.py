@@ -196,6 +196,8 @@ class CodexDriver:
     """
 
     agent_id = "codex"
+    supports_approvals = False  # ``codex exec`` never asks (nothing to answer on its stdin)
+    supports_messages = False
     program = "codex"
     package = "@openai/codex"
     version = "0.171.0"

@@ -139,6 +139,8 @@ class GeminiDriver:
     """
 
     agent_id = "gemini"
+    supports_approvals = False  # headless, it cannot ask (its ACP mode can: the ``acp`` driver)
+    supports_messages = False
     program = "gemini"
     package = "@google/gemini-cli"
     version = "0.61.0"

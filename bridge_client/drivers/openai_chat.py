@@ -22,6 +22,14 @@ One step is one model call plus the tool calls it asked for:
 - ``step-finish`` with the call's ``finish_reason`` (``tool_calls`` or ``stop`` ...) and its
   ``usage``.
 
+Interactive turns (see the *Interactive turns* guide, :doc:`interactive`): with approvals
+on, each tool call is asked about first (``approval-request``: the tool's name, its arguments,
+a title such as ``run_command: rm -rf build``); a denial does not run it, and its
+``tool-result`` (an error) tells the model that the user denied it, with the user's message.
+A message the user sends to the running turn is added to the conversation as a user message
+before the next model call; one that comes while the model gives its final answer gets one
+more model call.
+
 The loop ends when the model answers without tool calls (``turn-finish`` ``stop``) or after
 ``max_steps`` steps (``max-steps``); the turn's usage sums the steps'.
 
@@ -84,6 +92,7 @@ from tenacity import (
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .cli_process import summarize
+from .stream_control import approval_title
 from .tools import TOOL_SPECS, run_tool
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
@@ -216,6 +225,8 @@ class OpenAIChatDriver:
     """
 
     agent_id = "openai"
+    supports_approvals = True
+    supports_messages = True
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.model: str = options["model"]
@@ -283,19 +294,26 @@ class OpenAIChatDriver:
                     is_error = True
                 else:
                     ctx.tool_call(cid, name, parsed)
-                    output, is_error = run_tool(
-                        name, parsed, os.getcwd(), ctx.cancelled, self.command_timeout, self.max_output
-                    )
+                    denied = _denied(ctx, cid, name, parsed)
+                    if denied is not None:
+                        output, is_error = denied, True
+                    else:
+                        output, is_error = run_tool(
+                            name, parsed, os.getcwd(), ctx.cancelled, self.command_timeout, self.max_output
+                        )
                 ctx.tool_result(cid, name, output, is_error)
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
                 messages.append({"role": "tool", "tool_call_id": cid, "content": content})
                 if ctx.cancelled.is_set():
                     break
+            # A message that came while the model answered without tools: one more step for it.
+            later = _user_messages(ctx) if not answer.tool_calls and not ctx.cancelled.is_set() else []
+            messages += later
             ctx.set_state({"messages": messages})  # checkpointed by finish_step (B05)
             ctx.finish_step(answer.finish_reason, answer.usage)
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled", total or None)
-            if not answer.tool_calls:
+            if not answer.tool_calls and not later:
                 return TurnResult("stop", total or None)
         return TurnResult("max-steps", total or None)
 
@@ -314,6 +332,10 @@ class OpenAIChatDriver:
     def _step(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
         """Open a step and stream one model answer into it; on a cut, ``step-reset`` and again.
 
+        The user messages sent to the running turn are taken inside the step (so an attempt
+        that is abandoned hands them to the next) and appended to ``messages`` once the
+        answer is complete.
+
         Returns:
             The complete answer (the step still open), or ``None`` when cancelled.
 
@@ -323,8 +345,12 @@ class OpenAIChatDriver:
         cuts = 0
         while True:
             ctx.start_step()
+            taken = _user_messages(ctx)  # sent to the running turn: the model reads them now
             try:
-                return self._call(ctx, messages)
+                answer = self._call(ctx, messages + taken)
+                if answer is not None:
+                    messages += taken
+                return answer
             except _Cut as exc:
                 if ctx.cancelled.is_set():
                     return None
@@ -451,29 +477,58 @@ class OpenAIChatDriver:
         calls: Dict[int, List[str]] = {}
         finish: Optional[str] = None
         usage: Any = None
+        carry: Optional[Tuple[str, Any]] = None
         while True:
             if ctx.cancelled.is_set():
                 _abort(response)
                 return None
-            try:
-                kind, value = events.get(timeout=0.05)
-            except queue.Empty:
-                continue
+            if carry is not None:
+                (kind, value), carry = carry, None
+            else:
+                try:
+                    kind, value = events.get(timeout=0.05)
+                except queue.Empty:
+                    continue
             if kind == "end":
                 break
             if kind == "cut":
                 reader.join(1.0)
                 raise _Cut(value)
+            # The chunks already queued behind this one (one network read often holds several)
+            # go to the log as one batch of text deltas (ctx.texts): the same parts, one hand-off.
+            batch = [value]
+            while True:
+                try:
+                    more = events.get_nowait()
+                except queue.Empty:
+                    break
+                if more[0] != "chunk":
+                    carry = more  # "end" or "cut": handled on the next pass
+                    break
+                batch.append(more[1])
+            pending: List[str] = []
             try:
-                self._apply(ctx, value, text, calls)
-            except BaseException:  # the bridge is stopping, or ctx refused a part
+                for value in batch:
+                    self._apply(ctx, value, text, calls, pending)
+                _flush(ctx, pending)
+            except Exception:  # a malformed chunk, or ctx refused a part
+                try:  # the deltas before the bad chunk reach the log, as one at a time would
+                    _flush(ctx, pending)
+                except Exception:
+                    pass
                 _abort(response)
                 raise
-            if value.get("usage"):
-                usage = value["usage"]
-            for choice in value.get("choices") or []:
-                if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get("finish_reason"):
-                    finish = str(choice["finish_reason"])
+            except BaseException:  # the bridge is stopping
+                _abort(response)
+                raise
+            for value in batch:
+                if value.get("usage"):
+                    usage = value["usage"]
+                for choice in value.get("choices") or []:
+                    if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get(
+                        "finish_reason"
+                    ):
+                        finish = str(choice["finish_reason"])
         reader.join(1.0)
         if finish is None:
             raise _Cut("the stream ended before a finish_reason")
@@ -485,20 +540,43 @@ class OpenAIChatDriver:
         return _Answer("".join(text), tool_calls, finish, usage)
 
     @staticmethod
-    def _apply(ctx: TurnContext, chunk: Dict[str, Any], text: List[str], calls: Dict[int, List[str]]) -> None:
-        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``."""
+    def _apply(
+        ctx: TurnContext,
+        chunk: Dict[str, Any],
+        text: List[str],
+        calls: Dict[int, List[str]],
+        pending: Optional[List[str]] = None,
+    ) -> None:
+        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``.
+        With ``pending``, text deltas are added to it (the caller emits them with
+        :func:`_flush`) and any other part flushes it first, so the order stays the stream's."""
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
             for key in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(key), str) and delta[key]:
+                    if pending:
+                        _flush(ctx, pending)
                     ctx.reasoning(delta[key])
             if isinstance(delta.get("content"), str) and delta["content"]:
                 text.append(delta["content"])
-                ctx.text(delta["content"])
+                if pending is None:
+                    ctx.text(delta["content"])
+                else:
+                    pending.append(delta["content"])
             for frag in delta.get("tool_calls") or []:
                 _add_fragment(calls, frag)
+
+
+def _flush(ctx: TurnContext, pending: List[str]) -> None:
+    """Emit the text deltas gathered in ``pending`` (one ``ctx.text``, or one ``ctx.texts``
+    for several) and empty it."""
+    if len(pending) == 1:
+        ctx.text(pending[0])
+    elif pending:
+        ctx.texts(pending)
+    pending.clear()
 
 
 def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:
@@ -647,6 +725,24 @@ def _add_fragment(calls: Dict[int, List[str]], frag: Any) -> None:
             entry[1] = function["name"]
         if isinstance(function.get("arguments"), str):
             entry[2] += function["arguments"]
+
+
+def _denied(ctx: TurnContext, call_id: str, name: str, args: Any) -> Optional[str]:
+    """With approvals on, ask before the tool runs: ``None`` when allowed, else the tool
+    result the model gets (the denial, with the user's message)."""
+    if not ctx.approvals:
+        return None
+    decision = ctx.ask_approval(call_id, name, args, title=approval_title(name, args))
+    if decision.allowed:
+        return None
+    why = {"timeout": " (no answer in time)", "cancel": " (the turn was cancelled)"}.get(decision.by, "")
+    text = f"The user denied this tool call{why}; it did not run."
+    return f"{text} The user says: {decision.message}" if decision.message else text
+
+
+def _user_messages(ctx: TurnContext) -> List[Dict[str, Any]]:
+    """The messages the user sent to the running turn, as user messages of the conversation."""
+    return [{"role": "user", "content": m.text} for m in ctx.take_messages() if m.text]
 
 
 def _add_usage(total: Dict[str, int], usage: Any) -> None:

@@ -158,6 +158,8 @@ class PiDriver:
     """
 
     agent_id = "pi"
+    supports_approvals = False  # pi has no permission checks of its own
+    supports_messages = False
     program = "pi"
     package = "@mariozechner/pi-coding-agent"
     version = "0.73.1"

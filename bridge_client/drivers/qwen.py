@@ -58,30 +58,39 @@ class QwenDriver(StreamJsonDriver):
     version = "0.24.4"
     label = "qwen"
     install_hint = "is Qwen Code installed? the qwen template installs it"
+    initialize_for_approvals = True
 
     def __init__(self, options: Dict[str, Any]) -> None:
         super().__init__(options)
         default_mode = "yolo" if sandbox_isolated() else None
         self.approval_mode: Optional[str] = options.get("approval_mode", default_mode)
 
-    def argv(self, session_id: Optional[str]) -> List[str]:
-        """The command line of one run (``session_id``: the Qwen Code session to resume)."""
+    def _mode(self, approvals: bool) -> Optional[str]:
+        # With approvals Qwen Code must ask: yolo (the isolated default) asks nothing.
+        if approvals and self.approval_mode in (None, "yolo"):
+            return "default"
+        return self.approval_mode
+
+    def argv(self, session_id: Optional[str], approvals: bool = False) -> List[str]:
+        """The command line of one run (``session_id``: the Qwen Code session to resume;
+        ``approvals``: approval mode ``default``, so it asks the bridge over stdio)."""
         argv = [self.executable, "--output-format", "stream-json", "--input-format", "stream-json"]
         if session_id:
             argv += ["--resume", session_id]
         if self.model:
             argv += ["--model", self.model]
-        if self.approval_mode:
-            argv += ["--approval-mode", self.approval_mode]
+        mode = self._mode(approvals)
+        if mode:
+            argv += ["--approval-mode", mode]
         if self.append_system_prompt:
             argv += ["--append-system-prompt", self.append_system_prompt]
         if self.partial:
             argv.append("--include-partial-messages")
         return argv + self.extra_args
 
-    def env(self) -> Dict[str, str]:
+    def env(self, approvals: bool = False) -> Dict[str, str]:
         """Quiet the notice Qwen Code prints for ``yolo`` without its own sandbox."""
-        return {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"} if self.approval_mode == "yolo" else {}
+        return {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"} if self._mode(approvals) == "yolo" else {}
 
 
 def make_driver(options: Any) -> QwenDriver:

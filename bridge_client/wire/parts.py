@@ -1,20 +1,23 @@
 """The values that ride inside the envelope: parts, turn and session states, payloads.
 
-See :doc:`protocol`, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
-(dataclasses-json's ``DataClassJsonMixin`` gives ``to_json``/``from_json``/``schema``).
+See :doc:`protocol`, "Values" and "Catalogue". Every type is a frozen dataclass with slots and
+camelCase JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, and ``schema()`` (a
+marshmallow schema made by dataclasses-json).
 
-Decoding from the wire goes through hand-written ``from_dict`` overrides that check every
+Decoding from the wire goes through hand-written ``from_dict`` methods that check every
 field and raise :class:`~bridge_client.errors.ProtocolError` naming it: dataclasses-json's own
 ``from_dict`` is lenient about types and builds ~16,000 objects per second, too slow for a
-stream of parts, so it stays at the edges (schema, ``to_json``) and off the hot path.
+stream of parts. dataclasses-json (and marshmallow) are imported only when a schema is
+asked for (:mod:`._schema`): neither the bridge nor a reading host loads them.
+
+A new part type is a frozen dataclass under ``@_part(type, *fields)`` (see the existing ones):
+the decorator gives it slots and registers it.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
-
-from dataclasses_json import DataClassJsonMixin, LetterCase, config
-from marshmallow import fields as mm_fields
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Set, Tuple, Type, TypeVar
 
 from ..errors import ProtocolError
 
@@ -59,13 +62,46 @@ FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
 TURN_STATUSES = ("started", "running", "continued", "finished")
 """The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
 
-_CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]
-
 T = TypeVar("T")
 
+_JSON_VALUE_OPTIONS: Dict[str, Any] = {}
+"""dataclasses-json's options of a field that holds any JSON value; :mod:`._schema` fills in
+its marshmallow field (``Raw``) when it first builds a schema (dataclasses-json mistakes bare
+``Any`` for Optional)."""
 
-_JSON_VALUE = config(mm_field=mm_fields.Raw(allow_none=True))
-"""Field metadata for any JSON value (dataclasses-json mistakes bare ``Any`` for Optional)."""
+_JSON_VALUE = {"dataclasses_json": _JSON_VALUE_OPTIONS}
+"""Field metadata for any JSON value."""
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _slotted(cls: Type[T]) -> Type[T]:
+    """Remake a frozen dataclass with ``__slots__`` for its own fields (what ``dataclass(slots=True)``
+    does on Python 3.10+): no ``__dict__`` per object, faster attributes. Defaults live on in
+    the generated ``__init__``."""
+    inherited: Set[str] = set()
+    for base in cls.__mro__[1:]:
+        inherited.update(getattr(base, "__slots__", ()))
+    own = tuple(f.name for f in dataclasses.fields(cls) if f.name not in inherited)  # type: ignore[arg-type]
+    body = dict(cls.__dict__)
+    for name in own:
+        body.pop(name, None)
+    body.pop("__dict__", None)
+    body.pop("__weakref__", None)
+    body["__slots__"] = own
+    # The dataclass's own frozen __setattr__ names the old class in super(): replace it.
+    body["__setattr__"] = _frozen_setattr
+    body["__delattr__"] = _frozen_delattr
+    maker: Any = type(cls)
+    new: Type[T] = maker(cls.__name__, cls.__bases__, body)
+    new.__qualname__ = cls.__qualname__
+    return new
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -139,10 +175,38 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-class _Value(DataClassJsonMixin):
-    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields."""
+class _Value:
+    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields,
+    ``schema()`` gives a marshmallow schema."""
 
-    dataclass_json_config = _CAMEL
+    __slots__ = ()
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:  # pragma: no cover - overridden
+        """Return the value as its camelCase JSON object."""
+        raise NotImplementedError
+
+    @classmethod
+    def schema(cls, **options: Any) -> Any:
+        """A marshmallow schema of this type with camelCase keys, made by dataclasses-json
+        (imported now, on first use): ``dump`` gives the same object as :meth:`to_dict`,
+        ``load`` builds the value. Takes marshmallow's ``Schema`` options (``only``,
+        ``exclude``, ``many``, ``partial``, ...) and ``infer_missing``."""
+        from ._schema import schema_of
+
+        return schema_of(cls, **options)
+
+    def __getstate__(self) -> List[Any]:
+        """Pickle support for the slotted, frozen dataclasses: their field values in order."""
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):  # pickled by a release without slots: its __dict__
+            for f in dataclasses.fields(self):  # type: ignore[arg-type]
+                if f.name in state:
+                    object.__setattr__(self, f.name, state[f.name])
+            return
+        for f, value in zip(dataclasses.fields(self), state):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, value)
 
     def to_json(self, **_: Any) -> str:
         """Return the value as compact camelCase JSON text."""
@@ -167,6 +231,7 @@ class _Value(DataClassJsonMixin):
 # ----------------------------------------------------------------------------- states
 
 
+@_slotted
 @dataclass(frozen=True)
 class SessionState(_Value):
     """What the bridge last gave for a session: ``{sessionId, revision, data}``.
@@ -192,6 +257,7 @@ class SessionState(_Value):
         return cls(_str(d, "sessionId", "SessionState"), _int(d, "revision", "SessionState"), d.get("data"))
 
 
+@_slotted
 @dataclass(frozen=True)
 class TurnState(_Value):
     """Enough for any host to continue a turn: what ``turn-start`` carries.
@@ -242,6 +308,7 @@ class TurnState(_Value):
         )
 
 
+@_slotted
 @dataclass(frozen=True)
 class HelloResult(_Value):
     """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol), and
@@ -285,6 +352,7 @@ class HelloResult(_Value):
         )
 
 
+@_slotted
 @dataclass(frozen=True)
 class StartTurnResult(_Value):
     """The answer to ``StartTurn`` and ``CancelTurn``: ``{turnId, status}``."""
@@ -350,6 +418,7 @@ def _encode_field(value: Any) -> Any:
     return value
 
 
+@_slotted
 @dataclass(frozen=True)
 class Part(_Value):
     """One element of a turn's stream (see :doc:`protocol`, "Values").
@@ -393,7 +462,11 @@ class Part(_Value):
 
 
 def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[T]], Type[T]]:
+    """Register a part class (a frozen dataclass deriving from :class:`Part`) under its wire
+    ``type_name``, with its fields as ``(attribute, JSON key, decoder)``; gives it slots."""
+
     def register(cls: Type[T]) -> Type[T]:
+        cls = _slotted(cls)
         cls.type = type_name  # type: ignore[attr-defined]
         cls._fields = fields  # type: ignore[attr-defined]
         PART_TYPES[type_name] = cls  # type: ignore[assignment]
@@ -650,8 +723,15 @@ class UserMessage(Part):
     text: str
 
 
-_DELTA_TYPES: Dict[str, Type[Part]] = {"text-delta": TextDelta, "reasoning-delta": ReasoningDelta}
 _new_object = object.__new__
+# Slot setters (C descriptors; they skip the frozen __setattr__): the delta fast path below.
+_set_index = Part.__dict__["index"].__set__
+_set_step = Part.__dict__["step"].__set__
+_set_attempt = Part.__dict__["attempt"].__set__
+_DELTA_TYPES: Dict[str, Tuple[Type[Part], Callable[[Any, Any], None]]] = {
+    "text-delta": (TextDelta, TextDelta.__dict__["text"].__set__),
+    "reasoning-delta": (ReasoningDelta, ReasoningDelta.__dict__["text"].__set__),
+}
 
 
 def part_from_dict(d: Any) -> Part:
@@ -678,8 +758,12 @@ def part_from_dict(d: Any) -> Part:
             and 1 <= attempt <= MAX_SAFE_INTEGER
             and type(text) is str
         ):
-            part = _new_object(delta)
-            part.__dict__.update(index=index, step=step, attempt=attempt, text=text)
+            delta_cls, set_text = delta
+            part: Part = _new_object(delta_cls)
+            _set_index(part, index)
+            _set_step(part, step)
+            _set_attempt(part, attempt)
+            set_text(part, text)
             return part
     if not isinstance(d, dict):
         raise ProtocolError("a part must be a JSON object")

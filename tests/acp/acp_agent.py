@@ -11,7 +11,8 @@ A prompt is a small script, one command a line:
 
 - ``say TEXT`` (two message chunks), ``think TEXT`` (a thought chunk), ``plan A; B``;
 - ``run CMD``: a tool call (kind ``execute``) announced twice, as real agents do (first without
-  its input), a permission request first with ``--ask`` (a rejected call fails), then
+  its input), a permission request first with ``--ask`` (a rejected call fails; each answer
+  is a line of ``DIR/permissions.jsonl``), then
   ``/bin/sh -c CMD`` in the session's folder, its output in the ``completed`` update;
 - ``write PATH :: TEXT`` and ``read PATH``: through the client's fs methods (kind ``edit`` /
   ``read``);
@@ -234,6 +235,8 @@ class Agent:
                 },
             )
             outcome = (answer.get("result") or {}).get("outcome") or {}
+            with open(os.path.join(self.args.store, "permissions.jsonl"), "a") as f:
+                f.write(json.dumps({"toolCallId": call_id, "outcome": outcome}) + "\n")
             if outcome.get("outcome") != "selected" or outcome.get("optionId") == "no":
                 self.update(
                     sid,

@@ -38,7 +38,8 @@ Replies (each a :class:`Reply`; build them with these functions):
 - ``text(s, chunks=3)``: an answer of text, streamed in ``chunks`` deltas.
 - ``tool_call(name, args)``: a call of the tool ``name`` with the JSON object ``args``.
 - ``shell_call(command)``: a call of whatever tool runs shell commands in the request's tool
-  list (``Bash``, ``exec_command``, ``shell``, ``run_shell_command``, ``bash``, ...), with the
+  list (``Bash``, ``exec_command``, ``shell``, ``run_shell_command``, ``bash``,
+  ``run_command``, ...), with the
   command in the argument its schema names (``command`` or ``cmd``; an array when the schema
   says so).
 - ``text_quoting_last_tool_output(prefix="Tool output: ")``: text that quotes the output of
@@ -78,7 +79,7 @@ __all__ = [
     "SHELL_TOOLS",
 ]
 
-SHELL_TOOLS = ("Bash", "exec_command", "shell", "run_shell_command", "bash", "local_shell")
+SHELL_TOOLS = ("Bash", "exec_command", "shell", "run_shell_command", "bash", "local_shell", "run_command")
 """Names of the tools that run a shell command, in the order :func:`shell_call` prefers them."""
 
 MODEL = "model-server"

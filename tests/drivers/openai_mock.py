@@ -154,6 +154,12 @@ def completion(message: Dict[str, Any], finish: str) -> bytes:
 
 SCENARIOS: Dict[str, List[Dict[str, Any]]] = {
     "plain": [{"body": sse(text_stream("Hello", ", ", "world", "!"))}],
+    # Text, then a chunk whose delta is not an object (a broken or hostile provider).
+    "malformed-after-text": [
+        {"body": sse([chunk({"content": "Hel"}), chunk({"content": "lo"}),
+                      {"id": "x", "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": "?"}]}])}
+    ],
     "reasoning": [
         {
             "body": sse(

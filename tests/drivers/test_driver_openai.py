@@ -94,6 +94,15 @@ def test_openai_plain_text_streams_as_text_deltas(sandbox, model, monkeypatch):
     ]
 
 
+def test_openai_text_before_a_malformed_chunk_is_in_the_log(sandbox, model):
+    """The chunks of one network read go to the log as one batch: a bad chunk in it must not
+    take the text before it along (the turn ends with an error either way)."""
+    with bc.create_session(model("malformed-after-text"), session_options(sandbox)) as session:
+        parts = list(session.turn("?"))
+    assert "".join(p.text for p in parts if p.type == "text-delta") == "Hello"
+    assert _finish(parts).finish_reason == "error"
+
+
 def test_openai_reasoning_deltas(sandbox, model):
     with bc.create_session(model("reasoning"), session_options(sandbox)) as session:
         parts = list(session.turn("?"))
