@@ -286,6 +286,8 @@ class WheelStep(TemplateStep):
             version with this package's.
         install: only describes what :meth:`run` does.
         timeout: seconds for each host build and each command in the sandbox.
+        remember: set by :meth:`for_python`: once installed (or found) at this version, a
+            marker in the sandbox's state root spares later launches the check.
         python: the sandbox's interpreter that will run the bridge (``"python3"``).
         extras: the package's extras to install (``("bridge",)``: ``websockets``).
     """
@@ -304,6 +306,7 @@ class WheelStep(TemplateStep):
                      "<copied wheels>", f"{_DIST}{extra}=={__version__}"),
             python=python,
             extras=tuple(extras),
+            remember=True,  # the check starts an interpreter: a marker saves it on later launches
         )
 
     def _run_in(
