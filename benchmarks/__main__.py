@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import NAMES
 from ._common import BenchEnv, Figure, Row, Sizes, machine
@@ -64,6 +64,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="session counts of the scale benchmark, e.g. 50,100,200")
     p.add_argument("--scale-parts", type=_positive, help="text deltas per session in the scale benchmark")
     p.add_argument("--commands", type=_positive, help="commands per side in the SWE-ReX comparison")
+    p.add_argument("--paced-streams", type=_int_list, help="stream counts of the paced rows, e.g. 1,10,50")
+    p.add_argument("--paced-deltas", type=_positive, help="deltas of one paced stream (K=1)")
+    p.add_argument("--many-sessions", type=_positive, help="sessions created at once in the many-cold rows")
+    p.add_argument("--many-runs", type=_positive, help="runs of each many-cold row")
     p.add_argument("--json", default=DEFAULT_JSON,
                    help=f"where to write the results (default {DEFAULT_JSON})")
     return p.parse_args(argv)
@@ -74,10 +78,11 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     base = Sizes.tiny() if args.tiny else Sizes.quick() if args.quick else Sizes()
     overrides: Dict[str, Any] = {}
     for name in ("repeats", "parts", "replay_parts", "turns", "cold_runs", "resumes", "recoveries",
-                 "sessions", "scale_parts", "commands"):
+                 "sessions", "scale_parts", "commands", "paced_streams", "paced_deltas", "many_sessions",
+                 "many_runs"):
         value = getattr(args, name)
         if value is not None:
-            overrides[name] = tuple(value) if name == "sessions" else value
+            overrides[name] = tuple(value) if name in ("sessions", "paced_streams") else value
     return dataclasses.replace(base, **overrides)
 
 
@@ -124,6 +129,11 @@ def details(rows: Sequence[Row]) -> str:
         if r.name == "latency" and r.extra:
             out.append(f"latency p99: product {_num(r.extra['product_p99_ms'])} ms, "
                        f"raw round trip {_num(r.extra['baseline_p99_ms'])} ms")
+            if "new_session_first_part_p50_ms" in r.extra:
+                out.append("latency, a new session on the warm bridge (create_session to first text part): "
+                           f"p50 "
+                           f"{_num(r.extra['new_session_first_part_p50_ms'])} ms "
+                           f"(n={len(r.extra['new_session_first_part_ms'])})")
         if r.name == "throughput" and r.extra.get("paired_ratios"):
             pairs = ", ".join(f"{x:.3f}" for x in r.extra["paired_ratios"])
             out.append(f"throughput / transport limit, run by run (alternating): {pairs}")
@@ -144,6 +154,7 @@ def details(rows: Sequence[Row]) -> str:
                 )
         if r.skipped:
             out.append(f"{r.name}: {r.skipped}")
+    out.extend(issue15_details(rows))
     return "\n".join(out)
 
 
@@ -159,19 +170,29 @@ def run(names: Sequence[str], sizes: Sizes, log: Callable[[str], None] = print) 
             log(f"running {name} ...")
             t0 = time.monotonic()
             try:
-                row = _one(name, env, sizes, done)
+                got = _one(name, env, sizes, done)
             except Exception as exc:  # one broken benchmark must not lose the others' figures
                 log(f"  {name} failed: {type(exc).__name__}: {exc}")
-                row = Row(name, None, skipped=f"failed: {type(exc).__name__}: {exc}"[:300])
+                got = Row(name, None, skipped=f"failed: {type(exc).__name__}: {exc}"[:300])
             log(f"  {name}: {time.monotonic() - t0:.1f} s")
-            done[name] = row
-            rows.append(row)
+            some = got if isinstance(got, list) else [got]
+            done[name] = some[0]
+            rows.extend(some)
     return rows
 
 
-def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Row:
-    """Run the benchmark ``name``; ``done`` holds the rows of those already run."""
-    from . import peer, product
+def issue15_details(rows: Sequence[Row]) -> List[str]:
+    """The detail lines of issue 15's rows."""
+    from .cold import cold_details
+    from .paced import paced_details
+
+    return paced_details(rows) + cold_details(rows)
+
+
+def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Union[Row, List[Row]]:
+    """Run the benchmark ``name`` (one row, or several: ``paced``, ``many-cold``); ``done``
+    holds the (first) rows of those already run."""
+    from . import cold, paced, peer, product
 
     def product_of(other: str) -> Optional[Figure]:
         row = done.get(other)
@@ -179,6 +200,14 @@ def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Row:
 
     if name == "throughput":
         return product.throughput(env, sizes)
+    if name == "per-part":
+        return paced.per_part(env, sizes)
+    if name == "paced":
+        return paced.paced(env, sizes)
+    if name == "wheel-cold-start":
+        return cold.wheel_cold_start(env, sizes)
+    if name == "many-cold":
+        return cold.many_cold(env, sizes)
     if name == "replay":
         return product.replay(env, sizes, product_of("throughput"))
     if name == "latency":

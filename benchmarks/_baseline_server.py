@@ -6,6 +6,13 @@ sync server the bridge uses), no product code on the sending side.
     pre-encoded before the first connection as Chunk frames of ``BATCH`` parts (the bridge's
     batch bound), one Chunk then the host's Ack before the next, then an Exit: the
     transport limit of this stack.
+``python -m benchmarks._baseline_server paced``
+    On every connection: wait for one text frame, a JSON object ``{"n": N, "rate": R, "text":
+    T}``; then send ``N`` Chunk frames of one text-delta part each (the frame the bridge sends
+    for a lone delta), delta ``i`` due at ``t0 + i / R``, each followed by the host's Ack
+    before the next (one server thread per connection, as the bridge's sender); then an Exit
+    whose ``emit_ns`` lists ``time.monotonic_ns()`` just before each send: the transport's own
+    cost of a paced model stream.
 ``python -m benchmarks._baseline_server echo``
     Answers every text frame with the same text: a bare request/response round trip.
 
@@ -13,8 +20,10 @@ Each prints ``PORT <n>`` on stdout once listening and stops when its stdin close
 """
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 from typing import List
 
 from websockets.exceptions import ConnectionClosed
@@ -37,6 +46,30 @@ def chunk_frames(parts: int, batch: int) -> List[str]:
 
 EXIT = '{"_tag":"Exit","requestId":"2","exit":{"_tag":"Success","value":null}}'
 
+PACED_FRAME = ('{"_tag":"Chunk","requestId":"2","values":[{"type":"text-delta","index":%d,"step":0,'
+               '"attempt":1,"text":%s}]}')
+
+
+def paced_handler(ws: ServerConnection) -> None:
+    """Send one paced stream (see the module docstring) on ``ws``."""
+    try:
+        spec = json.loads(ws.recv())
+        n, rate, text = int(spec["n"]), float(spec["rate"]), json.dumps(spec.get("text", "abcd"))
+        interval = 1.0 / rate if rate > 0 else 0.0
+        stamps = [0] * n
+        t0 = time.monotonic()
+        for i in range(n):
+            wait = t0 + i * interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            stamps[i] = time.monotonic_ns()
+            ws.send(PACED_FRAME % (i + 2, text))
+            ws.recv()  # the Ack
+        ws.send(json.dumps({"_tag": "Exit", "requestId": "2", "emit_ns": stamps}))
+        ws.recv()
+    except ConnectionClosed:
+        pass
+
 
 def main(argv: List[str]) -> int:
     mode = argv[0]
@@ -53,6 +86,9 @@ def main(argv: List[str]) -> int:
                 ws.recv()
             except ConnectionClosed:
                 pass
+
+    elif mode == "paced":
+        handler = paced_handler
 
     elif mode == "echo":
 

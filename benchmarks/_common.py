@@ -28,6 +28,8 @@ __all__ = [
     "machine",
     "percentile",
     "kill_pids_under",
+    "voluntary_switches",
+    "thread_cpu_seconds",
 ]
 
 
@@ -46,6 +48,13 @@ class Sizes:
         sessions: session counts of the scale benchmark.
         scale_parts: text deltas each session streams in the scale benchmark.
         commands: commands run by each side of the peer comparison.
+        paced_streams: stream counts K of the paced rows (one row each).
+        paced_deltas: deltas of one paced stream at K=1 (fewer per stream at larger K, see
+            :func:`benchmarks.paced.stream_deltas`).
+        paced_rate: deltas per second of each paced stream.
+        many_sessions: sessions created at once in the many-cold rows.
+        many_runs: runs of each many-cold row (the spread is over them).
+        wheel_runs: cold starts of each kind in the wheel cold-start row.
     """
 
     repeats: int = 3
@@ -58,6 +67,12 @@ class Sizes:
     sessions: Sequence[int] = (50, 100, 200)
     scale_parts: int = 2_000
     commands: int = 50
+    paced_streams: Sequence[int] = (1, 10, 50)
+    paced_deltas: int = 5_000
+    paced_rate: int = 200
+    many_sessions: int = 100
+    many_runs: int = 3
+    wheel_runs: int = 5
 
     @classmethod
     def quick(cls) -> "Sizes":
@@ -73,6 +88,10 @@ class Sizes:
             sessions=(50, 100, 200),
             scale_parts=300,
             commands=15,
+            paced_deltas=1_000,
+            many_sessions=25,
+            many_runs=3,
+            wheel_runs=2,
         )
 
     @classmethod
@@ -89,6 +108,11 @@ class Sizes:
             sessions=(2,),
             scale_parts=20,
             commands=2,
+            paced_streams=(1, 3),
+            paced_deltas=40,
+            many_sessions=3,
+            many_runs=1,
+            wheel_runs=1,
         )
 
 
@@ -201,6 +225,37 @@ def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int) -> float:
+    """CPU seconds ``pid``'s live threads have run so far, to the nanosecond (sum of the first
+    field of ``/proc/<pid>/task/*/schedstat``); finer than :func:`process_cpu_seconds` (clock
+    ticks), but a thread that ended is no longer counted."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):  # the thread ended meanwhile
+            pass
+    return total / 1e9
+
+
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of ``pid``'s live threads so far (sum over
+    ``/proc/<pid>/task/*/status``; a thread that ended is no longer counted, so measure while
+    the threads that matter are alive)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:  # the thread ended meanwhile
+            pass
+    return total
 
 
 def host_threads(pid: Optional[int] = None) -> int:

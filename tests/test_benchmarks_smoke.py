@@ -14,7 +14,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks import NAMES  # noqa: E402
-from benchmarks.__main__ import main, run, sizes_from, parse_args, table  # noqa: E402
+from benchmarks.__main__ import details, main, run, sizes_from, parse_args, table  # noqa: E402
 from benchmarks._common import Sizes, figure  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,7 +27,13 @@ def _no_host_secret(monkeypatch):
     monkeypatch.delenv("BRIDGE_CLIENT_SECRET", raising=False)
 
 
-@pytest.mark.parametrize("name", NAMES)
+MULTI_ROW = {
+    "paced": ["paced K=1", "paced K=3"],
+    "many-cold": ["many-cold, one sandbox", "many-cold, many sandboxes"],
+}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MULTI_ROW and n != "wheel-cold-start"])
 def test_each_benchmark_runs_once_at_a_tiny_size(name):
     (row,) = run([name], Sizes.tiny(), log=lambda _: None)
     assert not (row.skipped or "").startswith("failed:"), row.skipped
@@ -83,3 +89,54 @@ def test_figure_median_and_spreads():
     assert (f.median, f.low, f.high) == (2.0, 1.0, 3.0)
     p = figure("x", "ms", list(range(1, 102)), "p1-p99")
     assert p.median == 51 and p.low == pytest.approx(2.0) and p.high == pytest.approx(100.0)
+
+
+def test_paced_rows_measure_both_sides_per_delta():
+    rows = run(["paced"], Sizes.tiny(), log=lambda _: None)
+    assert [r.name for r in rows] == MULTI_ROW["paced"], [r.skipped for r in rows]
+    for row in rows:
+        k = row.extra["streams"]
+        assert row.product is not None and row.baseline is not None and row.ratio and row.ratio > 0
+        assert len(row.product.samples) == 5 and all(s > 0 for s in row.product.samples)
+        for side in ("product", "baseline"):
+            figures = row.extra[side]
+            assert figures["deltas_measured"] > 0
+            assert figures["host_cpu_us_per_delta"] > 0 and figures["vcsw_per_delta"] > 0
+            assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+        assert row.extra["deltas_per_stream"] == Sizes.tiny().paced_deltas and k in (1, 3)
+    assert "emit-to-yield p50" in details(rows)
+
+
+def test_per_part_row_reports_host_cpu_per_part():
+    (row,) = run(["per-part"], Sizes.tiny(), log=lambda _: None)
+    # the bridge side counts clock ticks (10 ms): at this size it may well be 0
+    assert row.extra["host_cpu_us_per_part"] > 0 and row.extra["bridge_cpu_us_per_part"] >= 0
+    assert "per-part / transport limit" in details([row])
+
+
+def test_many_cold_rows_count_what_the_host_started():
+    n = Sizes.tiny().many_sessions
+    rows = run(["many-cold"], Sizes.tiny(), log=lambda _: None)
+    assert [r.name for r in rows] == MULTI_ROW["many-cold"], [r.skipped for r in rows]
+    one, many = rows
+    for row in rows:
+        assert row.product is not None and row.baseline is not None and row.ratio and row.ratio > 0
+        (run_,) = row.extra["runs"]
+        assert run_["sessions"] == n and len(run_["first_part_s"]) == n
+        assert all(s > 0 for s in run_["first_part_s"])
+        assert row.extra["lone_spawned"] == [1]  # a lone cold start spawns its bridge
+    # Whoever spawns how many, exactly one bridge per sandbox wins its lock and serves (C05).
+    assert one.extra["bridges_logged"][0]["won_lock"] == 1
+    assert 1 <= one.extra["spawned"][0] <= n
+    assert one.extra["bridges_logged"][0]["won_lock"] + one.extra["bridges_logged"][0]["lost_lock"] == (
+        one.extra["spawned"][0])
+    assert many.extra["spawned"] == [n] and many.extra["bridges_logged"][0]["won_lock"] == n
+    assert "bridges spawned" in details(rows)
+
+
+def test_wheel_cold_start_runs_from_the_venv_not_the_source_tree():
+    (row,) = run(["wheel-cold-start"], Sizes.tiny(), log=lambda _: None)
+    assert row.product is not None and row.baseline is not None, row.skipped
+    venv_module = row.extra["venv_module"]
+    assert "site-packages" in venv_module and not venv_module.startswith(os.path.join(ROOT, "bridge_client"))
+    assert row.extra["own_install_cold_start_median_ms"] > 0
