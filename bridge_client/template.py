@@ -89,7 +89,9 @@ class Template:
 
     steps: Tuple[TemplateStep, ...] = field(default_factory=tuple)
 
-    def run(self, sandbox: Sandbox, *, recheck: bool = False) -> bool:
+    def run(
+        self, sandbox: Sandbox, *, recheck: bool = False, defer: Sequence[TemplateStep] = ()
+    ) -> bool:
         """Run every step whose check fails, and check it again after installing.
 
         A step with a ``run(sandbox)`` method of its own (such as
@@ -102,6 +104,9 @@ class Template:
         Args:
             sandbox: where to run the steps.
             recheck: ignore the markers: run every step's check (and install what fails).
+            defer: steps to skip now when they have no marker, because what runs next proves
+                them (the launcher: a bridge that says it listens at the step's version); the
+                caller then calls :meth:`remember` with those proven.
 
         Returns:
             ``True`` when a step was skipped on its marker's word (the caller may run the
@@ -118,12 +123,25 @@ class Template:
                 if not recheck and _has_marker(sandbox, step):
                     trusted = True
                     continue
+                if not recheck and any(step is d for d in defer):
+                    trusted = True
+                    continue
                 if recheck:
                     _write_marker(sandbox, step, b"")  # stale until the step passes again
             self._run_step(sandbox, step)
             if remember:
                 _write_marker(sandbox, step, step.marker())
         return trusted
+
+    @staticmethod
+    def remember(sandbox: Sandbox, steps: Sequence[TemplateStep]) -> None:
+        """Leave the markers of ``steps`` (deferred by :meth:`run`, then proven) in ``sandbox``.
+
+        Raises:
+            SandboxGone: the sandbox is gone (a marker that cannot be written is only logged).
+        """
+        for step in steps:
+            _write_marker(sandbox, step, step.marker())
 
     def _run_step(self, sandbox: Sandbox, step: TemplateStep) -> None:
         own_run = getattr(step, "run", None)

@@ -260,6 +260,14 @@ def _notify(fd: Optional[int], line: str) -> None:
             pass
 
 
+def _package_version() -> str:
+    """This package's version, for the notice: the launcher trusts the bridge program it
+    launched without a template check only when it is the host's own version."""
+    from .. import __version__
+
+    return __version__
+
+
 class _StartWaitOver(Exception):
     """The wait for another bridge's start ran out."""
 
@@ -712,7 +720,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             lock = _take_lock(state)
             if lock is None:
                 log.info("another bridge holds the lock on %s; this one exits (C05)", state)
-                _notify(notice, "locked")
+                _notify(notice, f"locked {_package_version()}")
                 notice = None
                 return 0
             launch = _prepare(state, args.driver)
@@ -722,7 +730,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         def listening() -> None:
             nonlocal notice, start
-            _notify(notice, "listening")
+            _notify(notice, f"listening {_package_version()}")
             notice = None
             if start is not None:
                 _release_lock(start)

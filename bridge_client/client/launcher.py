@@ -14,7 +14,7 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..bridge import identity
 from ..errors import (
@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
-from ..template import Template
+from ..template import Template, TemplateStep
 from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from .connection import Connection
 from .flights import Flight, SingleFlight
@@ -263,12 +263,29 @@ def launch(plan: LaunchPlan, recheck: bool = False) -> Any:
         SandboxGone: the sandbox is gone.
         BridgeLaunchError: the bridge program could not be started.
     """
-    return _launch(plan, recheck)[0]
+    return _launch(plan, recheck).process
 
 
-def _launch(plan: LaunchPlan, recheck: bool = False) -> Tuple[Any, bool]:
-    """:func:`launch`, and whether a template step was skipped on its marker's word."""
-    trusted = bool(plan.template.run(plan.sandbox, recheck=recheck))
+class _Launched(NamedTuple):
+    """A launch: the spawned process; whether a template step was skipped on a marker's (or
+    the coming bridge's) word; the steps skipped until the bridge proves them."""
+
+    process: Any
+    trusted: bool
+    deferred: Tuple[TemplateStep, ...]
+
+
+def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
+    """:func:`launch`, saying what the template skipped. Where the spawn carries the bridge's
+    notice, the bridge program's own step (no marker yet) is skipped: the bridge that says
+    it listens at the host's version proves it, and one that cannot start has it run."""
+    spawn = getattr(plan.sandbox, "spawn_with_notice", None)
+    deferred: Tuple[TemplateStep, ...] = ()
+    if callable(spawn) and not recheck:
+        deferred = tuple(s for s in plan.template.steps if getattr(s, "proven_by_bridge", False))
+    else:
+        spawn = plan.sandbox.spawn
+    trusted = bool(plan.template.run(plan.sandbox, recheck=recheck, defer=deferred))
     launch_info = identity.LaunchInfo(
         agent_id=plan.agent_id,
         bridge_id=plan.bridge_id,
@@ -289,9 +306,6 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> Tuple[Any, bool]:
     log.debug("launching bridge %s: %s", plan.bridge_id, " ".join(argv))
     # A sandbox whose spawn can carry the bridge's "I listen" line back (a pipe) spares the
     # launcher a polling lag; others are polled (see connect).
-    spawn = getattr(plan.sandbox, "spawn_with_notice", None)
-    if not callable(spawn):
-        spawn = plan.sandbox.spawn
     try:
         process = spawn(
             argv,
@@ -304,7 +318,42 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> Tuple[Any, bool]:
         raise BridgeLaunchError(f"refusing the bridge's state directory {plan.state_dir}: {exc}") from None
     except OSError as exc:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
-    return process, trusted
+    return _Launched(process, trusted, deferred)
+
+
+_PROOF_WAIT = 2.0  # seconds to wait for the notice of a bridge found before it was read
+
+
+def _proven(
+    plan: LaunchPlan, launched: _Launched, pause: "_Pause", hello: HelloResult
+) -> Optional[bool]:
+    """Whether the bridge found proves the deferred template steps: ``True`` (markers left),
+    ``False`` (it is the bridge we launched, and it says another version or nothing: the
+    sandbox has another bridge program), ``None`` (another host's bridge answers: nothing to
+    learn, nothing left)."""
+    if not launched.deferred:
+        return True
+    if hello.pid != launched.process.pid:
+        return None
+    notice = pause.notice
+    if notice is None and pause.listening_for_notice:
+        notice = launched.process.wait_notice(_PROOF_WAIT)
+    word, _, version = (notice or "").partition(" ")
+    if word == "listening" and all(getattr(s, "bridge_version", None) == version for s in launched.deferred):
+        plan.template.remember(plan.sandbox, launched.deferred)
+        return True
+    return False
+
+
+def _stop(process: Any) -> None:
+    """Stop a bridge we launched that must not serve (it is another version), and wait
+    (at most 10 s) for it to exit."""
+    terminate = getattr(process, "terminate", None)
+    if callable(terminate):
+        terminate()
+    deadline = time.monotonic() + 10.0
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 class _Pause:
@@ -429,12 +478,12 @@ def _launch_and_wait(
     flight: Flight,
 ) -> Tuple[Connection, HelloResult]:
     """Launch the bridge and wait for it (or the lock holder) to answer: see :func:`connect`."""
-    process, trusted = _launch(plan)
+    launched = _launch(plan)
     flight.launched_at = time.monotonic()
     deadline = flight.launched_at + budget
     if window_end is not None:
         deadline = min(deadline, window_end)
-    pause = _Pause(process)
+    pause = _Pause(launched.process)
     wait = _POLL_FIRST
     lost_at: Optional[float] = None
     relaunch_after = _RELAUNCH_AFTER
@@ -456,23 +505,31 @@ def _launch_and_wait(
                 plan, max(0.05, min(plan.open_timeout, remaining)), refused, holder, window_end
             )
             if found is not None:
+                if _proven(plan, launched, pause, found[1]) is False:
+                    # The sandbox's bridge program is not this version: install it, relaunch.
+                    log.debug("bridge %s is another version; running the template in full", plan.bridge_id)
+                    found[0].close()
+                    _stop(launched.process)
+                    launched = _launch(plan, recheck=True)
+                    pause, lost_at, probed = _Pause(launched.process), None, None
+                    continue
                 log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
                 return found
             probed, next_probe = data, time.monotonic() + probes.next()
-        status = process.poll()
+        status = launched.process.poll()
         if status is not None and status != 0:
             # Ours died. Another host's bridge may hold the lock now and answer (C05): look
             # before giving up. Killed by a signal, it may have held the lock: launch again.
             found = _look_now(plan, remaining, holder, window_end)
             if found is not None:
                 return found
-            if status > 0 and trusted and remaining > 0:
-                # The template was skipped on a marker's word: the sandbox may have lost what
-                # it installed. Check it all, then launch once more.
+            if status > 0 and launched.trusted and remaining > 0:
+                # The template was skipped on a marker's (or this bridge's) word: the sandbox
+                # may lack what it installs. Check it all, then launch once more.
                 log.debug("bridge %s exited with status %d; checking the template in full",
                           plan.bridge_id, status)
-                process, trusted = _launch(plan, recheck=True)
-                pause, lost_at, probed = _Pause(process), None, None
+                launched = _launch(plan, recheck=True)
+                pause, lost_at, probed = _Pause(launched.process), None, None
                 continue
             if status > 0 or remaining <= 0:
                 raise BridgeLaunchError(
@@ -480,8 +537,8 @@ def _launch_and_wait(
                 )
             log.debug("bridge %s: the launched bridge was killed (signal %d); launching again",
                       plan.bridge_id, -status)
-            process, trusted = _launch(plan)
-            pause, lost_at, probed = _Pause(process), None, None
+            launched = _launch(plan)
+            pause, lost_at, probed = _Pause(launched.process), None, None
             continue
         if status == 0:
             # Ours lost the lock race (C05): the winner answers soon. If none does for a
@@ -492,8 +549,8 @@ def _launch_and_wait(
                 if refused is not None:  # a live bridge holds the lock and refuses our token
                     raise refused[1]
                 log.debug("bridge %s: the lock holder does not answer; launching again", plan.bridge_id)
-                process, trusted = _launch(plan)
-                pause, lost_at = _Pause(process), None
+                launched = _launch(plan)
+                pause, lost_at = _Pause(launched.process), None
                 relaunch_after *= 2
         if remaining <= 0:
             if refused is not None and status == 0:

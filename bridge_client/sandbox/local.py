@@ -109,6 +109,14 @@ class LocalProcess:
                 _spawned.discard(self)
         return status
 
+    def terminate(self) -> None:
+        """Send the process SIGTERM (the bridge then exits cleanly); nothing if it ended."""
+        if self._popen.poll() is None:
+            try:
+                self._popen.terminate()
+            except ProcessLookupError:
+                pass
+
     def __del__(self) -> None:
         fd = getattr(self, "_notice_fd", None)
         if fd is not None:

@@ -15,6 +15,7 @@ from typing import List, Set, Tuple
 
 import pytest
 
+import bridge_client
 from bridge_client.bridge import identity
 from bridge_harness import HERE, REPO, prepare_state
 
@@ -120,7 +121,7 @@ def test_b01_the_bridge_serves_without_the_host_side_and_says_when_it_listens(tm
     prepare_state(state)
     proc, fd, err = _start(state, str(tmp_path / "workspace"))
     try:
-        assert _notice(fd) == "listening"
+        assert _notice(fd) == f"listening {bridge_client.__version__}"
         # The listening file is written before the notice: the host reads it at once.
         info = identity.parse_listening(open(os.path.join(state, identity.LISTENING_FILE), "rb").read())
         assert info.pid == proc.pid
@@ -136,9 +137,9 @@ def test_b02_a_bridge_that_loses_the_lock_imports_no_serving_code(tmp_path):
     prepare_state(state)
     winner, winner_fd, _ = _start(state, str(tmp_path / "workspace"))
     try:
-        assert _notice(winner_fd) == "listening"
+        assert _notice(winner_fd).split()[0] == "listening"
         loser, loser_fd, err = _start(state, str(tmp_path / "workspace"))
-        assert _notice(loser_fd) == "locked"
+        assert _notice(loser_fd) == f"locked {bridge_client.__version__}"
         assert loser.wait(timeout=15) == 0
         assert _offending(_imported(err), NOT_IN_A_LOSER) == []
     finally:

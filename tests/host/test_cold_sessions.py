@@ -103,7 +103,11 @@ def test_c05_hundred_threads_on_one_sandbox_spawn_one_bridge_and_check_the_templ
             thread.join(timeout=150)
         assert [r for r in results if not isinstance(r, str)] == []
         assert sandbox.spawns == 1
-        assert sandbox.template_checks() == 1
+        # No interpreter started for the check: the bridge said it listens at this version,
+        # which proves the step, and left its marker for the next launch.
+        assert sandbox.template_checks() == 0
+        step = opts.template.steps[0]
+        assert open(step.marker_path(sandbox), "rb").read() == step.marker()
         log = _log(sessions[0])
         assert log.count("listening on") == 1
         assert "holds the lock" not in log
@@ -128,6 +132,26 @@ class _FailOnceStep:
         if self.runs == 1:
             self.gate()
             raise bc.TemplateError("broken on purpose", step=self.name, output="the output")
+
+
+def test_c04_a_bridge_program_of_another_version_is_stopped_and_the_template_runs(workspace):
+    import dataclasses
+
+    from bridge_client.sandbox import wheelhouse
+
+    sandbox = CountingSandbox(workspace)
+    # The step says it installs 99.0.0; the bridge that starts says this package's version.
+    step = dataclasses.replace(wheelhouse.WheelStep.for_python(sys.executable), bridge_version="99.0.0")
+    base = options("echo")
+    opts = bc.BridgeOptions(
+        id="echo", template=bc.Template((step,)), command=base.command, args=base.args, token=base.token
+    )
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        assert _first_text(session)
+        log = _log(session)
+    assert sandbox.spawns == 2, "the first bridge was stopped, the second launched after the check"
+    assert sandbox.template_checks() == 1
+    assert log.count("listening on") == 2 and "shutting down: SIGTERM" in log
 
 
 def test_c05_a_failed_launch_fails_every_waiter_alike_and_the_next_call_tries_again(sandbox):
@@ -202,9 +226,9 @@ def test_c05_a_bridge_that_loses_the_lock_waits_for_the_winner_and_says_so(sandb
             thread.start()
         for thread in threads:
             thread.join(timeout=40)
-        assert sorted(notice for notice, _ in seen.values()) == ["listening", "locked"]
+        assert sorted(notice.split()[0] for notice, _ in seen.values()) == ["listening", "locked"]
         assert all(present for _, present in seen.values()), "each says so once the file is there"
-        loser = first if seen["a"][0] == "locked" else second
+        loser = first if seen["a"][0].startswith("locked") else second
         assert wait_until(lambda: loser.poll() is not None, timeout=10) and loser.poll() == 0
         log = _log(session)
         assert log.count("listening on") == 1 and log.count("holds the lock") == 1

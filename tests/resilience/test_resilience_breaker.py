@@ -360,7 +360,10 @@ def test_c08_a_launch_inside_a_resend_waits_no_longer_than_the_rest_of_the_windo
                 return None
 
         monkeypatch.setattr(
-            launcher_mod, "_launch", lambda plan, recheck=False: (spawned.append(1) or NeverAnswers(), False)
+            launcher_mod, "_launch",
+            lambda plan, recheck=False: launcher_mod._Launched(
+                spawned.append(1) or NeverAnswers(), False, ()
+            ),
         )
         waits: List[float] = []
         real_call = connection_mod.Connection.call
