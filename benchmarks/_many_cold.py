@@ -69,18 +69,6 @@ class CountingSandbox(bc.LocalSandbox):
         _count("spawned")
         return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
 
-    def spawn_with_notice(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        log_path: Optional[str] = None,
-    ) -> Any:
-        """:meth:`LocalSandbox.spawn_with_notice` (the launcher's choice when it exists), counted."""
-        _count("spawned")
-        return super().spawn_with_notice(argv, cwd=cwd, env=env, log_path=log_path)
-
 
 def _count_template_runs() -> None:
     original = template_module.Template.run

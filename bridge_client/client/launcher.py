@@ -279,12 +279,9 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
     """:func:`launch`, saying what the template skipped. Where the spawn carries the bridge's
     notice, the bridge program's own step (no marker yet) is skipped: the bridge that says
     it listens at the host's version proves it, and one that cannot start has it run."""
-    spawn = getattr(plan.sandbox, "spawn_with_notice", None)
     deferred: Tuple[TemplateStep, ...] = ()
-    if callable(spawn) and not recheck:
+    if getattr(plan.sandbox, "spawn_notice", False) is True and not recheck:
         deferred = tuple(s for s in plan.template.steps if getattr(s, "proven_by_bridge", False))
-    else:
-        spawn = plan.sandbox.spawn
     trusted = bool(plan.template.run(plan.sandbox, recheck=recheck, defer=deferred))
     launch_info = identity.LaunchInfo(
         agent_id=plan.agent_id,
@@ -307,7 +304,7 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
     # A sandbox whose spawn can carry the bridge's "I listen" line back (a pipe) spares the
     # launcher a polling lag; others are polled (see connect).
     try:
-        process = spawn(
+        process = plan.sandbox.spawn(
             argv,
             env={identity.STATE_DIR_ENV: plan.state_dir},
             log_path=plan.path(identity.LOG_FILE),

@@ -17,8 +17,9 @@ except ImportError:  # pragma: no cover
 __all__ = ["Sandbox", "ExecResult", "Endpoint", "SpawnedProcess", "NoticeProcess", "NOTICE_FD_ENV"]
 
 NOTICE_FD_ENV = "BRIDGE_CLIENT_NOTICE_FD"
-"""The environment variable that names, to a process started with ``spawn_with_notice``, the
-file descriptor on which it writes one line when it is ready (the bridge: when it listens)."""
+"""The environment variable that names, to a process spawned by a sandbox whose
+``spawn_notice`` is true, the file descriptor on which it writes one line when it is ready
+(the bridge: when it listens)."""
 
 
 @dataclass(frozen=True)
@@ -97,13 +98,12 @@ class SpawnedProcess(Protocol):
 class NoticeProcess(SpawnedProcess, Protocol):
     """A spawned process that can tell its launcher, in one line, that it is ready.
 
-    Returned by the optional ``Sandbox.spawn_with_notice(argv, *, cwd=None, env=None,
-    log_path=None)``, which an adapter offers when it can hand the process a pipe (a
-    ``LocalSandbox`` does): it starts the process as ``spawn`` does, with
-    :data:`NOTICE_FD_ENV` naming the pipe's end in its environment. The launcher then learns
-    the moment a bridge listens instead of polling for its listening file (which it still
-    reads and checks). Adapters without it (their spawn has no output the host can read) are
-    polled.
+    Returned by ``spawn`` of an adapter that can hand the process a pipe and says so with a
+    true class attribute ``spawn_notice`` (a ``LocalSandbox`` does): :data:`NOTICE_FD_ENV`
+    names the pipe's end in the process's environment. The launcher then learns the moment
+    a bridge listens instead of polling for its listening file (which it still reads and
+    checks), and may leave the bridge program's template check to the bridge's own word.
+    Adapters without it (their spawn has no output the host can read) are polled.
     """
 
     def wait_notice(self, timeout: float) -> Optional[str]:

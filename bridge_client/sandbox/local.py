@@ -53,8 +53,7 @@ _NOTICE_MAX = 4096  # bytes of a notice line kept at most
 
 
 class LocalProcess:
-    """A process spawned by :meth:`LocalSandbox.spawn` or :meth:`LocalSandbox.spawn_with_notice`
-    (wraps ``subprocess.Popen``).
+    """A process spawned by :meth:`LocalSandbox.spawn` (wraps ``subprocess.Popen``).
 
     Spawned processes stay referenced until they end, and are reaped whenever this module
     spawns or runs anything, so a bridge that exits is not left a zombie of the host.
@@ -216,6 +215,9 @@ class LocalSandbox:
             raise
         return ExecResult(proc.returncode, stdout, stderr)
 
+    spawn_notice = True
+    """Processes from :meth:`spawn` get a notice pipe (see :class:`LocalProcess.wait_notice`)."""
+
     def spawn(
         self,
         argv: Sequence[str],
@@ -227,27 +229,14 @@ class LocalSandbox:
         """Start ``argv`` in a new session (no controlling terminal, own process group), so
         it outlives the host and a Ctrl-C in the host's terminal does not reach it.
 
+        The process also gets a pipe it may write one line to when it is ready (its write
+        end's number in ``BRIDGE_CLIENT_NOTICE_FD``; read it with
+        :meth:`LocalProcess.wait_notice`): the bridge program writes it when it listens.
+
         Raises:
             SandboxGone: the workspace folder is gone.
             FileNotFoundError: the program does not exist.
             UntrustedFile: ``log_path`` or its folder is a symlink or not this user's own.
-        """
-        return self._spawn(argv, cwd, env, log_path, notice=False)
-
-    def spawn_with_notice(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        log_path: Optional[str] = None,
-    ) -> LocalProcess:
-        """:meth:`spawn`, with a pipe the process may write one line to when it is ready
-        (its write end's number in ``BRIDGE_CLIENT_NOTICE_FD``); read it with
-        :meth:`LocalProcess.wait_notice`. The bridge program writes it when it listens.
-
-        Raises:
-            SandboxGone, FileNotFoundError, UntrustedFile: as :meth:`spawn`.
         """
         return self._spawn(argv, cwd, env, log_path, notice=True)
 

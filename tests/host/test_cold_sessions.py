@@ -30,13 +30,6 @@ class CountingSandbox(bc.LocalSandbox):
         self.commands: List[Tuple[str, ...]] = []
         self._lock = threading.Lock()
 
-    def spawn_with_notice(self, argv: Any, **kw: Any) -> Any:
-        with self._lock:
-            self.spawns += 1
-        if self.gate is not None:
-            self.gate()
-        return super().spawn_with_notice(argv, **kw)
-
     def spawn(self, argv: Any, **kw: Any) -> Any:
         with self._lock:
             self.spawns += 1
@@ -199,14 +192,48 @@ def test_c04_the_launcher_wakes_on_the_bridge_notice_not_a_poll(sandbox, monkeyp
         assert _first_text(session)
 
 
-class _NoNoticeSandbox(bc.LocalSandbox):
-    spawn_with_notice = None  # a sandbox whose spawn has no output the host can read
+class _Plain:
+    """A spawn handle with only ``pid`` and ``poll()``, as Docker's and SSH's."""
+
+    def __init__(self, process: Any) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> Any:
+        return self._process.pid
+
+    def poll(self) -> Any:
+        return self._process.poll()
 
 
-def test_c04_a_sandbox_without_notices_is_polled(workspace):
+class _NoNoticeSandbox(CountingSandbox):
+    """A sandbox whose spawn has no output the host can read."""
+
+    spawn_notice = False
+
+    def spawn(self, argv: Any, **kw: Any) -> Any:
+        return _Plain(super().spawn(argv, **kw))
+
+
+class _SaysNothingSandbox(_NoNoticeSandbox):
+    """One that claims a notice its handles do not carry (a subclass that wraps them, say)."""
+
+    spawn_notice = True
+
+
+def test_c04_a_sandbox_without_notices_is_polled_and_checks_the_template(workspace):
     sandbox = _NoNoticeSandbox(workspace)
     with bc.create_session(options("echo"), session_options(sandbox)) as session:
         assert _first_text(session)
+    assert sandbox.template_checks() == 1 and sandbox.spawns == 1
+
+
+def test_c04_a_bridge_that_gives_no_notice_does_not_prove_the_template(workspace):
+    sandbox = _SaysNothingSandbox(workspace)
+    with bc.create_session(options("echo"), session_options(sandbox)) as session:
+        assert _first_text(session)
+    # Launched on the notice's promise, found without one: stopped, checked, launched again.
+    assert sandbox.template_checks() == 1 and sandbox.spawns == 2
 
 
 def test_c05_a_bridge_that_loses_the_lock_waits_for_the_winner_and_says_so(sandbox):
