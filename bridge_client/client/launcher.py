@@ -324,22 +324,28 @@ _PROOF_WAIT = 2.0  # seconds to wait for the notice of a bridge found before it 
 def _proven(
     plan: LaunchPlan, launched: _Launched, pause: "_Pause", hello: HelloResult
 ) -> Optional[bool]:
-    """Whether the bridge found proves the deferred template steps: ``True`` (markers left),
-    ``False`` (it is the bridge we launched, and it says another version or nothing: the
-    sandbox has another bridge program), ``None`` (another host's bridge answers: nothing to
-    learn, nothing left)."""
+    """Whether the bridge found proves the template steps deferred to it: ``True`` (their
+    markers are left), ``False`` (the bridge we launched says another version, or nothing
+    although it answers: the sandbox has another bridge program; stop it and run the
+    template), ``None`` (another host's bridge answers; ours lost the lock: nothing to learn).
+    A bridge we cannot tell apart (no notice, another pid) has the deferred steps checked now."""
     if not launched.deferred:
         return True
-    if hello.pid != launched.process.pid:
-        return None
     notice = pause.notice
     if notice is None and pause.listening_for_notice:
         notice = launched.process.wait_notice(_PROOF_WAIT)
     word, _, version = (notice or "").partition(" ")
-    if word == "listening" and all(getattr(s, "bridge_version", None) == version for s in launched.deferred):
-        plan.template.remember(plan.sandbox, launched.deferred)
-        return True
-    return False
+    if word == "listening":
+        if all(getattr(s, "bridge_version", None) == version for s in launched.deferred):
+            plan.template.remember(plan.sandbox, launched.deferred)
+            return True
+        return False
+    if word == "locked":
+        return None
+    if hello.pid == launched.process.pid:
+        return False
+    Template(launched.deferred).run(plan.sandbox, recheck=True)
+    return True
 
 
 def _stop(process: Any) -> None:
