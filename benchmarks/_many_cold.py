@@ -7,15 +7,16 @@ No bridge runs there yet. ``SESSIONS`` threads, released together at a barrier, 
 ``create_session`` and ``turn("a")`` and take the first part. Prints one JSON line: seconds
 from the release to each first part, and the counts of what the host did to get there:
 
-- ``spawned``: ``sandbox.spawn`` calls (bridge processes started),
+- ``spawned``: bridge processes started (``python -m bridge_client.bridge``),
 - ``template_runs``: ``Template.run`` calls (the template's steps and checks),
-- ``execs``: ``sandbox.exec`` calls (each an interpreter start in the sandbox: the checks),
+- ``execs``: other processes started (the template's checks, each an interpreter start),
 - ``bridges_logged``: bridges that wrote to a ``bridge.log`` (``listening on`` for the one that
   won the lock, ``another bridge holds the lock`` for each that lost it): the same count seen
   from the sandbox side.
 
-The counters wrap the sandbox adapter's methods and ``Template.run`` in this process only; the
-product is not changed. A fresh process per run: nothing cached by an earlier run helps.
+The counters wrap ``subprocess.Popen`` and ``Template.run`` in this process only (a
+LocalSandbox starts every process with ``subprocess.Popen``); the product is not changed. A
+fresh process per run: nothing cached by an earlier run helps.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import bridge_client as bc
 from bridge_client import template as template_module
@@ -42,40 +44,29 @@ def _count(name: str) -> None:
         COUNTS[name] += 1
 
 
-class CountingSandbox(bc.LocalSandbox):
-    """A LocalSandbox that counts the processes the host starts in it."""
+class _CountingPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """``subprocess.Popen`` that counts what it starts: the bridge program (``-m
+    bridge_client.bridge``) as a spawned bridge, anything else (the template's checks and
+    installs) as a sandbox exec. Every process a LocalSandbox starts goes through it, whatever
+    adapter method the launcher calls (``spawn``, ``spawn_with_notice``, ``exec``...)."""
 
-    def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        timeout: Optional[float] = None,
-    ) -> Any:
-        """:meth:`LocalSandbox.exec`, counted."""
-        _count("execs")
-        return super().exec(argv, cwd=cwd, env=env, timeout=timeout)
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        log_path: Optional[str] = None,
-    ) -> Any:
-        """:meth:`LocalSandbox.spawn`, counted."""
-        _count("spawned")
-        return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
+    def __init__(self, args: Any, *rest: Any, **kw: Any) -> None:
+        argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        is_bridge = any(a == "-m" and b == BRIDGE_MODULE for a, b in zip(argv, argv[1:]))
+        _count("spawned" if is_bridge else "execs")
+        super().__init__(args, *rest, **kw)
 
 
-def _count_template_runs() -> None:
+BRIDGE_MODULE = "bridge_client.bridge"
+
+
+def _count_processes_and_template_runs() -> None:
+    subprocess.Popen = _CountingPopen  # type: ignore[misc]  # this process only
     original = template_module.Template.run
 
-    def run(self: Any, sandbox: Any, **kw: Any) -> Any:
+    def run(self: Any, *args: Any, **kw: Any) -> Any:
         _count("template_runs")
-        return original(self, sandbox, **kw)
+        return original(self, *args, **kw)
 
     template_module.Template.run = run  # type: ignore[method-assign]
 
@@ -93,14 +84,14 @@ def _bridges_logged(sandboxes: Sequence[bc.LocalSandbox]) -> Dict[str, int]:
 
 def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
     """Measure one many-cold run; see the module's docstring."""
-    _count_template_runs()
+    _count_processes_and_template_runs()
     if mode == "one":
         os.makedirs(os.path.join(folder, "ws"))
-        sandboxes = [CountingSandbox(os.path.join(folder, "ws"))]
+        sandboxes = [bc.LocalSandbox(os.path.join(folder, "ws"))]
     elif mode == "many":
         for i in range(n):
             os.makedirs(os.path.join(folder, f"ws-{i:03d}"))
-        sandboxes = [CountingSandbox(os.path.join(folder, f"ws-{i:03d}")) for i in range(n)]
+        sandboxes = [bc.LocalSandbox(os.path.join(folder, f"ws-{i:03d}")) for i in range(n)]
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     opts = echo_options()
@@ -144,8 +135,20 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
         "first_part_s": firsts,
         "all_first_parts_s": max(firsts),
         **COUNTS,
-        "bridges_logged": _bridges_logged(sandboxes),
+        "bridges_logged": _settled_logs(sandboxes, COUNTS["spawned"]),
     }
+
+
+def _settled_logs(sandboxes: Sequence[bc.LocalSandbox], spawned: int, wait: float = 10.0) -> Dict[str, int]:
+    """:func:`_bridges_logged` once every spawned bridge has said whether it won the lock (a
+    loser may still be on its way out, and the winner logs after it writes the listening file
+    the host connects by), or after ``wait`` seconds with what was said by then."""
+    deadline = time.monotonic() + wait
+    while True:
+        logged = _bridges_logged(sandboxes)
+        if logged["won_lock"] + logged["lost_lock"] >= spawned or time.monotonic() > deadline:
+            return logged
+        time.sleep(0.05)
 
 
 def main(argv: List[str]) -> int:

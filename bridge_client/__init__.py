@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any, List
 __version__ = "0.1.0"
 
 from .errors import (
+    ApprovalConflict,
+    ApprovalExpired,
+    ApprovalNotFound,
+    ApprovalsUnsupported,
     BadRequest,
     BridgeLaunchError,
     BridgeMismatch,
@@ -40,8 +44,12 @@ from .errors import (
     UntrustedEndpoint,
     UntrustedFile,
     InvalidToken,
+    MessagesUnsupported,
+    TurnNotRunning,
 )
 from .wire.parts import (
+    ApprovalAnswer,
+    ApprovalRequest,
     Data,
     Part,
     ReasoningDelta,
@@ -56,6 +64,7 @@ from .wire.parts import (
     TurnFinish,
     TurnStart,
     TurnState,
+    UserMessage,
 )
 
 if TYPE_CHECKING:
@@ -153,6 +162,9 @@ __all__ = [
     "SessionStateChanged",
     "Data",
     "TurnFinish",
+    "ApprovalRequest",
+    "ApprovalAnswer",
+    "UserMessage",
     "TurnState",
     "SessionState",
     "HarnessError",
@@ -171,6 +183,12 @@ __all__ = [
     "TurnConflict",
     "Overloaded",
     "RevisionExhausted",
+    "ApprovalNotFound",
+    "ApprovalExpired",
+    "ApprovalConflict",
+    "ApprovalsUnsupported",
+    "MessagesUnsupported",
+    "TurnNotRunning",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",

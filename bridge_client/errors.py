@@ -18,7 +18,13 @@
     │   ├── TurnNotFound
     │   ├── TurnConflict
     │   ├── Overloaded             the bridge is at its bound of streams or turns (retryable)
-    │   └── RevisionExhausted      a session state's revision leaves no room to grow
+    │   ├── RevisionExhausted      a session state's revision leaves no room to grow
+    │   ├── ApprovalNotFound       the turn has no approval request with that id
+    │   ├── ApprovalExpired        the request can no longer be answered (carries ``recorded``)
+    │   ├── ApprovalConflict       the request was answered otherwise before (``recorded``)
+    │   ├── ApprovalsUnsupported   approvals are on, and the session's driver cannot ask
+    │   ├── MessagesUnsupported    the turn's driver cannot take user messages
+    │   └── TurnNotRunning         the turn finished: it takes no message any more
     ├── SessionReleased            a call on a session after ``release()``
     ├── TurnInProgress (RuntimeError)
     │                              a second turn while one is being read on the same session
@@ -53,6 +59,12 @@ __all__ = [
     "TurnConflict",
     "Overloaded",
     "RevisionExhausted",
+    "ApprovalNotFound",
+    "ApprovalExpired",
+    "ApprovalConflict",
+    "ApprovalsUnsupported",
+    "MessagesUnsupported",
+    "TurnNotRunning",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",
@@ -199,6 +211,67 @@ class RevisionExhausted(RpcError):
     tag = "RevisionExhausted"
 
 
+class ApprovalNotFound(RpcError):
+    """The turn has no approval request with that id (a typo, or a request of another turn).
+    See the *Interactive turns* guide (:doc:`interactive`)."""
+
+    tag = "ApprovalNotFound"
+
+
+class _Recorded(RpcError):
+    """An approval failure that may carry the answer the bridge recorded."""
+
+    @property
+    def recorded(self) -> Any:
+        """The answer recorded for the request, as a JSON object ``{"requestId", "decision",
+        "message", "by"}``, or ``None`` when nothing was recorded."""
+        return self.fields.get("recorded")
+
+
+class ApprovalExpired(_Recorded):
+    """The approval request can no longer be answered: its step's attempt was abandoned (the
+    bridge restarted, and the step asks again with a new request), nobody answered it within
+    the approval timeout (it was denied), the turn was cancelled, or the turn finished. The
+    answer was not applied to anything.
+
+    Attributes:
+        recorded: the answer the bridge recorded for it (``by`` ``timeout`` or ``cancel``), or
+            ``None`` when the request simply lapsed.
+    """
+
+    tag = "ApprovalExpired"
+
+
+class ApprovalConflict(_Recorded):
+    """The approval request was answered before with another decision; the first answer stands.
+
+    Attributes:
+        recorded: the first answer, ``{"requestId", "decision", "message", "by"}``.
+    """
+
+    tag = "ApprovalConflict"
+
+
+class ApprovalsUnsupported(RpcError):
+    """Approvals are on (``CreateSessionOptions(approvals=True)`` or ``approve=``), and the
+    session's driver cannot ask before it runs a tool. Turn approvals off, or use a driver
+    that can ask (see the *Interactive turns* guide, :doc:`interactive`)."""
+
+    tag = "ApprovalsUnsupported"
+
+
+class MessagesUnsupported(RpcError):
+    """``Turn.say`` was called on a turn whose driver cannot take user messages."""
+
+    tag = "MessagesUnsupported"
+
+
+class TurnNotRunning(RpcError):
+    """The turn finished: a message can no longer be added to it."""
+
+    tag = "TurnNotRunning"
+
+
 class SessionReleased(HarnessError):
     """The session was released; only ``release()`` may be called again."""
 
@@ -273,7 +346,20 @@ class TemplateError(HarnessError):
 
 _RPC_ERRORS = {
     cls.tag: cls
-    for cls in (BadRequest, SessionNotFound, TurnNotFound, TurnConflict, Overloaded, RevisionExhausted)
+    for cls in (
+        BadRequest,
+        SessionNotFound,
+        TurnNotFound,
+        TurnConflict,
+        Overloaded,
+        RevisionExhausted,
+        ApprovalNotFound,
+        ApprovalExpired,
+        ApprovalConflict,
+        ApprovalsUnsupported,
+        MessagesUnsupported,
+        TurnNotRunning,
+    )
 }
 
 

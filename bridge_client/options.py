@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 from .errors import BadRequest
 from .redacted import Redacted, TokenFunction
@@ -211,12 +211,29 @@ class CreateSessionOptions:
             to the bridge's store, its log, ``launch.json`` or a command line, and are not
             part of the bridge id: sessions with different variables share one bridge. See
             the *Concepts* guide (:doc:`concepts`, "Session environment").
+        approvals: ``True`` makes the agent ask before it runs a tool: the turn yields an
+            :class:`~bridge_client.wire.parts.ApprovalRequest` part and waits until it is
+            answered (``Turn.approve``, ``Turn.deny``, the ``approve`` policy, or the
+            approval timeout). Default ``False``: tools run without asking, as before. A
+            driver that cannot ask makes the session's first request fail with
+            :class:`~bridge_client.errors.ApprovalsUnsupported`.
+        approval_timeout: seconds a request may wait for its answer before the bridge denies
+            it (recorded as denied ``by="timeout"``); ``None`` (the default) waits as long as
+            it takes. Counted in the bridge, so it holds while no host is connected.
+        approve: a policy, called in the thread that reads the turn with each
+            ``ApprovalRequest`` the turn yields (once the part was yielded, when the next
+            part is asked for); its answer is sent for it: ``True`` or ``"allow-once"``,
+            ``"allow-always"``, ``False`` or ``"deny"``, a ``(decision, message)`` pair, or
+            ``None`` to leave the request to the caller. Giving it turns ``approvals`` on.
+            See the *Interactive turns* guide (:doc:`interactive`).
 
     Raises:
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
             ``resume`` is not a SessionState, ``ca_bundle`` is not a path, or ``env`` is not
-            a mapping of ``str`` names to ``str``/``Redacted`` values.
-        ValueError: a duration is not a number > 0 (``turn_stall_timeout``: nor ``None``),
+            a mapping of ``str`` names to ``str``/``Redacted`` values, ``approvals`` is not a
+            ``bool`` or ``approve`` not callable.
+        ValueError: ``approval_timeout`` is not ``None`` or a number of seconds > 0, a
+            duration is not a number > 0 (``turn_stall_timeout``: nor ``None``),
             ``ca_bundle`` does not exist, or an ``env`` name or value breaks the rules of
             :class:`SessionEnv`.
     """
@@ -234,8 +251,12 @@ class CreateSessionOptions:
     ca_bundle: Optional[str] = None
     turn_stall_timeout: Optional[float] = None
     env: Mapping[str, Union[str, Redacted]] = field(default_factory=dict)
+    approvals: bool = False
+    approval_timeout: Optional[float] = None
+    approve: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self) -> None:
+        self._check_interactive()
         if not isinstance(self.env, SessionEnv):
             object.__setattr__(self, "env", SessionEnv(self.env))
         if not isinstance(self.workspace, Workspace):
@@ -277,3 +298,30 @@ class CreateSessionOptions:
                 ) from None
             if not isinstance(self.ca_bundle, str) or not os.path.exists(self.ca_bundle):
                 raise ValueError(f"CreateSessionOptions.ca_bundle {self.ca_bundle!r} does not exist")
+
+    def _check_interactive(self) -> None:
+        if not isinstance(self.approvals, bool):
+            raise TypeError(
+                f"CreateSessionOptions.approvals must be a bool, got {type(self.approvals).__name__}"
+            )
+        if self.approve is not None:
+            if not callable(self.approve):
+                raise TypeError("CreateSessionOptions.approve must be a callable taking an ApprovalRequest")
+            object.__setattr__(self, "approvals", True)
+        timeout = self.approval_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= rpcs.MAX_APPROVAL_TIMEOUT
+        ):
+            raise ValueError(
+                "CreateSessionOptions.approval_timeout must be None or a number of seconds > 0 "
+                "(at most a year)"
+            )
+
+    def interactive_payload(self) -> Optional[Dict[str, Any]]:
+        """``OpenSession``'s ``interactive`` object for these options, or ``None`` (approvals
+        off: the payload carries none, as before)."""
+        if not self.approvals:
+            return None
+        return {"approvals": True, "approvalTimeout": self.approval_timeout}

@@ -79,7 +79,11 @@ def test_sizes_and_bad_arguments():
     args = parse_args(["--quick", "--sessions", "5,10", "--parts", "1000"])
     sizes = sizes_from(args)
     assert sizes.sessions == (5, 10) and sizes.parts == 1000 and sizes.repeats == Sizes.quick().repeats
-    for bad in (["--sessions", "0"], ["--parts", "x"], ["--only", "nope"], ["--quick", "--tiny"]):
+    paced_args = ["--paced-streams", "1,25", "--paced-deltas", "300", "--many-sessions", "7"]
+    sizes = sizes_from(parse_args(paced_args))
+    assert sizes.paced_streams == (1, 25) and sizes.paced_deltas == 300 and sizes.many_sessions == 7
+    for bad in (["--sessions", "0"], ["--parts", "x"], ["--only", "nope"], ["--quick", "--tiny"],
+                ["--paced-streams", "0"], ["--many-runs", "0"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
 

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from bridge_client.errors import ProtocolError
 from bridge_client.wire.parts import (
+    APPROVAL_CHOICES,
+    APPROVAL_DECIDERS,
     FINISH_REASONS,
     PART_TYPES,
     TURN_STATUSES,
@@ -31,6 +33,9 @@ from bridge_client.wire.parts import (
     TurnFinish,
     TurnStart,
     TurnState,
+    ApprovalAnswer,
+    ApprovalRequest,
+    UserMessage,
     part_from_dict,
 )
 
@@ -104,6 +109,23 @@ PART_STRATEGIES = {
         usage=json_values,
         error=st.none() | texts,
     ),
+    ApprovalRequest: _part(
+        ApprovalRequest,
+        request_id=texts,
+        tool_call_id=texts,
+        tool_name=texts,
+        input=json_values,
+        choices=st.lists(st.sampled_from(APPROVAL_CHOICES), min_size=1, max_size=3).map(tuple),
+        title=st.none() | texts,
+    ),
+    ApprovalAnswer: _part(
+        ApprovalAnswer,
+        request_id=texts,
+        decision=st.sampled_from(APPROVAL_CHOICES),
+        message=st.none() | texts,
+        by=st.sampled_from(APPROVAL_DECIDERS),
+    ),
+    UserMessage: _part(UserMessage, message_id=texts, text=st.text()),
 }
 parts = st.one_of(*PART_STRATEGIES.values())
 
@@ -126,6 +148,9 @@ def test_part_types_are_the_protocol_names():
         "session-state",
         "data",
         "turn-finish",
+        "approval-request",
+        "approval-answer",
+        "user-message",
     }
     for name, cls in PART_TYPES.items():
         assert cls.type == name and issubclass(cls, Part)
@@ -224,6 +249,9 @@ def test_to_json_refuses_nan():
         SessionStateChanged(8, 1, 2, SessionState("s", 3, {"x": 1})),
         Data(9, 1, 2, "plan", ["a"]),
         TurnFinish(10, None, 1, "stop", None, None),
+        ApprovalRequest(11, 2, 1, "r", "c", "sh", {"cmd": "ls"}, ("allow-once", "deny"), "sh: ls"),
+        ApprovalAnswer(12, 2, 1, "r", "allow-once", None, "host"),
+        UserMessage(13, None, 1, "m", "and then?"),
     ],
     ids=lambda p: p.type,
 )
@@ -258,6 +286,16 @@ GOOD = {
     "session-state": {"state": SS},
     "data": {"name": "n", "data": 1},
     "turn-finish": {"finishReason": "stop", "usage": None, "error": None},
+    "approval-request": {
+        "requestId": "r",
+        "toolCallId": "c",
+        "toolName": "n",
+        "input": {},
+        "choices": ["allow-once", "deny"],
+        "title": None,
+    },
+    "approval-answer": {"requestId": "r", "decision": "deny", "message": None, "by": "host"},
+    "user-message": {"messageId": "m", "text": "t"},
 }
 
 # Keys whose absence is an error (JSON-valued fields such as ``input`` may be left out: null).
@@ -273,6 +311,9 @@ REQUIRED = {
     "session-state": ["state"],
     "data": ["name"],
     "turn-finish": ["finishReason"],
+    "approval-request": ["requestId", "toolCallId", "toolName", "choices"],
+    "approval-answer": ["requestId", "decision", "by"],
+    "user-message": ["messageId", "text"],
 }
 
 
@@ -550,3 +591,23 @@ def test_integers_past_the_json_safe_range_are_protocol_errors(value):
         SessionState.from_dict({"sessionId": "s", "revision": value, "data": None})
     with pytest.raises(ProtocolError):
         part_from_dict({"type": "step-start", "index": value, "step": 0, "attempt": 1})
+
+
+@pytest.mark.parametrize(
+    "kind,changes,word",
+    [
+        ("approval-request", {"choices": []}, "choices"),
+        ("approval-request", {"choices": ["maybe"]}, "choices"),
+        ("approval-answer", {"decision": "yes"}, "decision"),
+        ("approval-answer", {"by": "someone"}, "by"),
+    ],
+)
+def test_c18_approval_parts_refuse_unknown_choices(kind, changes, word):
+    _rejects(_good(kind, **changes), word)
+
+
+def test_c18_approval_request_renders_what_the_agent_wants_to_run():
+    request = ApprovalRequest(1, 0, 1, "r1", "c", "shell", {"command": "rm -rf <b>"}, ("deny",), "x & y")
+    html = request._repr_html_()
+    assert "shell" in html and "rm -rf &lt;b&gt;" in html and "x &amp; y" in html
+    assert "<b>" not in html.split("</b>", 1)[1]  # only our own markup is markup

@@ -26,13 +26,24 @@ from bridge_client.wire.rpcs import (
 )
 
 # Transcribed from PROTOCOL.md, "Catalogue (protocol 1)": tag -> (stream, resend, typed errors).
-EXPECTED = {
+DESIGNED = {
     "Hello": (False, True, ()),
     "OpenSession": (False, True, ("BadRequest",)),
     "StartTurn": (False, True, ("SessionNotFound", "TurnConflict", "BadRequest")),
     "ReadTurn": (True, True, ("SessionNotFound", "TurnNotFound", "BadRequest")),
     "CancelTurn": (False, True, ("TurnNotFound",)),
     "CloseSession": (False, True, ("SessionNotFound",)),
+}
+# Interactive turns (issue 13; docs/protocol.md, which wins where PROTOCOL.md is older).
+EXPECTED = {
+    **DESIGNED,
+    "OpenSession": (False, True, ("BadRequest", "ApprovalsUnsupported")),
+    "AnswerApproval": (
+        False,
+        True,
+        ("TurnNotFound", "ApprovalNotFound", "ApprovalExpired", "ApprovalConflict", "BadRequest"),
+    ),
+    "SendMessage": (False, True, ("TurnNotFound", "TurnNotRunning", "MessagesUnsupported", "BadRequest")),
 }
 
 PROTOCOL_MD = os.environ.get("BRIDGE_CLIENT_PROTOCOL_MD", "/work/shared/design/PROTOCOL.md")
@@ -84,7 +95,7 @@ def test_catalogue_matches_the_table_in_protocol_md():
             continue
         errors = tuple(re.findall(r"`(\w+)`", cells[5]))
         rows[m.group(1)] = (cells[3] == "yes", cells[4] == "yes", errors)
-    assert rows == EXPECTED
+    assert rows == DESIGNED
 
 
 # ----------------------------------------------------------------------------- check_id
@@ -184,20 +195,48 @@ def test_bad_request_is_a_typed_rpc_error():
 # ----------------------------------------------------------------------------- payloads
 
 SS = {"sessionId": "s1", "revision": 3, "data": {"k": 1}}
+NO_INTERACTIVE = {"approvals": False, "approval_timeout": None}
+
+
+def _open(state=None, env=None, interactive=NO_INTERACTIVE):
+    return {"session_id": "s1", "state": state, "env": env or {}, "interactive": interactive}
+
 
 GOOD_PAYLOADS = [
     (HELLO, None, {}),
-    (OPEN_SESSION, {"sessionId": "s1", "state": None}, {"session_id": "s1", "state": None, "env": {}}),
-    (OPEN_SESSION, {"sessionId": "s1"}, {"session_id": "s1", "state": None, "env": {}}),
+    (OPEN_SESSION, {"sessionId": "s1", "state": None}, _open()),
+    (OPEN_SESSION, {"sessionId": "s1"}, _open()),
     (
         OPEN_SESSION,
         {"sessionId": "s1", "state": SS},
-        {"session_id": "s1", "state": SessionState("s1", 3, {"k": 1}), "env": {}},
+        _open(SessionState("s1", 3, {"k": 1})),
     ),
     (
         OPEN_SESSION,
         {"sessionId": "s1", "state": None, "env": {"FOO": "x", "_B2": ""}},
-        {"session_id": "s1", "state": None, "env": {"FOO": "x", "_B2": ""}},
+        _open(env={"FOO": "x", "_B2": ""}),
+    ),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "interactive": {"approvals": True, "approvalTimeout": 2}},
+        _open(interactive={"approvals": True, "approval_timeout": 2.0}),
+    ),
+    (
+        rpcs.ANSWER_APPROVAL,
+        {"sessionId": "s1", "turnId": "t1", "requestId": "0.1.1-abc", "decision": "deny", "message": "no"},
+        {
+            "session_id": "s1",
+            "turn_id": "t1",
+            "request_id": "0.1.1-abc",
+            "decision": "deny",
+            "message": "no",
+            "by": "host",
+        },
+    ),
+    (
+        rpcs.SEND_MESSAGE,
+        {"sessionId": "s1", "turnId": "t1", "messageId": "m1", "text": "go on"},
+        {"session_id": "s1", "turn_id": "t1", "message_id": "m1", "text": "go on"},
     ),
     (
         START_TURN,
@@ -235,8 +274,27 @@ def test_decode_payload_accepts_good_payloads(rpc, payload, expected):
     assert rpc.decode_payload(payload) == expected
 
 
+_ANSWER = {"sessionId": "s1", "turnId": "t1", "requestId": "0.1.1-abc", "decision": "allow-once"}
+_MESSAGE = {"sessionId": "s1", "turnId": "t1", "messageId": "m1", "text": "hi"}
+
 BAD_PAYLOADS = [
     # (rpc, payload, words the message must contain)
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": True}, "interactive"),
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": {"approvals": "yes"}}, "approvals"),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "interactive": {"approvals": True, "approvalTimeout": 0}},
+        "approvalTimeout",
+    ),
+    (OPEN_SESSION, {"sessionId": "s1", "interactive": {"approvalTimeout": True}}, "approvalTimeout"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "decision": "yes"}, "decision"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "message": 3}, "message"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "by": "timeout"}, "by"),
+    (rpcs.ANSWER_APPROVAL, {**_ANSWER, "requestId": "../x"}, "requestId"),
+    (rpcs.ANSWER_APPROVAL, {k: v for k, v in _ANSWER.items() if k != "decision"}, "decision"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "text": None}, "text"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "text": "x" * (rpcs.MAX_MESSAGE_BYTES + 1)}, "text"),
+    (rpcs.SEND_MESSAGE, {**_MESSAGE, "messageId": ""}, "messageId"),
     (OPEN_SESSION, None, "payload"),
     (OPEN_SESSION, [], "payload"),
     (OPEN_SESSION, "s1", "payload"),

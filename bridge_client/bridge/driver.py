@@ -35,7 +35,7 @@ from typing import (
 # options_object lives with the built-in drivers' option checks, which the host imports too
 # (bridge_options checks options at once); re-exported here for drivers (docs/writing-a-driver.md).
 from ..driver_options import options_object
-from ..wire.parts import Part, SessionState
+from ..wire.parts import APPROVAL_CHOICES, Part, SessionState, UserMessage
 
 __all__ = [
     "Driver",
@@ -43,6 +43,8 @@ __all__ = [
     "TurnResult",
     "TurnContext",
     "TurnSink",
+    "Decision",
+    "InteractiveSink",
     "options_object",
     "process_group_started",
     "process_group_ended",
@@ -123,12 +125,77 @@ class TurnResult(NamedTuple):
     error: Optional[str] = None
 
 
+class Decision(NamedTuple):
+    """The answer to :meth:`TurnContext.ask_approval`.
+
+    Attributes:
+        decision: ``allow-once``, ``allow-always`` or ``deny``.
+        message: the answerer's words for the agent (why it was denied, say), or ``None``.
+        by: who decided: ``host``, ``policy`` (the host's policy, or an allow-always the
+            session remembers for that tool), ``timeout`` (nobody answered within the
+            session's approval timeout: denied) or ``cancel`` (the turn was cancelled: denied).
+    """
+
+    decision: str
+    message: Optional[str]
+    by: str
+
+    @property
+    def allowed(self) -> bool:
+        """True for ``allow-once`` and ``allow-always``: run the tool."""
+        return self.decision != "deny"
+
+
+_ALLOW_ONCE = Decision("allow-once", None, "policy")
+
+
+class InteractiveSink(Protocol):
+    """Where a :class:`TurnContext` asks for approvals and takes user messages: the bridge's
+    turn runner implements it (``bridge_client.bridge.approvals``). A driver never calls it.
+    Methods are called from the driver's threads without the context's lock."""
+
+    approvals: bool
+
+    def ask(
+        self,
+        step: int,
+        attempt: int,
+        tool_call_id: str,
+        tool_name: str,
+        input: Any,
+        choices: Tuple[str, ...],
+        title: Optional[str],
+    ) -> Decision:
+        """Record an ``approval-request`` and block until its answer is recorded."""
+        ...
+
+    def take_messages(self) -> List[UserMessage]:
+        """The messages not yet handed to this attempt, in order (non-blocking)."""
+        ...
+
+    def wait_message(self, timeout: float) -> Optional[UserMessage]:
+        """The next message not yet handed out, waiting up to ``timeout`` seconds."""
+        ...
+
+    def step_reset(self, step: int, attempt: int) -> None:
+        """The attempt was abandoned: its requests expire, its messages are handed out again."""
+        ...
+
+
 class Driver(Protocol):
     """An agent, as the bridge runs it.
 
     Attributes:
         agent_id: the agent's id; it must equal ``agentId`` in ``launch.json`` and is what
             ``Hello`` answers with.
+        supports_approvals: optional (read with ``getattr``, default ``False``): the driver
+            asks before its tool calls with :meth:`TurnContext.ask_approval` when
+            :attr:`TurnContext.approvals` is on. A session that turns approvals on for a
+            driver without it is refused (``ApprovalsUnsupported``).
+        supports_messages: optional (default ``False``): the driver takes user messages
+            added to a running turn (:meth:`TurnContext.take_messages`,
+            :meth:`TurnContext.wait_message`). Without it, ``SendMessage`` is refused
+            (``MessagesUnsupported``).
 
     Optional methods, looked up with ``getattr``:
         ``initial_state() -> JSON``: the ``data`` of a new session (``None`` without it).
@@ -160,6 +227,8 @@ class TurnSink(Protocol):
     A sink may also have ``emit_texts(kind, step, attempt, texts) -> int``: append one
     ``{"text": t}`` part of ``kind`` per string, at once (:meth:`TurnContext.texts`); return
     the first index. Without it, :meth:`TurnContext.texts` calls :meth:`emit` once per string.
+    And ``emit_text(kind, step, attempt, text) -> int``: the same for one string
+    (:meth:`TurnContext.text`, the per-delta path of a model stream); without it, :meth:`emit`.
     """
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
@@ -246,7 +315,9 @@ class TurnContext:
         cancelled: threading.Event,
         sink: TurnSink,
         env: Optional[Mapping[str, str]] = None,
+        interactive: Optional[InteractiveSink] = None,
     ) -> None:
+        self._interactive = interactive
         self.prompt = prompt
         self._env: Dict[str, str] = dict(env or {})
         self.session_id = session_id
@@ -257,6 +328,9 @@ class TurnContext:
         self._sink = sink
         self._emit_texts: Optional[Callable[[str, int, int, Sequence[str]], int]] = getattr(
             sink, "emit_texts", None
+        )
+        self._emit_text: Optional[Callable[[str, Optional[int], int, str], int]] = getattr(
+            sink, "emit_text", None
         )
         self._lock = threading.Lock()
         self._state = state
@@ -296,6 +370,12 @@ class TurnContext:
             yield
         finally:
             _current.env = previous
+
+    @property
+    def approvals(self) -> bool:
+        """Whether the session turned approvals on (``bool``; fixed for the run of the turn):
+        then ask with :meth:`ask_approval` before running a tool."""
+        return self._interactive is not None and self._interactive.approvals
 
     @property
     def state(self) -> SessionState:
@@ -370,7 +450,10 @@ class TurnContext:
         with self._lock:  # _part() inlined: the per-part path of a streaming driver
             if self._phase != _IN_STEP:
                 self._move("part", "text")  # raises
-            self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+            if self._emit_text is not None:
+                self._emit_text("text-delta", self._step, self._attempt, s)
+            else:
+                self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
 
     def texts(self, chunks: Sequence[str]) -> None:
         """Emit several ``text-delta`` parts in the open step, one per string, in order: the
@@ -505,8 +588,87 @@ class TurnContext:
             }
             self._sink.emit("step-reset", self._step, self._attempt, fields)
             self._move("reset_step", "reset_step")
+            if self._interactive is not None:
+                self._interactive.step_reset(self._step, self._attempt)
             self._next_step = self._step
             self._step = None
+
+    # ------------------------------------------------------------------ interactive turns
+
+    def ask_approval(
+        self,
+        tool_call_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        choices: Sequence[str] = APPROVAL_CHOICES,
+        title: Optional[str] = None,
+    ) -> Decision:
+        """Ask before running a tool, and wait for the answer.
+
+        With approvals on, this emits an ``approval-request`` part (a new request id, naming
+        this step's attempt) and blocks the calling thread until the request is answered:
+        by the host, by an allow-always the session remembers for ``tool_name``, by the
+        session's approval timeout (denied, ``by="timeout"``) or by a cancel of the turn
+        (denied, ``by="cancel"``). The ``approval-answer`` part that records the decision is
+        in the log before this returns, so a bridge that dies after it asks again in the
+        step's next attempt. With approvals off it returns ``allow-once`` at once and emits
+        nothing.
+
+        Args:
+            tool_call_id: the tool call it is about. tool_name: the tool's name (what an
+                allow-always is remembered by). input: the tool's JSON input.
+            choices: the decisions to offer, from ``allow-once``, ``allow-always``,
+                ``deny``, in the order to show them.
+            title: a one-line description for people (e.g. ``"shell: rm -rf build"``).
+
+        Returns:
+            A :class:`Decision`; ``decision.allowed`` says whether to run the tool.
+
+        Raises:
+            TypeError: an id or name is not a str, or ``input`` is not JSON.
+            ValueError: ``choices`` is empty or holds another value.
+            RuntimeError: no step is open, or the turn is over.
+        """
+        _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
+        if title is not None and not isinstance(title, str):
+            raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+        offered = tuple(choices)
+        if not offered or any(c not in APPROVAL_CHOICES for c in offered):
+            raise ValueError(f"choices must be a non-empty subset of {', '.join(APPROVAL_CHOICES)}")
+        with self._lock:
+            self._check("part", "ask_approval")
+            step, attempt = self._step, self._attempt
+        sink = self._interactive
+        if sink is None or not sink.approvals:
+            return _ALLOW_ONCE
+        assert step is not None
+        return sink.ask(step, attempt, tool_call_id, tool_name, input, offered, title)
+
+    def take_messages(self) -> List[UserMessage]:
+        """The user messages added to this turn that this run has not taken yet, in the order
+        the bridge recorded them (non-blocking; empty when there are none). Each message is
+        handed out once per attempt of a step: a message taken in an attempt that was
+        abandoned (the bridge restarted) is handed out again to the next one.
+
+        Returns:
+            :class:`~bridge_client.wire.parts.UserMessage` parts (``.message_id``, ``.text``).
+        """
+        sink = self._interactive
+        return sink.take_messages() if sink is not None else []
+
+    def wait_message(self, timeout: float) -> Optional[UserMessage]:
+        """Wait up to ``timeout`` seconds for the next user message not yet taken (for a
+        driver that feeds a CLI's stdin from a thread of its own).
+
+        Returns:
+            The message, or ``None`` when none came in time or the turn was cancelled.
+        """
+        sink = self._interactive
+        if sink is None:
+            self.cancelled.wait(max(0.0, timeout))
+            return None
+        return sink.wait_message(timeout)
 
     def set_state(self, data: Any) -> SessionState:
         """Store ``data`` as the session's new state (revision + 1) and emit ``session-state``.

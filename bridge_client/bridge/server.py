@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import fcntl
 import hmac
 import http
 import inspect
@@ -22,12 +23,14 @@ import resource
 import select
 import socket
 import struct
+import termios
 import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.sync.server import Server, ServerConnection, serve
 
 from ..errors import BadRequest, Overloaded, RpcError
@@ -223,6 +226,46 @@ def _abort(sock: Any) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except (OSError, AttributeError):
         pass
+
+
+INLINE_BYTES = 64 * 1024
+"""Largest Chunk (characters of JSON) that a thread other than the stream's own sends itself."""
+
+_OUTQ = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ on Linux: bytes not yet sent
+
+
+def _room(fd: int, size: int) -> bool:
+    """True when ``size`` more bytes fit in the socket's send queue without a wait, as far as
+    can be told cheaply (the bytes queued plus ``size`` stay within :data:`INLINE_BYTES`)."""
+    if _OUTQ is None or fd < 0:
+        return True  # pragma: no cover - no way to tell: the send timeout still bounds it
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return False
+    return bool(queued + size <= INLINE_BYTES)
+
+
+class _FastAckConnection(ServerConnection):
+    """websockets' server connection, with Acks handled in the thread that reads the socket
+    (``ack_hook``, set by :class:`_Connection`): a stream's next Chunk goes out without waking
+    the connection's own thread. Every other frame goes the usual way."""
+
+    ack_hook: Optional[Callable[[bytes], bool]] = None
+
+    def process_event(self, event: Any) -> None:
+        hook = self.ack_hook
+        if (
+            hook is not None
+            and type(event) is Frame
+            and event.fin
+            and event.opcode is Opcode.TEXT
+            and len(event.data) < 256
+            and bytes(event.data[:13]) == b'{"_tag":"Ack"'
+            and hook(bytes(event.data))
+        ):
+            return
+        super().process_event(event)
 
 
 _SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
@@ -574,6 +617,8 @@ class BridgeServer:
             "StartTurn": manager.start_turn,
             "CancelTurn": manager.cancel_turn,
             "CloseSession": manager.close_session,
+            "AnswerApproval": manager.answer_approval,
+            "SendMessage": manager.send_message,
         }
 
     def start(self) -> int:
@@ -588,6 +633,8 @@ class BridgeServer:
         options: Dict[str, Any] = {}
         if "ping_interval" in _SERVE_PARAMETERS:  # websockets >= 15 pings by default; < 15 never
             options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
+        if "create_connection" in _SERVE_PARAMETERS:
+            options["create_connection"] = _FastAckConnection
         listening = _listening_socket(self.bind, self.gate, self.send_timeout)
         try:
             self._server = serve(
@@ -782,6 +829,8 @@ class BridgeServer:
         number = next(self._numbers)
         log.info("connection %d opened from %s", number, _peer(ws))
         conn = _Connection(self, ws, number)
+        if isinstance(ws, _FastAckConnection):
+            ws.ack_hook = conn.fast_ack
         with self._lock:
             self._live[ws] = conn
         if self._idle is not None:
@@ -848,6 +897,10 @@ class _Connection:
         self._streams: Dict[Tuple[type, RequestId], _ReadStream] = {}
         self._closed = False
         self._sending_since: Optional[float] = None  # monotonic start of the send under way
+        try:
+            self._fd = ws.socket.fileno()
+        except (AttributeError, OSError):  # pragma: no cover
+            self._fd = -1
 
     # ------------------------------------------------------------------ sending
 
@@ -861,22 +914,56 @@ class _Connection:
         """Send one text frame; return False when the connection is closed. A send that the
         socket does not take within the server's ``send_timeout`` drops the connection."""
         with self._send_lock:
-            self._sending_since = time.monotonic()
-            try:
-                self._ws.send(text)
-                return True
-            except ConnectionClosed as exc:
-                cause = exc.__cause__
-                if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out
-                    log.warning(
-                        "connection %d: a send did not complete within %g s (the peer does not "
-                        "read); connection dropped",
-                        self.number,
-                        self.server.send_timeout,
-                    )
-                return False
-            finally:
-                self._sending_since = None
+            return self._send_locked(text)
+
+    def try_send(self, text: str) -> Optional[bool]:
+        """Send one text frame only if it goes at once: no other send under way, a frame of at
+        most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
+        what is queued there (so the calling thread, which may be a turn's or the store's,
+        does not wait on a peer). Returns ``None`` when it did not send (send it with
+        :meth:`send` from a thread that may wait), else as :meth:`send`."""
+        if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
+            return None
+        try:
+            if not _room(self._fd, len(text)):
+                return None
+            return self._send_locked(text)
+        finally:
+            self._send_lock.release()
+
+    def _send_locked(self, text: str) -> bool:
+        self._sending_since = time.monotonic()
+        try:
+            self._ws.send(text)
+            return True
+        except ConnectionClosed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out
+                log.warning(
+                    "connection %d: a send did not complete within %g s (the peer does not "
+                    "read); connection dropped",
+                    self.number,
+                    self.server.send_timeout,
+                )
+            return False
+        finally:
+            self._sending_since = None
+
+    def fast_ack(self, data: bytes) -> bool:
+        """Handle an Ack frame in the thread that read it from the socket (websockets' own),
+        sparing the hand-off to this connection's thread. Returns False for anything that is
+        not a well-formed Ack (the connection's thread then reads it as usual)."""
+        try:
+            message = host_message(json.loads(data))
+        except (ValueError, FrameError):
+            return False
+        if not isinstance(message, Ack):
+            return False
+        try:
+            self._message(message)
+        except Exception:  # a bug here must not end the connection's reading (B08)
+            log.exception("connection %d: handling an Ack failed", self.number)
+        return True
 
     def send_exit(self, request_id: RequestId, value: Any) -> None:
         """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
@@ -1034,25 +1121,24 @@ class _Connection:
         if busy:
             self.send_fail(request_id, Overloaded(f"{busy}: try again later", turnId=turn_id).to_wire())
             return
-        try:
-            stream.start()
-        except RuntimeError as exc:  # "can't start new thread"
-            self.forget(stream)
-            log.warning(
-                "connection %d: cannot start a stream's thread (%s): answered Overloaded", self.number, exc
-            )
-            self.send_fail(
-                request_id,
-                Overloaded(f"the bridge cannot start a thread now ({exc}): try again later").to_wire(),
-            )
+        stream.start()
 
 
 class _ReadStream:
     """One ReadTurn: sends the turn's committed parts from ``offset`` as Chunks, one Chunk and
     then the host's Ack before the next, and ends with Exit right after ``turn-finish``.
 
-    Runs in its own daemon thread; :meth:`stop` (Interrupt, or the connection closing) ends
-    it from any thread.
+    Sent by whichever thread makes progress, without a hand-off: the connection's thread sends
+    the first Chunk (:meth:`start`); then the thread that committed new parts (:meth:`poke`: a
+    paced driver's own thread, or the store's writer) or that read the Ack (:meth:`ack`:
+    websockets' reader). Those send only what goes into the socket at once
+    (:meth:`_Connection.try_send`); anything else (a big Chunk, a full socket, another send
+    under way) is handed to the stream's own daemon thread, started the first time it is
+    needed. :meth:`stop` (Interrupt, or the connection closing) ends it from any thread.
+
+    State, under ``_lock``: ``_busy`` (a thread is sending for the stream: it alone moves
+    ``position``), ``_again`` (work came while busy), ``_inflight`` (a Chunk awaits its Ack),
+    ``_handoff`` (the stream's thread should take over), ``_ended`` (the end is under way).
     """
 
     def __init__(
@@ -1063,63 +1149,163 @@ class _ReadStream:
         self.turn = turn
         self.offset = offset
         self.after_step = after_step
-        self._acked = threading.Event()
+        self.position = offset
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._busy = True  # start() sends the first Chunks (from the offset)
+        self._again = False
+        self._inflight = False
+        self._handoff = False
+        self._ended = False
         self._stop_reason: Optional[str] = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"bridge-read-{conn.number}-{request_id}-{turn.id}", daemon=True
-        )
+        self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        """Start streaming."""
-        self._thread.start()
+        """Start streaming: send what is committed from the offset (in the calling thread,
+        the connection's, which may wait on the socket)."""
+        self.turn.add_reader(self)
+        self._guarded(False)
 
     def join(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the stream's thread to end."""
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        """Wait up to ``timeout`` seconds for the stream's thread (if it has one) to end."""
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def ack(self) -> None:
-        """The host took the last Chunk."""
-        self._acked.set()
+        """The host took the last Chunk: send the next one now, if parts wait."""
+        with self._lock:
+            self._inflight = False
+            if self._busy:
+                self._again = True
+                return
+            if self._stop_reason is not None or self._ended:
+                return
+            self._busy = True
+        self._guarded(True)
+
+    def poke(self) -> None:
+        """New parts are committed (see :class:`~bridge_client.bridge.turns.Reader`)."""
+        with self._lock:
+            if self._busy:
+                self._again = True
+                return
+            if self._inflight or self._stop_reason is not None or self._ended:
+                return
+            self._busy = True
+        self._guarded(True)
 
     def stop(self, reason: str) -> None:
-        """Stop streaming: ``interrupt`` answers Exit Failure[Interrupt]; ``closed`` sends nothing."""
-        if self._stop_reason is None:
-            self._stop_reason = reason
-        self._acked.set()
-        self.turn.wake()
+        """Stop streaming: ``interrupt`` answers Exit Failure[Interrupt]; ``closed`` sends nothing.
+        The thread that sends for the stream (if one does) ends it; else this one."""
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+            self._cond.notify_all()
+            if self._busy or self._ended:
+                return
+            self._busy = self._ended = True
+        self._stopped()
 
-    def _stopped(self) -> bool:
-        return self._stop_reason is not None
-
-    def _run(self) -> None:
+    def _guarded(self, inline: bool) -> None:
+        """:meth:`_pump`, ending the stream with Die if it fails (a bug)."""
         try:
-            self._stream()
+            self._pump(inline)
         except Exception as exc:
             log.exception("connection %d: ReadTurn %r failed", self.conn.number, self.request_id)
+            with self._lock:
+                self._ended = True
+                self._cond.notify_all()
+            self.turn.remove_reader(self)
             self.conn.forget(self)
             self.conn.send_die(self.request_id, f"{type(exc).__name__}: {exc}")
 
-    def _stream(self) -> None:
-        turn, position = self.turn, self.offset
+    def _pump(self, inline: bool) -> None:
+        """Send what the host may get now; the caller set ``_busy`` (which this clears, or
+        hands to the stream's thread). ``inline``: a thread that must not wait on the socket."""
+        turn = self.turn
         while True:
-            turn.wait_for_parts(position, self._stopped)
-            if self._stopped():
+            if self._stop_reason is not None:
                 break
-            texts, position, done = turn.take(position, self.after_step)
+            texts, position, done = turn.take(self.position, self.after_step)
             if texts:
-                self._acked.clear()
-                if not self.conn.send(encode_chunk_raw(self.request_id, texts)):
+                frame = encode_chunk_raw(self.request_id, texts)
+                with self._lock:
+                    self._inflight = True
+                sent = self.conn.try_send(frame) if inline else self.conn.send(frame)
+                if sent is None:  # not at once: the stream's own thread sends it
+                    with self._lock:
+                        self._inflight = False
+                    if self._hand_off():
+                        return
+                    sent = self.conn.send(frame)  # no thread to be had: send it here
+                    with self._lock:
+                        self._inflight = True
+                if not sent:
                     self.stop("closed")
                     break
+            self.position = position
             if done:
-                self.conn.forget(self)
-                self.conn.send_exit(self.request_id, Success(None))
+                self._end()
                 return
-            if texts:
-                self._acked.wait()
-                if self._stopped():
-                    break
+            with self._lock:
+                if self._again and not self._inflight:
+                    self._again = False
+                    continue
+                self._again = False
+                self._busy = False
+                return
+        with self._lock:  # stopped: this thread ends the stream
+            self._busy = True
+            ended, self._ended = self._ended, True
+            self._cond.notify_all()
+        if not ended:
+            self._stopped()
+
+    def _hand_off(self) -> bool:
+        """Give the stream (``_busy`` and all) to its own thread, started now if it has none.
+        False when no thread can be started (the caller sends itself)."""
+        with self._lock:
+            self._handoff = True
+            self._cond.notify_all()
+            if self._thread is not None:
+                return True
+            thread = threading.Thread(
+                target=self._run, name=f"bridge-read-{self.conn.number}-{self.request_id}", daemon=True
+            )
+            self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": B09, the caller goes on itself
+            log.warning("connection %d: cannot start a stream's thread (%s)", self.conn.number, exc)
+            with self._lock:
+                self._thread = None
+                self._handoff = False
+            return False
+        return True
+
+    def _end(self) -> None:
+        """``turn-finish`` is sent: answer Exit Success."""
+        with self._lock:
+            self._ended = True
+            self._cond.notify_all()
+        self.turn.remove_reader(self)
+        self.conn.forget(self)
+        self.conn.send_exit(self.request_id, Success(None))
+
+    def _stopped(self) -> None:
+        """The end after :meth:`stop`, once (whoever set ``_ended``)."""
+        self.turn.remove_reader(self)
         self.conn.forget(self)
         if self._stop_reason == "interrupt":
             self.conn.send_exit(self.request_id, Failure((Interrupted(),)))
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._handoff and not self._ended:
+                    self._cond.wait()
+                if not self._handoff:
+                    return
+                self._handoff = False
+            self._guarded(False)

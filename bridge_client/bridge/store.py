@@ -65,6 +65,8 @@ __all__ = [
     "part_op",
     "checkpoint_op",
     "finish_op",
+    "allow_always_op",
+    "messages_taken_op",
     "json_text",
     "part_text",
     "text_parts",
@@ -113,6 +115,14 @@ SYNCHRONOUS = "FULL"
 survives a power loss); ``NORMAL`` does not (faster; a power loss may drop the last commits)."""
 
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+# Interactive turns (made beside ``meta`` in any schema version: older bridges ignore them):
+# the tools a session allowed always, and how many user messages a turn's completed steps took.
+_INTERACTIVE = (
+    "CREATE TABLE IF NOT EXISTS approval_always ("
+    "session_id TEXT NOT NULL, tool_name TEXT NOT NULL, PRIMARY KEY (session_id, tool_name))",
+    "CREATE TABLE IF NOT EXISTS turn_messages (turn_id TEXT PRIMARY KEY, taken INTEGER NOT NULL)",
+)
 
 MAX_PENDING = 65536
 """Parts (or ops) waiting for the writer before an appender blocks (back-pressure on a driver
@@ -245,9 +255,12 @@ class PartBuffer:
         self.queued = False
         self.committed = next_index  # parts before this index are committed
 
-    def add(self, index: int, text: str, meta: Meta, ops: Sequence[Op] = ()) -> int:
+    def add(self, index: int, text: str, meta: Meta, ops: Sequence[Op] = (), wake: bool = True) -> int:
         """Append the part ``index`` (the next one) with its JSON ``text`` and ``meta``, and
         ``ops`` to run in the same transaction. The caller holds ``lock``.
+
+        ``wake=False``: the caller commits it itself (:meth:`Store.commit_here`, after
+        releasing ``lock``) or wakes the writer (:meth:`Store.wake_writer`).
 
         Returns:
             How many parts wait in the buffer now (call :meth:`Store.wait_room` after
@@ -270,10 +283,10 @@ class PartBuffer:
             self.ops.extend(ops)
         if not self.queued:
             self.queued = True
-            store._enqueue(self)
+            store._enqueue(self, wake)
         return len(texts)
 
-    def add_many(self, index: int, texts: List[str], metas: List[Meta]) -> int:
+    def add_many(self, index: int, texts: List[str], metas: List[Meta], wake: bool = True) -> int:
         """Like :meth:`add` for several parts (indexes ``index`` on), none of them a mark."""
         store = self.store
         if store._broken:
@@ -284,7 +297,7 @@ class PartBuffer:
         self.metas.extend(metas)
         if not self.queued:
             self.queued = True
-            store._enqueue(self)
+            store._enqueue(self, wake)
         return len(self.texts)
 
     def ticket(self, index: int) -> PartTicket:
@@ -426,6 +439,23 @@ def finish_op(turn_id: str, finish: Any) -> Op:
     return Op(_FINISH_SQL, (_dumps(finish), turn_id))
 
 
+def allow_always_op(session_id: str, tool_name: str) -> Op:
+    """Remember that session ``session_id`` allowed ``tool_name`` always."""
+    return Op(
+        "INSERT OR IGNORE INTO approval_always (session_id, tool_name) VALUES (?, ?)", (session_id, tool_name)
+    )
+
+
+def messages_taken_op(turn_id: str, taken: int) -> Op:
+    """Record how many user messages the turn's completed steps took (written with a
+    ``step-finish``: a step run again after a restart is handed the rest again)."""
+    return Op(
+        "INSERT INTO turn_messages (turn_id, taken) VALUES (?, ?) "
+        "ON CONFLICT(turn_id) DO UPDATE SET taken = excluded.taken",
+        (turn_id, taken),
+    )
+
+
 def _connect(path: str, synchronous: str = SYNCHRONOUS) -> sqlite3.Connection:
     # Create the file 0600 first: it holds prompts and output, and SQLite gives its -wal and
     # -shm files the database file's mode.
@@ -446,6 +476,8 @@ def _open_meta(conn: sqlite3.Connection) -> Tuple[str, bool]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_META)
+        for statement in _INTERACTIVE:
+            conn.execute(statement)
         rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         generation = rows.get("generation")
         if not generation:
@@ -570,6 +602,9 @@ class Store:
         self._closing = False
         self._broken = False  # closing or failed: read without the lock on the append path
         self._writer_waiting = False  # set (under the lock) only while the writer sleeps
+        # Held by whoever runs a transaction: the writer thread, or a thread that commits
+        # what it queued itself (commit_here) when no commit is under way.
+        self._commit_lock = threading.Lock()
         self._failed: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="bridge-store-writer", daemon=True)
         self._thread.start()
@@ -587,13 +622,43 @@ class Store:
             raise StoreError(f"the store failed: {self._failed}")
         raise StoreError("the store is closed")
 
-    def _enqueue(self, item: Any) -> None:
+    def _enqueue(self, item: Any, wake: bool = True) -> None:
         # Without the lock. The writer sets _writer_waiting under the lock and then looks at the
         # queue once more before sleeping, so either it sees this item or we see the flag.
         self._queue.append(item)
+        if wake and self._writer_waiting:
+            with self._lock:
+                self._work.notify()
+
+    def wake_writer(self) -> None:
+        """Make the writer thread commit what is queued (after a ``wake=False`` add)."""
         if self._writer_waiting:
             with self._lock:
                 self._work.notify()
+
+    def commit_here(self) -> bool:
+        """Commit what is queued in the calling thread, when no commit is under way (one
+        transaction, then the parts are handed to their sinks, as the writer does). Saves
+        the hand-off to the writer thread for a lone part. Call it holding no turn's lock.
+
+        Returns:
+            True when this thread committed; False when a commit is under way (whoever runs
+            it takes what is queued next: nothing is left behind) or the store is closing or
+            failed (the writer drains what is queued).
+        """
+        if self._broken or not self._queue:
+            return False
+        if not self._commit_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._broken:
+                return False
+            self._round()
+        finally:
+            self._commit_lock.release()
+        if self._queue:  # queued meanwhile by threads that found the commit under way
+            self.wake_writer()
+        return True
 
     def submit(self, *ops: Op) -> int:
         """Queue ``ops``; they are committed together, in order, after everything queued before.
@@ -651,6 +716,8 @@ class Store:
             def done() -> bool:
                 return self._committed >= ticket or self._failed is not None
 
+        if not done():
+            self.commit_here()  # commit it here rather than wait for the writer's turn
         with self._lock:
             ok = self._done.wait_for(done, timeout)
             if self._failed is not None:
@@ -669,25 +736,39 @@ class Store:
                     self._writer_waiting = False
                     if not queue:
                         return
-            items: List[Any] = []
-            try:
-                while True:
-                    items.append(queue.popleft())
-            except IndexError:
-                pass
-            try:
-                published, ticket = self._write(items)
-            except BaseException as exc:  # noqa: BLE001 - any failure ends durability
-                self._fail(exc)
-                return
-            self._publish(published)
-            with self._lock:
-                for buffer, end in published[0]:
-                    buffer.committed = end
-                if ticket:
-                    self._committed = ticket
-                self._done.notify_all()
-                self._room.notify_all()
+            with self._commit_lock:
+                while queue:  # group commit: what queued meanwhile goes in the next round
+                    if not self._round():
+                        return
+
+    def _round(self) -> bool:
+        """Run everything queued in one transaction and publish it; the caller holds the
+        commit lock. Returns False when the write failed (the store is failed from then on)."""
+        queue = self._queue
+        if self._failed is not None:
+            return False
+        items: List[Any] = []
+        try:
+            while True:
+                items.append(queue.popleft())
+        except IndexError:
+            pass
+        if not items:
+            return True
+        try:
+            published, ticket = self._write(items)
+        except BaseException as exc:  # noqa: BLE001 - any failure ends durability
+            self._fail(exc)
+            return False
+        self._publish(published)
+        with self._lock:
+            for buffer, end in published[0]:
+                buffer.committed = end
+            if ticket:
+                self._committed = ticket
+            self._done.notify_all()
+            self._room.notify_all()
+        return True
 
     def _write(
         self, items: List[Any]
@@ -802,6 +883,11 @@ class Store:
         if self._thread.is_alive():
             log.error("store writer did not finish within %s s", timeout)
             return
+        # Held for good from here: the connection closes under no commit (commit_here gives up
+        # on a broken store before it takes the lock).
+        if not self._commit_lock.acquire(timeout=timeout):  # a commit_here still under way
+            log.error("a commit did not finish within %s s", timeout)
+            return
         with self._read_lock:
             self._reader.close()
         if self._failed is None:
@@ -854,6 +940,18 @@ class Store:
         """
         with self._read_lock:
             return _load_parts(self._reader, turn_id)
+
+    def load_always(self, session_id: str) -> List[str]:
+        """Return the tool names session ``session_id`` allowed always (committed), sorted."""
+        rows = self._query(
+            "SELECT tool_name FROM approval_always WHERE session_id = ? ORDER BY tool_name", (session_id,)
+        )
+        return [row[0] for row in rows]
+
+    def load_messages_taken(self, turn_id: str) -> int:
+        """Return how many user messages the completed steps of ``turn_id`` took (0 if none)."""
+        rows = self._query("SELECT taken FROM turn_messages WHERE turn_id = ?", (turn_id,))
+        return int(rows[0][0]) if rows else 0
 
     def counts(self) -> Dict[str, int]:
         """Return ``{"sessions": n, "turns": n, "running": n}`` of what is committed."""

@@ -1,8 +1,9 @@
 """Sessions and turns inside the bridge: runs each turn in its own thread, appends its parts
 to the store, wakes its readers, and continues turns a restart left unfinished.
 
-- Stored first: a part reaches a reader only through :meth:`Turn.publish`, which the store's writer
-  calls after the commit.
+- Stored first: a part reaches a reader only through :meth:`Turn.publish_segment`, which the
+  thread that committed it (the store's writer, or the emitting thread itself) calls after the
+  commit; that thread then pokes the turn's ReadTurn streams, which send at once if they may.
 - Turns outlive readers: a turn runs in its thread whoever reads it; readers read the in-memory committed log
   (:meth:`Turn.take`) from their own offsets, as many at once as like.
 - After a restart: :meth:`TurnManager.start_turn` on a turn that is in the store but unfinished and not
@@ -10,8 +11,10 @@ to the store, wakes its readers, and continues turns a restart left unfinished.
   checkpoint of the last completed step, and runs the driver from there.
 
 Lock order (never the other way round): ``TurnManager._lock`` → ``Turn.append_lock`` →
-the store's lock. The store's writer takes ``Turn.append_lock`` alone (to take the turn's
-buffered parts) and ``Turn._cond`` alone (to publish).
+the store's lock. A committing thread (the store's writer, or one in
+:meth:`~bridge_client.bridge.store.Store.commit_here`, which holds none of these) takes
+``Turn.append_lock`` alone (to take the turn's buffered parts) and ``Turn._cond`` alone (to
+publish), and pokes the streams holding neither.
 
 Hot path: a driver's part is encoded once (:func:`~bridge_client.bridge.store.part_text`)
 and that one string is the SQLite segment's content, the in-memory log's entry, and what
@@ -27,9 +30,10 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
-from ..errors import Overloaded, RevisionExhausted, SessionNotFound, TurnConflict, TurnNotFound
+from ..errors import ApprovalsUnsupported, MessagesUnsupported, Overloaded, RevisionExhausted
+from ..errors import SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import (
     FINISH_REASONS,
     MAX_OPEN_REVISION,
@@ -40,6 +44,7 @@ from ..wire.parts import (
     TurnState,
     part_from_dict,
 )
+from .approvals import AlwaysAllowed, Append, TurnInteraction
 from .driver import Driver, TurnContext, TurnResult
 from .store import (
     MAX_PENDING,
@@ -52,6 +57,8 @@ from .store import (
     Ticket,
     checkpoint_op,
     finish_op,
+    _encode_str,
+    _utf8_checked,
     json_text,
     part_text,
     session_op,
@@ -100,6 +107,7 @@ def iso_now() -> str:
 
 
 _dumps = json_text
+_monotonic = time.monotonic
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -122,7 +130,7 @@ class Session:
             when the host opens the session on its new connection.
     """
 
-    __slots__ = ("id", "revision", "data", "closed", "env")
+    __slots__ = ("id", "revision", "data", "closed", "env", "approvals", "approval_timeout")
 
     def __init__(self, session_id: str, revision: int, data: Any, closed: bool = False) -> None:
         self.id = session_id
@@ -130,6 +138,9 @@ class Session:
         self.data = data
         self.closed = closed
         self.env: Dict[str, str] = {}
+        # OpenSession's interactive settings: in memory, like env (every connection sends them).
+        self.approvals = False
+        self.approval_timeout: Optional[float] = None
 
     def state(self) -> SessionState:
         """Return the state as a :class:`SessionState` value."""
@@ -176,8 +187,12 @@ class Turn:
         # (still running, maybe) writes nothing more and changes no status.
         self.forced = False
         self.ctx: Optional[TurnContext] = None
+        self.interaction: Optional[TurnInteraction] = None  # set by the manager
         # Committed side (published by the store's writer): _cond.
         self._cond = threading.Condition()
+        # The ReadTurn streams of this turn (the server's): each is poked after every publish,
+        # in the committing thread, so that it can send at once (see Reader).
+        self.readers: "Set[Reader]" = set()
         self.texts: List[str] = []
         self.metas: List[Tuple[Optional[int], int, str]] = []
         self.discarded: Set[Tuple[Optional[int], int]] = set()
@@ -193,7 +208,8 @@ class Turn:
         )
 
     def publish_segment(self, texts: List[str], metas: List[Meta], marks: List[Meta]) -> None:
-        """Add committed parts (store writer thread) and wake every reader.
+        """Add committed parts (in the committing thread), wake every reader and poke the
+        turn's streams.
 
         Args:
             texts: their JSON texts; metas: their ``(step, attempt, type)``; marks: the metas of
@@ -208,6 +224,23 @@ class Turn:
                 elif kind == "turn-finish":
                     self.complete = True
             self._cond.notify_all()
+            readers = list(self.readers) if self.readers else None
+        if readers:
+            for reader in readers:
+                try:
+                    reader.poke()
+                except Exception:  # a reader's bug must not stop the committing thread
+                    log.exception("turn %s: waking a reader failed", self.id)
+
+    def add_reader(self, reader: "Reader") -> None:
+        """Poke ``reader`` after every publish from now on (until :meth:`remove_reader`)."""
+        with self._cond:
+            self.readers.add(reader)
+
+    def remove_reader(self, reader: "Reader") -> None:
+        """Stop poking ``reader``."""
+        with self._cond:
+            self.readers.discard(reader)
 
     def load(self, parts: List[StoredPart]) -> None:
         """Fill a turn read back from the store with its committed parts."""
@@ -278,6 +311,15 @@ class Turn:
                 size += len(text)
                 position += 1
             return out, position, self.complete and position >= n
+
+
+class Reader(Protocol):
+    """What :meth:`Turn.publish_segment` pokes: a ReadTurn stream of the server."""
+
+    def poke(self) -> None:
+        """New committed parts: send them now if the stream may (called in the committing
+        thread, holding no lock of the turn or the store; must not block for long)."""
+        ...
 
 
 class _Progress(NamedTuple):
@@ -356,6 +398,14 @@ def _check_room(session: Session) -> None:
         )
 
 
+_INLINE_GAP = 0.001
+"""Seconds since a driver's previous part after which its part is committed in its own thread
+(:meth:`~bridge_client.bridge.store.Store.commit_here`): a paced stream's lone delta goes to the
+log and to its readers without a thread hand-off. A driver that emits faster hands its parts to
+the store's writer, which commits what queued meanwhile together (group commit). Neither way
+waits for company."""
+
+
 class _Sink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
@@ -364,6 +414,21 @@ class _Sink:
         self._turn = turn
         assert turn.buffer is not None
         self._buffer = turn.buffer
+        self._store = manager._store
+        self._last = 0.0  # monotonic end of the previous emit
+        # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
+        self._key: Tuple[str, Optional[int], int] = ("", None, 0)
+        self._head = self._tail = ""
+        self._meta: Meta = (None, 0, "")
+
+    def _commit(self) -> None:
+        """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
+        now = _monotonic()
+        if now - self._last < _INLINE_GAP:
+            self._store.wake_writer()
+        elif self._store.commit_here():
+            now = _monotonic()
+        self._last = now
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
         """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
@@ -374,13 +439,46 @@ class _Sink:
             index = turn.next_index
             text = part_text(kind, index, step, attempt, fields)
             try:
-                pending = self._buffer.add(index, text, (step, attempt, kind))
+                pending = self._buffer.add(index, text, (step, attempt, kind), (), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = index + 1
             if kind == "step-start" and step is not None:
                 turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        self._commit()
+        if pending >= MAX_PENDING:
+            self._manager._wait_room(turn)
+        return index
+
+    def emit_text(self, kind: str, step: Optional[int], attempt: int, text: str) -> int:
+        """Append one part of a text kind, ``{"text": text}``; return its index (the per-delta
+        path of a streaming driver: :meth:`emit` without the dict and the general encoding).
+        Raises ValueError for a lone surrogate (nothing is appended then)."""
+        turn = self._turn
+        key = (kind, step, attempt)
+        if key != self._key:
+            self._key = key
+            self._head = '{"type":"%s","index":' % kind
+            where = "null" if step is None else "%d" % step
+            self._tail = ',"step":%s,"attempt":%d,"text":' % (where, attempt)
+            self._meta = (step, attempt, kind)
+        if not text.isascii():
+            _utf8_checked(text)
+        encoded = _encode_str(text)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            try:
+                pending = self._buffer.add(
+                    index, self._head + str(index) + self._tail + encoded + "}", self._meta, (), False
+                )
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return index
@@ -397,11 +495,12 @@ class _Sink:
             first = turn.next_index
             encoded = text_parts(kind, first, step, attempt, texts)
             try:
-                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded))
+                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded), False)
             except StoreError:
                 turn.abandoned = True
                 raise _Abandoned() from None
             turn.next_index = first + len(encoded)
+        self._commit()
         if pending >= MAX_PENDING:
             self._manager._wait_room(turn)
         return first
@@ -470,11 +569,16 @@ class TurnManager:
         self._finished: "OrderedDict[str, None]" = OrderedDict()
         self._running = 0
         self._closing = False
+        self._always = AlwaysAllowed(store)
 
     # ------------------------------------------------------------------ RPCs
 
     def open_session(
-        self, session_id: str, state: Optional[SessionState], env: Optional[Dict[str, str]] = None
+        self,
+        session_id: str,
+        state: Optional[SessionState],
+        env: Optional[Dict[str, str]] = None,
+        interactive: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, Any]:
         """``OpenSession``: keep whichever of the stored copy and ``state`` has the higher
         revision; a new session starts at revision 0 with the driver's initial data. Re-opens
@@ -487,10 +591,20 @@ class TurnManager:
         Returns:
             The SessionState JSON object.
 
+        ``interactive`` (``{"approvals", "approval_timeout"}``) is held like ``env``.
+
         Raises:
             RevisionExhausted: the bridge's own copy is above ``MAX_OPEN_REVISION`` (the host's
                 is checked when the payload is decoded).
+            ApprovalsUnsupported: approvals on, and the driver cannot ask.
         """
+        approvals = bool(interactive and interactive.get("approvals"))
+        if approvals and not getattr(self._driver, "supports_approvals", False):
+            raise ApprovalsUnsupported(
+                f"the {self._agent_id} agent cannot ask before it runs a tool: open the session "
+                "with approvals off",
+                sessionId=session_id,
+            )
         with self._lock:
             self._check_open()
             session = self._get_session(session_id)
@@ -512,6 +626,8 @@ class TurnManager:
                     session.revision, session.data = state.revision, state.data
                 session.closed = False
             session.env = dict(env or {})
+            session.approvals = approvals
+            session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
             ticket = self._store.submit(session.op())
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
@@ -615,6 +731,8 @@ class TurnManager:
                 raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
             if turn.status == "running":
                 turn.cancelled.set()
+                if turn.interaction is not None:
+                    turn.interaction.wake()  # a driver waiting for an answer denies it (cancel)
                 if turn.thread is not None:
                     self._watch_grace(turn, turn.thread)
             elif turn.status == "orphan":
@@ -627,6 +745,73 @@ class TurnManager:
         if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}
+
+    def answer_approval(
+        self,
+        session_id: str,
+        turn_id: str,
+        request_id: str,
+        decision: str,
+        message: Optional[str],
+        by: str,
+    ) -> Dict[str, Any]:
+        """``AnswerApproval`` (see :mod:`~bridge_client.bridge.approvals`).
+
+        Returns:
+            The recorded answer ``{"requestId", "decision", "message", "by"}``.
+
+        Raises:
+            TurnNotFound, ApprovalNotFound, ApprovalExpired, ApprovalConflict.
+        """
+        interaction = self._interaction_of(session_id, turn_id)
+        try:
+            return interaction.answer(request_id, decision, message, by)
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
+    def send_message(self, session_id: str, turn_id: str, message_id: str, text: str) -> Dict[str, Any]:
+        """``SendMessage``: record a user message for a turn (once per message id).
+
+        Returns:
+            ``{"messageId", "index"}``.
+
+        Raises:
+            TurnNotFound, MessagesUnsupported, TurnNotRunning, BadRequest.
+        """
+        if not getattr(self._driver, "supports_messages", False):
+            raise MessagesUnsupported(
+                f"the {self._agent_id} agent cannot take messages during a turn", turnId=turn_id
+            )
+        interaction = self._interaction_of(session_id, turn_id)
+        turn = self._turns.get(turn_id)
+        assert turn is not None
+        try:
+            return interaction.send(message_id, text, self._appender(turn))
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
+    def _interaction_of(self, session_id: str, turn_id: str) -> TurnInteraction:
+        with self._lock:
+            self._check_open()
+            turn = self._get_turn(turn_id)
+            if turn is None or turn.session_id != session_id or turn.interaction is None:
+                raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
+            return turn.interaction
+
+    def _appender(self, turn: Turn) -> Append:
+        def append(
+            kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any], extra: Sequence[Op]
+        ) -> Tuple[int, Ticket]:
+            return self._append(turn, kind, step, attempt, fields, extra)
+
+        return append
+
+    def _new_interaction(self, turn: Turn) -> TurnInteraction:
+        def wait(ticket: Ticket) -> None:
+            self._store.wait(ticket, self._commit_timeout)
+
+        turn.interaction = TurnInteraction(turn.id, turn.session_id, self._always, wait)
+        return turn.interaction
 
     @property
     def running(self) -> int:
@@ -654,6 +839,8 @@ class TurnManager:
             with turn.append_lock:
                 turn.abandoned = True
             turn.cancelled.set()
+            if turn.interaction is not None:
+                turn.interaction.wake()
         closer = getattr(self._driver, "close", None)
         if callable(closer):
             try:
@@ -697,6 +884,7 @@ class TurnManager:
             "finished" if finished else "orphan",
         )
         turn.load(parts)
+        self._new_interaction(turn).load(parts, self._store.load_messages_taken(turn_id))
         turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, turn.next_index)
         self._turns[turn_id] = turn
         if finished:
@@ -770,9 +958,10 @@ class TurnManager:
             session = self._sessions[turn.session_id]
             checkpoint = session.state()
             fields = {"finishReason": finish_reason, "usage": usage}
-            self._append(
-                turn, "step-finish", step, attempt, fields, (checkpoint_op(turn.id, checkpoint.to_dict()),)
-            )
+            ops: Tuple[Op, ...] = (checkpoint_op(turn.id, checkpoint.to_dict()),)
+            if turn.interaction is not None:  # the user messages this step took are its for good
+                ops += turn.interaction.finish_ops()
+            self._append(turn, "step-finish", step, attempt, fields, ops)
             turn.checkpoint = checkpoint
 
     def _set_state(self, turn: Turn, data: Any, step: Optional[int], attempt: int) -> SessionState:
@@ -796,6 +985,8 @@ class TurnManager:
         force: bool = False,
     ) -> Ticket:
         """Close a step left open, then append ``turn-finish`` with the turn's status."""
+        if turn.interaction is not None:
+            turn.interaction.finishing()  # no user-message may follow turn-finish
         if open_step is not None:
             self._append(
                 turn,
@@ -833,6 +1024,7 @@ class TurnManager:
         ).to_dict()
         checkpoint = session.state()
         turn = Turn(turn_id, session.id, prompt, checkpoint, "running")
+        self._new_interaction(turn)
         launch = self._spawn(turn)  # first: a turn that cannot run is not written (Overloaded)
         try:
             turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
@@ -932,6 +1124,14 @@ class TurnManager:
     def _launch(
         self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState, launch: "_Launch"
     ) -> None:
+        session = self._sessions[turn.session_id]
+        interaction = turn.interaction or self._new_interaction(turn)
+        sink = interaction.begin_run(
+            approvals=session.approvals,
+            timeout=session.approval_timeout,
+            cancelled=turn.cancelled,
+            append=self._appender(turn),
+        )
         ctx = TurnContext(
             prompt=turn.prompt,
             session_id=turn.session_id,
@@ -941,7 +1141,8 @@ class TurnManager:
             steps=steps,
             cancelled=turn.cancelled,
             sink=_Sink(self, turn),
-            env=self._sessions[turn.session_id].env,
+            env=session.env,
+            interactive=sink,
         )
         turn.status = "running"
         turn.ctx = ctx
@@ -969,6 +1170,8 @@ class TurnManager:
             log.exception("turn %s: could not write its end", turn.id)
         finally:
             ctx.close()
+            if turn.interaction is not None:
+                turn.interaction.end_run()
             with self._lock:
                 # A forced turn was finished and counted out by the manager (cancel grace).
                 if not turn.forced:

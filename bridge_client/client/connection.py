@@ -48,6 +48,8 @@ class StreamClosed(Exception):
 _HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
 _FLOOD_LIMIT = 16 * _HIGH_WATER  # values buffered, with the Ack held back, before the bridge is at fault
 _ids = itertools.count(1)
+_CHUNK_HEAD = b'{"_tag":"Chunk","requestId":"'  # how our bridge starts a Chunk (string ids)
+_ACK = b'{"_tag":"Ack","requestId":"%s"}'
 
 
 def _failure_error(exit_value: Failure) -> Exception:
@@ -445,12 +447,37 @@ class Connection:
                     p.outcome = error
                 p.cond.notify_all()
 
-    def _route(self, message: frames.BridgeMessage) -> None:
+    def _ack_early(self, data: Any) -> Optional[str]:
+        """Ack a Chunk as soon as its frame is in, before its JSON is parsed, when its stream's
+        buffer has room (the ack the routing would send anyway): the bridge prepares the next
+        Chunk while this one is decoded. Returns the request id acked, or ``None``."""
+        if type(data) is not bytes or not data.startswith(_CHUNK_HEAD):
+            return None
+        end = data.find(b'"', len(_CHUNK_HEAD))
+        if end < 0:
+            return None
+        request_id = data[len(_CHUNK_HEAD) : end].decode("ascii", "replace")
+        with self._lock:
+            p = self._pending.get(request_id)
+        if p is None or not p.stream:
+            return None
+        with p.cond:
+            if p.ack_owed or len(p.values) >= _HIGH_WATER or p.outcome is not None:
+                return None
+        self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
+        return request_id
+
+    def _route(self, message: frames.BridgeMessage, acked: Optional[str] = None) -> None:
         if isinstance(message, Chunk):
             with self._lock:
                 p = self._pending.get(str(message.request_id))
             if p is None or not p.stream:
                 return  # a late chunk of an interrupted stream
+            if acked is not None and acked == p.id:
+                with p.cond:
+                    p.values.extend(message.values)
+                    p.cond.notify()
+                return
             with p.cond:
                 if p.ack_owed and len(p.values) >= _FLOOD_LIMIT:
                     # We held back the Ack and the bridge sent on anyway, far past our buffer:
@@ -498,8 +525,9 @@ class Connection:
                         if self._closed:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
+                    acked = self._ack_early(data)
                     for obj in frames.parse_frame(data):
-                        self._route(frames.bridge_message(obj))
+                        self._route(frames.bridge_message(obj), acked)
                 if now - self._last_ping >= self._ping_interval:
                     self._last_ping = now
                     self._ws.send(frames.encode(Ping()))

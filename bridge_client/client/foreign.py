@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..bridge import identity
 from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
+from ..wire import rpcs
 from ..wire.parts import HelloResult, TurnState
 from . import launcher
 from .connection import Connection
@@ -64,6 +65,7 @@ class ForeignBridge:
         self.bridge_id = state.bridge_id
         self._session = session
         self._agent_id = state.agent_id
+        self._turn_session_id = state.session_id
         self._lock = threading.Lock()
         self._conn: Optional[Connection] = None
         self._hello: Optional[HelloResult] = None
@@ -128,6 +130,11 @@ class ForeignBridge:
             except (BridgeLaunchError, TemplateError) as exc:
                 first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ForeignBridgeGone(f"bridge {self.bridge_id} cannot be launched: {first_line}") from exc
+            try:
+                self._open_session(conn)
+            except BaseException:
+                conn.close()
+                raise
             self._conn, self._hello = conn, hello
             log.debug("turn's bridge %s reached (instance %s)", self.bridge_id, hello.instance)
         with self._cond:
@@ -135,6 +142,18 @@ class ForeignBridge:
         name = f"bridge-client-idle-turn-{self.bridge_id[:8]}"
         threading.Thread(target=self._idle_loop, args=(conn,), name=name, daemon=True).start()
         return conn
+
+    def _open_session(self, conn: Connection) -> None:
+        """Give that bridge the session's environment for the turn's session there, as
+        every new connection of the session's own bridge does: a relaunched bridge holds
+        none, and the turn's unfinished step runs again there when the read asks for it. The
+        bridge keeps its own copy of the session state (none is sent). Without an environment
+        nothing is sent: that bridge's session stays as the turn left it."""
+        env = self._session._opts.env
+        if not env:
+            return
+        payload = {"sessionId": self._turn_session_id, "state": None, "env": env.revealed()}  # type: ignore[attr-defined]
+        conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self._session._opts.request_timeout)
 
     def _idle_loop(self, conn: Connection) -> None:
         """Close ``conn`` once it has gone unused for ``idle_timeout``; end when it closes."""

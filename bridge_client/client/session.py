@@ -327,6 +327,9 @@ class Session:
                 env = self._opts.env
                 if env:  # on every new connection, so a restarted bridge has it again (C07)
                     payload["env"] = env.revealed()  # type: ignore[attr-defined]
+                interactive = self._opts.interactive_payload()
+                if interactive is not None:  # approvals on: so is every new connection's session
+                    payload["interactive"] = interactive
                 value = conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self._opts.request_timeout)
                 state = SessionState.from_dict(value)
                 with self._cond:

@@ -14,12 +14,14 @@ All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
 Exactly once, even under ``KeyboardInterrupt``: a signal handler's exception can surface at
 almost any bytecode of the reading thread. The read state therefore lives in one tuple,
 ``Turn._st`` (the batch of parts received, how many were yielded, the yielded steps, finish and
-start, and a :class:`_Received` with the read cursor), and it changes by replacing that tuple in
+start, a :class:`_Received` with the read cursor, and how many text chunks count for
+:meth:`Turn.text`), and it changes by replacing that tuple in
 one attribute store. ``__next__`` stores the advanced position as its last act before
 ``return`` (on CPython >= 3.11 no interrupt is delivered between those two bytecodes; on 3.9
 and 3.10 a ``try`` puts the old position back), and a batch received is published in one store
 with the cursor that follows it. Work done before a store that an interrupt cut short is done
-again (it is idempotent: a text delta already last in the text list is not added twice). Values
+again (it is idempotent: a text delta's string is put at its place in the text list, a slice
+assignment, whatever was there after it). Values
 taken from the stream are kept (``Turn._raw``) until their batch is published, and their
 conversion goes on from a checkpoint after an interrupt; values a take lost before they were
 kept are read again: the stream counts as dirty from the take until the values are kept, and a
@@ -35,6 +37,8 @@ from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, Se
 from ..errors import TurnStalled
 from ..wire import rpcs
 from ..wire.parts import (
+    ApprovalAnswer,
+    ApprovalRequest,
     Part,
     SessionStateChanged,
     StartTurnResult,
@@ -44,9 +48,13 @@ from ..wire.parts import (
     TurnFinish,
     TurnStart,
     TurnState,
+    UserMessage,
     part_from_dict,
 )
 from .connection import END, Connection, Stream, StreamClosed
+from .interactive import RecordedAnswer, RequestRef, TurnApprovals
+from .interactive import answer as _answer
+from .interactive import say as _say
 from .foreign import ForeignBridge, ForeignBridgeGone
 from .resend import FIRST_BACKOFF, MAX_BACKOFF
 
@@ -119,9 +127,9 @@ class Turn:
         self._cancel_requested = False
         # The read state, replaced in one store (see the module docstring): (the parts of the
         # last batch received, how many of them were yielded, steps yielded, turn-finish
-        # yielded, turn-start yielded, the cursor).
-        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received] = (
-            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False)
+        # yielded, turn-start yielded, the cursor, text chunks yielded).
+        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received, int] = (
+            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False), 0
         )
         # Values taken from the stream and being converted: (their batch number, the values,
         # the parts converted so far), and a checkpoint of that conversion (batch number, parts
@@ -143,14 +151,20 @@ class Turn:
         self._lost_since: Optional[float] = None
         # When the bridge first restarted since the last step completed (the crash-loop bound).
         self._restarted_since: Optional[float] = None
-        # The text deltas accounted; the last one may be the part not yet yielded (a leftover of
-        # an interrupted __next__: text() leaves it out, the next __next__ does not add it again).
-        self._texts: List[TextDelta] = []
+        # The text of the text deltas yielded: their strings (only the first _st[6] count: one
+        # more may be a leftover of an interrupted __next__), and the runs of one (step,
+        # attempt) as (step, attempt, position of its first string), for step-reset. No part
+        # object is kept for text().
+        self._texts: List[str] = []
+        self._runs: List[Tuple[Optional[int], int, int]] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
         self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
         # The store generation of the turn state continue_turn() was given (B10), until a
         # turn-start says which log is read.
         self._known_generation: Optional[str] = None
+        # Approval requests seen, and those the approve= policy has still to answer.
+        self._approvals = TurnApprovals(getattr(session._opts, "approve", None))
+        self._due = self._approvals.due
 
     # ------------------------------------------------------------------ public
 
@@ -197,6 +211,8 @@ class Turn:
         if self._suspended:  # suspended from another thread: reading stops (C11)
             self._suspended = False
             raise StopIteration
+        if self._due:  # requests yielded before: the approve= policy answers them now
+            self._approvals.run_policy(self)
         st = self._st
         parts, taken = st[0], st[1]
         if taken >= len(parts):
@@ -210,19 +226,20 @@ class Turn:
                 self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
         part = parts[taken]
-        steps, finish, started, rx = st[2], st[3], st[4], st[5]
+        steps, finish, started, rx, ntext = st[2], st[3], st[4], st[5], st[6]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
-        kind = type(part)  # exact types (part_from_dict builds them): isinstance on these
-        # ABC-derived classes takes ~0.4 us per miss, and a delta missed all of them
+        kind = type(part)  # exact types (part_from_dict builds them)
         if kind is TextDelta:
-            texts = self._texts
-            if not texts or texts[-1] is not part:
-                texts.append(part)  # type: ignore[arg-type]
+            self._texts[ntext:] = (part.text,)  # type: ignore[attr-defined]
+            runs = self._runs
+            if not runs or runs[-1][0] != part.step or runs[-1][1] != part.attempt:
+                runs.append((part.step, part.attempt, ntext))
+            ntext += 1
         elif kind is StepFinish:
             steps += 1
         else:
-            steps, finish, started = self._account(part, steps, finish, started)
-        new = (parts, taken + 1, steps, finish, started, rx)
+            steps, finish, started, ntext = self._account(part, steps, finish, started, ntext)
+        new = (parts, taken + 1, steps, finish, started, rx, ntext)
         try:
             self._st = new  # the part is yielded: nothing may run between this store and return
             return part
@@ -279,17 +296,77 @@ class Turn:
         value = self._session._call(rpcs.CANCEL_TURN, payload, link=self._link)
         return StartTurnResult.from_dict(value)
 
+    # ------------------------------------------------------------------ interactive turns
+
+    @property
+    def pending_approvals(self) -> List[ApprovalRequest]:
+        """The approval requests yielded so far that have no answer yet (no
+        ``approval-answer`` part yielded for them, their attempt not reset, the turn not
+        finished), oldest first. It never reads: iterate the turn to see new requests and
+        answers."""
+        return list(self._approvals.pending.values())
+
+    def approve(
+        self, request: RequestRef, always: bool = False, message: Optional[str] = None
+    ) -> RecordedAnswer:
+        """Allow the tool call an approval request asks about (``AnswerApproval``).
+
+        Safe to call twice, from any thread and any host holding the turn: the bridge records
+        the first answer, and the same decision again gets that record back. Sent again over
+        a new connection after a drop, within the resend window.
+
+        Args:
+            request: the :class:`~bridge_client.wire.parts.ApprovalRequest` part, or its
+                request id (``str``).
+            always: ``True`` answers ``allow-always``: the session remembers it for that
+                tool name and later requests for the tool are allowed without asking (also
+                after the bridge restarts).
+            message: words for the agent, or ``None``.
+
+        Returns:
+            The :class:`~bridge_client.client.interactive.RecordedAnswer`.
+
+        Raises:
+            ApprovalConflict: the request was answered otherwise before (``.recorded`` is
+                that answer). ApprovalExpired: the request can no longer be answered (its
+                attempt was abandoned after a bridge restart, it timed out, the turn was
+                cancelled or finished). ApprovalNotFound: the turn has no such request.
+            BridgeUnavailable, SessionReleased: as for every request.
+        """
+        return _answer(self, request, "allow-always" if always else "allow-once", message)
+
+    def deny(self, request: RequestRef, message: Optional[str] = None) -> RecordedAnswer:
+        """Deny the tool call an approval request asks about; ``message`` tells the agent why.
+        Idempotent and resent like :meth:`approve`, with the same errors."""
+        return _answer(self, request, "deny", message)
+
+    def say(self, text: str, message_id: Optional[str] = None) -> str:
+        """Add a user message to the running turn (``SendMessage``): the bridge records it as a
+        ``user-message`` part, in order, and the agent takes it when it can (at once, or at
+        its next step).
+
+        Args:
+            text: the message (at most 1 MiB of UTF-8).
+            message_id: its id (1 to 128 letters, digits, ``. _ : @ -``); default a random one.
+                Sending the same id again adds nothing (resent safely after a drop).
+
+        Returns:
+            The message id.
+
+        Raises:
+            TurnNotRunning: the turn finished. MessagesUnsupported: the turn's agent cannot
+                take messages. BadRequest: the same id was sent with another text, or a bad
+                id or text. BridgeUnavailable, SessionReleased: as for every request.
+        """
+        return _say(self, text, message_id)
+
     def text(self) -> str:
         """The text of the text-delta parts yielded so far, with reset attempts removed.
 
         It never reads: iterate the turn to its end first (``for part in turn: ...``) for the
         whole text. Before the first part is yielded it is ``""``.
         """
-        texts, st = self._texts, self._st
-        parts, taken = st[0], st[1]
-        if texts and taken < len(parts) and texts[-1] is parts[taken]:
-            texts = texts[:-1]  # accounted by a __next__ that an interrupt cut short: not yielded
-        return "".join(t.text for t in texts)
+        return "".join(self._texts[: self._st[6]])
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -401,7 +478,7 @@ class Turn:
     def _set_cursor(self, **changes: Any) -> None:
         """Replace fields of the cursor (one store; only between batches)."""
         st = self._st
-        self._st = st[:5] + (st[5]._replace(**changes),)
+        self._st = st[:5] + (st[5]._replace(**changes), st[6])
 
     def _check_restart_bound(self) -> None:
         """The crash-loop bound: a bridge that restarts again and again while no step of the
@@ -435,7 +512,7 @@ class Turn:
         st = self._st
         steps = st[2] if st[4] else 0
         rx = st[5]._replace(offset=0, after_step=0, steps=0, done=False)
-        self._st = (st[0], st[1], steps, st[3], st[4], rx)
+        self._st = (st[0], st[1], steps, st[3], st[4], rx, st[6])
         self._instance = None
         self._restarted_since = self._lost_since = None
 
@@ -629,16 +706,29 @@ class Turn:
             self._restarted_since = None
         st = self._st
         # One store publishes the batch and the cursor after it (the old batch was all yielded).
-        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done))
+        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done), st[6])
 
     def _account(
-        self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool
-    ) -> Tuple[int, Optional[TurnFinish], bool]:
+        self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool, ntext: int
+    ) -> Tuple[int, Optional[TurnFinish], bool, int]:
         """Bookkeeping for a part the caller is about to get, other than a text delta or a
-        step-finish: returns the new (steps, finish, started). Idempotent (see ``__next__``)."""
+        step-finish: returns the new (steps, finish, started, text chunks). Idempotent (see
+        ``__next__``)."""
         if isinstance(part, StepReset):
             dropped = (part.step, part.discarded_attempt)
-            self._texts = [t for t in self._texts if (t.step, t.attempt) != dropped]
+            runs = self._runs
+            ntext = min(ntext, len(self._texts))
+            if any((s, a) == dropped for s, a, _ in runs):
+                texts: List[str] = []
+                kept: List[Tuple[Optional[int], int, int]] = []
+                bounds = [r[2] for r in runs[1:]] + [ntext]
+                for (s, a, first), end in zip(runs, bounds):
+                    if (s, a) != dropped and first < end:
+                        kept.append((s, a, len(texts)))
+                        texts.extend(self._texts[first:end])
+                self._texts, self._runs = texts, kept  # one store each; again: nothing dropped
+                ntext = len(texts)
+            self._approvals.seen(part)
         elif isinstance(part, SessionStateChanged):
             # Only this session's own state (a continued turn may belong to another session).
             if part.state.session_id == self._session.id:
@@ -647,13 +737,17 @@ class Turn:
                     self._adopted_state = True
         elif isinstance(part, TurnFinish):
             finish = part
+            self._approvals.seen(part)
+        elif isinstance(part, (ApprovalRequest, ApprovalAnswer, UserMessage)):
+            self._approvals.seen(part)
         elif isinstance(part, TurnStart):
             if part.index == 0 and started:
                 # The turn runs again from its prompt (its bridge lost it, C14): a new log.
-                self._texts = []
-                steps = 0
+                self._texts, self._runs = [], []
+                steps, ntext = 0, 0
+                self._approvals.seen(part)
             started = True
-        return steps, finish, started
+        return steps, finish, started, ntext
 
     def _close_stream(self) -> None:
         """Stop reading: close the stream, and the connection to a bridge of other options."""

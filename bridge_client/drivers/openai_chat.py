@@ -451,29 +451,51 @@ class OpenAIChatDriver:
         calls: Dict[int, List[str]] = {}
         finish: Optional[str] = None
         usage: Any = None
+        carry: Optional[Tuple[str, Any]] = None
         while True:
             if ctx.cancelled.is_set():
                 _abort(response)
                 return None
-            try:
-                kind, value = events.get(timeout=0.05)
-            except queue.Empty:
-                continue
+            if carry is not None:
+                (kind, value), carry = carry, None
+            else:
+                try:
+                    kind, value = events.get(timeout=0.05)
+                except queue.Empty:
+                    continue
             if kind == "end":
                 break
             if kind == "cut":
                 reader.join(1.0)
                 raise _Cut(value)
+            # The chunks already queued behind this one (one network read often holds several)
+            # go to the log as one batch of text deltas (ctx.texts): the same parts, one hand-off.
+            batch = [value]
+            while True:
+                try:
+                    more = events.get_nowait()
+                except queue.Empty:
+                    break
+                if more[0] != "chunk":
+                    carry = more  # "end" or "cut": handled on the next pass
+                    break
+                batch.append(more[1])
+            pending: List[str] = []
             try:
-                self._apply(ctx, value, text, calls)
+                for value in batch:
+                    self._apply(ctx, value, text, calls, pending)
+                _flush(ctx, pending)
             except BaseException:  # the bridge is stopping, or ctx refused a part
                 _abort(response)
                 raise
-            if value.get("usage"):
-                usage = value["usage"]
-            for choice in value.get("choices") or []:
-                if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get("finish_reason"):
-                    finish = str(choice["finish_reason"])
+            for value in batch:
+                if value.get("usage"):
+                    usage = value["usage"]
+                for choice in value.get("choices") or []:
+                    if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get(
+                        "finish_reason"
+                    ):
+                        finish = str(choice["finish_reason"])
         reader.join(1.0)
         if finish is None:
             raise _Cut("the stream ended before a finish_reason")
@@ -485,20 +507,43 @@ class OpenAIChatDriver:
         return _Answer("".join(text), tool_calls, finish, usage)
 
     @staticmethod
-    def _apply(ctx: TurnContext, chunk: Dict[str, Any], text: List[str], calls: Dict[int, List[str]]) -> None:
-        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``."""
+    def _apply(
+        ctx: TurnContext,
+        chunk: Dict[str, Any],
+        text: List[str],
+        calls: Dict[int, List[str]],
+        pending: Optional[List[str]] = None,
+    ) -> None:
+        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``.
+        With ``pending``, text deltas are added to it (the caller emits them with
+        :func:`_flush`) and any other part flushes it first, so the order stays the stream's."""
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
             for key in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(key), str) and delta[key]:
+                    if pending:
+                        _flush(ctx, pending)
                     ctx.reasoning(delta[key])
             if isinstance(delta.get("content"), str) and delta["content"]:
                 text.append(delta["content"])
-                ctx.text(delta["content"])
+                if pending is None:
+                    ctx.text(delta["content"])
+                else:
+                    pending.append(delta["content"])
             for frag in delta.get("tool_calls") or []:
                 _add_fragment(calls, frag)
+
+
+def _flush(ctx: TurnContext, pending: List[str]) -> None:
+    """Emit the text deltas gathered in ``pending`` (one ``ctx.text``, or one ``ctx.texts``
+    for several) and empty it."""
+    if len(pending) == 1:
+        ctx.text(pending[0])
+    elif pending:
+        ctx.texts(pending)
+    pending.clear()
 
 
 def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:

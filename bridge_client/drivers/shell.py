@@ -8,6 +8,19 @@ Each step: ``step-start``; ``tool-call`` (``shell``, ``{"command": line}``); the
 At the end the session state becomes ``{"commands": total run in the session}``. A failing
 command ends the turn with ``error`` unless ``keep_going``.
 
+With approvals on (``CreateSessionOptions(approvals=True)``), each step asks before its
+command runs: an ``approval-request`` for the tool ``shell``, input ``{"command": line}``,
+title ``shell: <line>``, after the ``tool-call``. A denied command does not run: its
+``tool-result`` is ``{"denied": true, "message": ...}`` (an error), the step finishes with
+``denied``, and the turn goes on with the next command. An ``allow-always`` answer allows every
+later command of the session.
+
+User messages (``Turn.say``) are further commands: at the start of each step the driver takes
+the next message, if one came, and runs its text as that step's command (before the prompt's
+remaining lines); after the prompt's last line it runs the messages that came meanwhile. The
+step's ``tool-call`` input then carries the message's id (``{"command": text, "messageId":
+id}``), which is how a turn continued after a restart tells the prompt's lines from messages.
+
 Commands get no stdin, run in a new session (process group) so that a timeout or a cancel
 kills the whole group, see the session's environment over the bridge's own (the variables
 the host gave the session), and never see a ``BRIDGE_CLIENT_*`` variable.
@@ -32,10 +45,11 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, List, NamedTuple, Optional, Set
+from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult, process_group_ended, process_group_started
 from ..driver_options import check_agent_options
+from ..wire.parts import ToolCall, ToolResult
 from .keeper import ProcessKeeper
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
@@ -64,6 +78,14 @@ class CommandResult(NamedTuple):
 _GATE = 'read -r _ || exit 125; exec </dev/null; _bc_line=$1; shift; eval "unset -v _bc_line; $_bc_line"'
 
 
+def _from_message(tool_input: Any) -> bool:
+    return isinstance(tool_input, dict) and "messageId" in tool_input
+
+
+def _denied(output: Any) -> bool:
+    return isinstance(output, dict) and output.get("denied") is True
+
+
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
     """SIGTERM the command's process group, then SIGKILL it after a short grace."""
     try:
@@ -89,6 +111,8 @@ class ShellDriver:
     """
 
     agent_id = "shell"
+    supports_approvals = True
+    supports_messages = True
 
     def __init__(self, timeout: float = 600.0, shell: str = "/bin/sh", keep_going: bool = False) -> None:
         self.timeout = timeout
@@ -103,19 +127,41 @@ class ShellDriver:
         return {"commands": 0}
 
     def run_turn(self, ctx: TurnContext) -> Optional[TurnResult]:
-        """Run the prompt's commands from ``ctx.completed_steps`` on, one per step."""
+        """Run the prompt's commands from ``ctx.completed_steps`` on, one per step, and the
+        user messages that come meanwhile (see the module docstring)."""
         commands = [line for line in ctx.prompt.splitlines() if line.strip()]
         data = ctx.state.data
         previous = data.get("commands", 0) if isinstance(data, dict) else 0
         previous = previous if isinstance(previous, int) else 0
-        ran = ctx.completed_steps  # the commands of completed steps ran before a restart
+        ran = 0  # commands this session ran in this turn (completed steps' before a restart too)
+        done = 0  # the prompt's lines whose step completed
+        for parts in ctx.steps:
+            call = next((p for p in parts if isinstance(p, ToolCall)), None)
+            done += 0 if isinstance(call, ToolCall) and _from_message(call.input) else 1
+            ran += 0 if any(isinstance(p, ToolResult) and _denied(p.output) for p in parts) else 1
         failure: Optional[str] = None
-        for line in commands[ctx.completed_steps :]:
-            if ctx.cancelled.is_set():
+        while not ctx.cancelled.is_set():
+            # One at a time: a message is taken by the step that runs it (handed again if that
+            # step's attempt is abandoned).
+            message = ctx.wait_message(0.0)
+            source: Dict[str, str] = {}
+            if message is not None:
+                line, source = message.text, {"messageId": message.message_id}
+            elif done < len(commands):
+                line = commands[done]
+            else:
                 break
             step = ctx.start_step()
             call_id = f"shell-{step}"
-            ctx.tool_call(call_id, "shell", {"command": line})
+            ctx.tool_call(call_id, "shell", {"command": line, **source})
+            if ctx.approvals:
+                decision = ctx.ask_approval(call_id, "shell", {"command": line}, title=f"shell: {line}")
+                if not decision.allowed:
+                    denial = {"denied": True, "message": decision.message, "by": decision.by}
+                    ctx.tool_result(call_id, "shell", denial, is_error=True)
+                    ctx.finish_step("cancelled" if decision.by == "cancel" else "denied")
+                    done += 0 if source else 1
+                    continue
             result = self.run_command(ctx, line)
             ran += 1
             output = {"exitCode": result.exit_code, "timedOut": result.timed_out}
@@ -124,6 +170,7 @@ class ShellDriver:
                 ctx.finish_step("cancelled")
                 break
             ctx.finish_step("stop" if result.exit_code == 0 else "error")
+            done += 0 if source else 1
             if result.exit_code != 0 and not self.keep_going:
                 if result.timed_out:
                     failure = f"command timed out after {self.timeout:g} s: {line}"

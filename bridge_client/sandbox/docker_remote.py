@@ -15,7 +15,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Union
 
 from ..errors import SandboxGone, Unauthorized, UntrustedEndpoint
-from .docker import _docker
+from .docker_engine import load_docker as _docker
 
 __all__ = ["engine_client"]
 

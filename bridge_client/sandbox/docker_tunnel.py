@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-import threading
-from typing import Any, Callable, List, Optional, Set, Union
+from typing import Any, Callable, List, Optional, Union
+
+from .loopback_relay import LoopbackRelay, close_quietly
 
 __all__ = ["FORWARDER", "ExecStream", "Tunnel", "read_frames"]
 
 log = logging.getLogger("bridge_client")
 
-_CHUNK = 65536
 _HEADER = struct.Struct(">BxxxI")
 
 FORWARDER = (
@@ -127,14 +127,7 @@ def read_frames(
         (on_stderr if stream == 2 else on_stdout)(payload)
 
 
-def _close(sock: Any) -> None:
-    try:
-        sock.close()
-    except OSError:
-        pass
-
-
-class Tunnel:
+class Tunnel(LoopbackRelay):
     """A loopback listener whose connections are bridged into a container.
 
     Args:
@@ -151,59 +144,15 @@ class Tunnel:
 
     def __init__(self, open_stream: Callable[[], ExecStream], name: str) -> None:
         self._open_stream = open_stream
-        self._name = name
-        self._lock = threading.Lock()
-        self._socks: Set[Stream] = set()
-        self._closed = False
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._acceptor = threading.Thread(target=self._accept_loop, name=f"tunnel {name}", daemon=True)
-        self._acceptor.start()
+        super().__init__(name, "tunnel")
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed
+    def _open_far(self) -> ExecStream:
+        return self._open_stream()
 
-    def _track(self, *socks: Stream) -> bool:
-        with self._lock:
-            if self._closed:
-                return False
-            self._socks.update(socks)
-            return True
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            if not self._track(client):
-                _close(client)
-                return
-            threading.Thread(
-                target=self._serve, args=(client,), name=f"tunnel {self._name} conn", daemon=True
-            ).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        try:
-            remote = self._open_stream()
-        except Exception as exc:  # the container is gone, the engine refuses: drop this connection
-            log.debug("tunnel %s: cannot start a forwarder: %s", self._name, exc)
-            self._forget(client)
-            return
-        if not self._track(remote):
-            self._forget(client)
-            _close(remote)
-            return
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        up = threading.Thread(target=self._upstream, args=(client, remote), daemon=True)
-        up.start()
+    def _copy_down(self, far: ExecStream, client: socket.socket) -> None:
         errors: List[bytes] = []
         try:
-            read_frames(remote, client.sendall, errors.append)
-        except OSError:
-            pass
+            read_frames(far, client.sendall, errors.append)
         finally:
             if errors:
                 log.debug(
@@ -211,52 +160,13 @@ class Tunnel:
                     self._name,
                     b"".join(errors)[-500:].decode("utf-8", "replace"),
                 )
-            # The forwarder ended (the port closed, or refused): end the host connection too.
-            self._forget(client, remote)
 
-    def _upstream(self, client: socket.socket, remote: ExecStream) -> None:
+    def _end_up(self, far: ExecStream) -> None:
+        far.shutdown(socket.SHUT_WR)  # the forwarder's stdin ends: it half-closes too
+
+    def _cut(self, item: Any) -> None:
         try:
-            while True:
-                data = client.recv(_CHUNK)
-                if not data:
-                    break
-                remote.sendall(data)
-            remote.shutdown(socket.SHUT_WR)  # the forwarder's stdin ends: it half-closes too
-        except OSError:
-            self._forget(client, remote)
-
-    def _forget(self, *socks: Stream) -> None:
-        with self._lock:
-            for sock in socks:
-                self._socks.discard(sock)
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            _close(sock)
-
-    def close(self) -> None:
-        """Stop listening and cut every open connection (their forwarders then exit). Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            socks = list(self._socks)
-            self._socks.clear()
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            item.shutdown(socket.SHUT_RDWR)  # an ExecStream too: its socket under the HTTP response
         except OSError:
             pass
-        _close(self._listener)
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            _close(sock)
-        if threading.current_thread() is not self._acceptor:
-            self._acceptor.join(timeout=2.0)
-
-    def __repr__(self) -> str:
-        return f"Tunnel({self._name}, port={self.port}{', closed' if self._closed else ''})"
+        close_quietly(item)

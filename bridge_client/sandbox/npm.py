@@ -49,6 +49,17 @@ driver (the *Drivers* page, ``drivers/index``), which the template installs."""
 
 _TAIL_BYTES = 2000
 
+# Runs argv while holding a lock file (flock, where the sandbox has it), unless `ready` (a
+# shell test) says another installer finished while this one waited: two hosts that find the
+# CLI missing at once run npm into one prefix once, not twice at the same moment.
+_LOCKED = (
+    'lock=$1; ready=$2; shift 2; (umask 077; mkdir -p "${lock%/*}") || exit 1; '
+    'exec 9>>"$lock" || exit 1; '
+    'if command -v flock >/dev/null 2>&1; then flock -w 900 9 || exit 1; fi; '
+    'if sh -c "$ready" >/dev/null 2>&1; then exit 0; fi; '
+    'exec "$@"'
+)
+
 
 def private_prefix(state_root: str, package: str, version: str) -> str:
     """The private npm prefix of ``package`` at ``version`` in a sandbox without isolation:
@@ -128,8 +139,15 @@ class NpmCliStep(TemplateStep):
             f"the global npm prefix of the sandbox {sandbox.id}"
         )
         announce_install(f"{self.package}@{self.version} (npm, {self.name})", where)
+        lock = private_prefix(sandbox.state_root, self.package, self.version) + ".lock"
+        if private:
+            ready = shlex.join(("test", "-x", private))
+        elif tuple(self.check[:2]) == ("/bin/sh", "-c") and len(self.check) == 3:
+            ready = self.check[2]
+        else:
+            ready = shlex.join(self.check)
         try:
-            done = sandbox.exec(list(argv), timeout=self.timeout)
+            done = sandbox.exec(["sh", "-c", _LOCKED, "sh", lock, ready, *argv], timeout=self.timeout)
         except SandboxGone:
             raise
         except TimeoutError as exc:
@@ -142,6 +160,13 @@ class NpmCliStep(TemplateStep):
                 f"or {self.name} itself)",
                 step=self.name,
             ) from exc
+        if done.exit_code == 127:  # the shell found no npm to exec
+            raise TemplateError(
+                f"{self.name}: cannot run npm: not found (install Node.js and npm there, "
+                f"or {self.name} itself)",
+                step=self.name,
+                output=_tail(done),
+            )
         if not done.ok:
             raise TemplateError(
                 f"installing {self.name} failed (exit {done.exit_code}): {shlex.join(argv)}",

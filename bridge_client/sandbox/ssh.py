@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, List, Mapping, Optional, Sequence
 
-from ..errors import SandboxGone
+from ..errors import SandboxGone, UntrustedFile
 from .base import Endpoint, ExecResult
 from .ssh_files import create_private, is_dir, make_dirs
 from .ssh_forward import Forwarder
@@ -353,6 +353,11 @@ class SSHSandbox:
             raise FileNotFoundError(2, f"no such program on {self._target.name}", argv[0])
         if result.exit_code == 126:
             raise FileNotFoundError(2, f"no such folder on {self._target.name}", folder)
+        if result.exit_code == 125 and b"is a symlink or not a regular file" in result.stderr:
+            raise UntrustedFile(
+                f"the log {log_file} on {self._target.name} is a symlink or not a regular file; "
+                "refusing to append through it (remove it)", log_file,
+            )
         if not result.ok:
             said = (result.stdout + result.stderr).decode("utf-8", "replace").strip()
             raise OSError(f"cannot start {argv[0]} on {self._target.name} (exit {result.exit_code}): {said}")

@@ -9,29 +9,16 @@ its channel on the link's new transport. See :doc:`scaling`.
 """
 from __future__ import annotations
 
-import logging
-import socket
-import threading
 import time
-from typing import Any, Set
+from typing import Any
 
+from .loopback_relay import CHUNK, LoopbackRelay
 from .ssh_link import SSHLink
 
 __all__ = ["Forwarder"]
 
-log = logging.getLogger("bridge_client")
 
-_CHUNK = 65536
-
-
-def _close(sock: Any) -> None:
-    try:
-        sock.close()
-    except Exception:
-        pass
-
-
-class Forwarder:
+class Forwarder(LoopbackRelay):
     """A loopback listener whose connections go to ``127.0.0.1:<remote_port>`` over SSH.
 
     Args:
@@ -40,6 +27,7 @@ class Forwarder:
 
     Attributes:
         port: the host port (on 127.0.0.1) to connect to.
+        remote_port: the port on the remote machine.
 
     Threads: one accepting, and two per open connection; all are daemons and end when
     :meth:`close` is called or either side closes.
@@ -48,49 +36,9 @@ class Forwarder:
     def __init__(self, link: SSHLink, remote_port: int) -> None:
         self._link = link
         self.remote_port = int(remote_port)
-        self._name = f"{link.target.name} port {self.remote_port}"
-        self._lock = threading.Lock()
-        self._open: Set[Any] = set()
-        self._closed = False
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name=f"ssh forward {self._name}", daemon=True
-        )
-        self._acceptor.start()
+        super().__init__(f"{link.target.name} port {self.remote_port}", "ssh forward")
 
-    def _track(self, *items: Any) -> bool:
-        with self._lock:
-            if self._closed:
-                return False
-            self._open.update(items)
-            return True
-
-    def _forget(self, *items: Any) -> None:
-        with self._lock:
-            self._open.difference_update(items)
-        for item in items:
-            if isinstance(item, socket.socket):
-                try:
-                    item.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            _close(item)
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            if not self._track(client):
-                _close(client)
-                return
-            threading.Thread(
-                target=self._serve, args=(client,), name=f"ssh forward {self._name} conn", daemon=True
-            ).start()
-
-    def _channel(self) -> Any:
+    def _open_far(self) -> Any:
         # A connection waits for the link's reconnect at most one connect timeout: the
         # caller's own open timeout and resends decide how long to keep trying.
         target = self._link.target
@@ -100,56 +48,12 @@ class Forwarder:
             timeout=target.connect_timeout,
         )
 
-    def _serve(self, client: socket.socket) -> None:
-        try:
-            chan = self._channel()
-        except Exception as exc:  # refused on the remote side, or the host is gone
-            log.debug("ssh forward %s: no channel: %s", self._name, exc)
-            self._forget(client)
-            return
-        if not self._track(chan):
-            self._forget(client, chan)
-            return
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=self._upstream, args=(client, chan), daemon=True).start()
-        try:
-            while True:
-                data = chan.recv(_CHUNK)
-                if not data:
-                    break
-                client.sendall(data)
-        except Exception:  # the transport dropped, or the host side closed
-            pass
-        finally:
-            self._forget(client, chan)
-
-    def _upstream(self, client: socket.socket, chan: Any) -> None:
-        try:
-            while True:
-                data = client.recv(_CHUNK)
-                if not data:
-                    break
-                chan.sendall(data)
-            chan.shutdown_write()  # the remote side sees EOF, answers the rest, and closes
-        except Exception:
-            self._forget(client, chan)
-
-    def close(self) -> None:
-        """Stop listening and cut every open connection. Idempotent."""
-        with self._lock:
-            if self._closed:
+    def _copy_down(self, far: Any, client: Any) -> None:
+        while True:
+            data = far.recv(CHUNK)
+            if not data:
                 return
-            self._closed = True
-            items = list(self._open)
-            self._open.clear()
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        except OSError:
-            pass
-        _close(self._listener)
-        self._forget(*items)
-        if threading.current_thread() is not self._acceptor:
-            self._acceptor.join(timeout=2.0)
+            client.sendall(data)
 
-    def __repr__(self) -> str:
-        return f"Forwarder({self._name}, port={self.port}{', closed' if self._closed else ''})"
+    def _end_up(self, far: Any) -> None:
+        far.shutdown_write()

@@ -14,6 +14,7 @@ and an unknown or changed key is refused, never added. See :doc:`scaling`.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -165,6 +166,19 @@ class SSHLink:
             return Unauthorized(f"SSH server {name} refused the credentials: {exc}")
         return None
 
+    def _refused(self, exc: BaseException) -> bool:
+        """Whether every address of the host refused the TCP connection: on a first connect
+        that is a wrong host or port, not a drop to wait out."""
+        if isinstance(exc, ConnectionRefusedError):
+            return True
+        errors = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: per address
+        if not isinstance(errors, dict) or not errors:
+            return False
+        return all(
+            isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED
+            for e in errors.values()
+        )
+
     def transport(self, deadline: Optional[float] = None) -> Any:
         """The live transport, connecting again when it dropped.
 
@@ -177,7 +191,8 @@ class SSHLink:
             UntrustedEndpoint: the server's host key is not in known_hosts or differs (the
                 first connect only; later it is ``SandboxGone``).
             Unauthorized: the server refused the credentials (likewise).
-            SandboxGone: the host did not answer by the deadline, or the link was closed.
+            SandboxGone: the host did not answer by the deadline, the link was closed, or
+                (the first connect only) nothing listens on the port: that is not retried.
         """
         if deadline is None:
             deadline = time.monotonic() + self.target.reconnect_window
@@ -208,6 +223,11 @@ class SSHLink:
                         if not self._ever:
                             raise final from None
                         raise SandboxGone(str(final)) from None
+                    if not self._ever and self._refused(exc):
+                        raise SandboxGone(
+                            f"nothing listens for SSH at {self.target.name} (connection refused): "
+                            "check the host and port"
+                        ) from None
                     if once or time.monotonic() + pause >= deadline:
                         self._gone = True
                         raise SandboxGone(

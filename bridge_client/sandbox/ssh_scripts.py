@@ -30,6 +30,8 @@ SPAWN_WRAPPER = (
     'eval "$(cat)" || exit 125; inner=$1; '
     'cd -- "$2" 2>/dev/null || { printf "bridge-client: no such folder: %s\\n" "$2" >&2; exit 126; }; '
     'log=$3; st=$4; shift 4; '
+    'if [ "$log" != /dev/null ] && { [ -L "$log" ] || { [ -e "$log" ] && [ ! -f "$log" ]; }; }; then '
+    'printf "bridge-client: the log %s is a symlink or not a regular file\\n" "$log" >&2; exit 125; fi; '
     '(umask 077; mkdir -p -- "${log%/*}" "${st%/*}" && : >>"$log") || exit 125; '
     'if ! command -v -- "$1" >/dev/null 2>&1; then printf "%s: not found\\n" "$1" >>"$log"; '
     'printf "%s: not found\\n" "$1" >&2; exit 127; fi; '

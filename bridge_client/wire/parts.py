@@ -1,20 +1,23 @@
 """The values that ride inside the envelope: parts, turn and session states, payloads.
 
-See :doc:`protocol`, "Values" and "Catalogue". Every type is a frozen dataclass with camelCase JSON
-(dataclasses-json's ``DataClassJsonMixin`` gives ``to_json``/``from_json``/``schema``).
+See :doc:`protocol`, "Values" and "Catalogue". Every type is a frozen dataclass with slots and
+camelCase JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, and ``schema()`` (a
+marshmallow schema made by dataclasses-json).
 
-Decoding from the wire goes through hand-written ``from_dict`` overrides that check every
+Decoding from the wire goes through hand-written ``from_dict`` methods that check every
 field and raise :class:`~bridge_client.errors.ProtocolError` naming it: dataclasses-json's own
 ``from_dict`` is lenient about types and builds ~16,000 objects per second, too slow for a
-stream of parts, so it stays at the edges (schema, ``to_json``) and off the hot path.
+stream of parts. dataclasses-json (and marshmallow) are imported only when a schema is
+asked for (:mod:`._schema`): neither the bridge nor a reading host loads them.
+
+A new part type is a frozen dataclass under ``@_part(type, *fields)`` (see the existing ones):
+the decorator gives it slots and registers it.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
-
-from dataclasses_json import DataClassJsonMixin, LetterCase, config
-from marshmallow import fields as mm_fields
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Set, Tuple, Type, TypeVar
 
 from ..errors import ProtocolError
 
@@ -41,6 +44,11 @@ __all__ = [
     "SessionStateChanged",
     "Data",
     "TurnFinish",
+    "ApprovalRequest",
+    "ApprovalAnswer",
+    "UserMessage",
+    "APPROVAL_CHOICES",
+    "APPROVAL_DECIDERS",
     "PART_TYPES",
     "part_from_dict",
 ]
@@ -54,13 +62,46 @@ FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
 TURN_STATUSES = ("started", "running", "continued", "finished")
 """The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
 
-_CAMEL = config(letter_case=LetterCase.CAMEL)["dataclasses_json"]
-
 T = TypeVar("T")
 
+_JSON_VALUE_OPTIONS: Dict[str, Any] = {}
+"""dataclasses-json's options of a field that holds any JSON value; :mod:`._schema` fills in
+its marshmallow field (``Raw``) when it first builds a schema (dataclasses-json mistakes bare
+``Any`` for Optional)."""
 
-_JSON_VALUE = config(mm_field=mm_fields.Raw(allow_none=True))
-"""Field metadata for any JSON value (dataclasses-json mistakes bare ``Any`` for Optional)."""
+_JSON_VALUE = {"dataclasses_json": _JSON_VALUE_OPTIONS}
+"""Field metadata for any JSON value."""
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _slotted(cls: Type[T]) -> Type[T]:
+    """Remake a frozen dataclass with ``__slots__`` for its own fields (what ``dataclass(slots=True)``
+    does on Python 3.10+): no ``__dict__`` per object, faster attributes. Defaults live on in
+    the generated ``__init__``."""
+    inherited: Set[str] = set()
+    for base in cls.__mro__[1:]:
+        inherited.update(getattr(base, "__slots__", ()))
+    own = tuple(f.name for f in dataclasses.fields(cls) if f.name not in inherited)  # type: ignore[arg-type]
+    body = dict(cls.__dict__)
+    for name in own:
+        body.pop(name, None)
+    body.pop("__dict__", None)
+    body.pop("__weakref__", None)
+    body["__slots__"] = own
+    # The dataclass's own frozen __setattr__ names the old class in super(): replace it.
+    body["__setattr__"] = _frozen_setattr
+    body["__delattr__"] = _frozen_delattr
+    maker: Any = type(cls)
+    new: Type[T] = maker(cls.__name__, cls.__bases__, body)
+    new.__qualname__ = cls.__qualname__
+    return new
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -134,10 +175,33 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-class _Value(DataClassJsonMixin):
-    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields."""
+class _Value:
+    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields,
+    ``schema()`` gives a marshmallow schema."""
 
-    dataclass_json_config = _CAMEL
+    __slots__ = ()
+
+    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:  # pragma: no cover - overridden
+        """Return the value as its camelCase JSON object."""
+        raise NotImplementedError
+
+    @classmethod
+    def schema(cls, **options: Any) -> Any:
+        """A marshmallow schema of this type with camelCase keys, made by dataclasses-json
+        (imported now, on first use): ``dump`` gives the same object as :meth:`to_dict`,
+        ``load`` builds the value. Takes marshmallow's ``Schema`` options (``only``,
+        ``exclude``, ``many``, ``partial``, ...) and ``infer_missing``."""
+        from ._schema import schema_of
+
+        return schema_of(cls, **options)
+
+    def __getstate__(self) -> List[Any]:
+        """Pickle support for the slotted, frozen dataclasses: their field values in order."""
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+
+    def __setstate__(self, state: List[Any]) -> None:
+        for f, value in zip(dataclasses.fields(self), state):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, value)
 
     def to_json(self, **_: Any) -> str:
         """Return the value as compact camelCase JSON text."""
@@ -162,6 +226,7 @@ class _Value(DataClassJsonMixin):
 # ----------------------------------------------------------------------------- states
 
 
+@_slotted
 @dataclass(frozen=True)
 class SessionState(_Value):
     """What the bridge last gave for a session: ``{sessionId, revision, data}``.
@@ -187,6 +252,7 @@ class SessionState(_Value):
         return cls(_str(d, "sessionId", "SessionState"), _int(d, "revision", "SessionState"), d.get("data"))
 
 
+@_slotted
 @dataclass(frozen=True)
 class TurnState(_Value):
     """Enough for any host to continue a turn: what ``turn-start`` carries.
@@ -237,6 +303,7 @@ class TurnState(_Value):
         )
 
 
+@_slotted
 @dataclass(frozen=True)
 class HelloResult(_Value):
     """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol), and
@@ -280,6 +347,7 @@ class HelloResult(_Value):
         )
 
 
+@_slotted
 @dataclass(frozen=True)
 class StartTurnResult(_Value):
     """The answer to ``StartTurn`` and ``CancelTurn``: ``{turnId, status}``."""
@@ -345,6 +413,7 @@ def _encode_field(value: Any) -> Any:
     return value
 
 
+@_slotted
 @dataclass(frozen=True)
 class Part(_Value):
     """One element of a turn's stream (see :doc:`protocol`, "Values").
@@ -388,7 +457,11 @@ class Part(_Value):
 
 
 def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[T]], Type[T]]:
+    """Register a part class (a frozen dataclass deriving from :class:`Part`) under its wire
+    ``type_name``, with its fields as ``(attribute, JSON key, decoder)``; gives it slots."""
+
     def register(cls: Type[T]) -> Type[T]:
+        cls = _slotted(cls)
         cls.type = type_name  # type: ignore[attr-defined]
         cls._fields = fields  # type: ignore[attr-defined]
         PART_TYPES[type_name] = cls  # type: ignore[assignment]
@@ -521,8 +594,139 @@ class TurnFinish(Part):
     error: Optional[str] = None
 
 
-_DELTA_TYPES: Dict[str, Type[Part]] = {"text-delta": TextDelta, "reasoning-delta": ReasoningDelta}
+# ----------------------------------------------------------------------------- interactive turns
+
+APPROVAL_CHOICES = ("allow-once", "allow-always", "deny")
+"""The decisions an ``approval-request`` may offer and an ``approval-answer`` records."""
+
+APPROVAL_DECIDERS = ("host", "policy", "timeout", "cancel")
+"""Who decided (``approval-answer.by``): a host's answer, a policy (the host's ``approve=``
+callable, or an allow-always the session remembers), the approval timeout (deny), or a
+cancel of the turn (deny)."""
+
+
+def _choices(d: Mapping[str, Any], key: str, where: str) -> Tuple[str, ...]:
+    value = _str_list(d, key, where)
+    if not value or any(c not in APPROVAL_CHOICES for c in value):
+        raise ProtocolError(f"{where}.{key} must be a non-empty array of {', '.join(APPROVAL_CHOICES)}")
+    return value
+
+
+def _decision(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _str(d, key, where)
+    if value not in APPROVAL_CHOICES:
+        raise ProtocolError(f"{where}.{key} must be one of {', '.join(APPROVAL_CHOICES)}")
+    return value
+
+
+def _decider(d: Mapping[str, Any], key: str, where: str) -> str:
+    value = _str(d, key, where)
+    if value not in APPROVAL_DECIDERS:
+        raise ProtocolError(f"{where}.{key} must be one of {', '.join(APPROVAL_DECIDERS)}")
+    return value
+
+
+@_part(
+    "approval-request",
+    ("request_id", "requestId", _str),
+    ("tool_call_id", "toolCallId", _str),
+    ("tool_name", "toolName", _str),
+    ("input", "input", _any),
+    ("choices", "choices", _choices),
+    ("title", "title", _opt_str),
+)
+@dataclass(frozen=True)
+class ApprovalRequest(Part):
+    """The agent asks before it runs a tool, and waits for the answer (approvals on).
+
+    Attributes:
+        request_id: the request's id, made by the bridge; it names the step's attempt, so an
+            answer meant for an abandoned attempt never matches a request of a new one.
+        tool_call_id: the tool call it is about. tool_name: the tool's name.
+        input: the tool's JSON input (what it would run).
+        choices: the decisions offered, a subset of ``allow-once``, ``allow-always``,
+            ``deny``, in the agent's order (a tuple of ``str``).
+        title: a one-line description for people (e.g. ``"shell: rm -rf build"``), or ``None``.
+
+    Answer it with ``Turn.approve(request)`` or ``Turn.deny(request)``; the
+    ``approval-answer`` part that follows records the decision. See the *Interactive turns*
+    guide (:doc:`interactive`).
+    """
+
+    request_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any = field(metadata=_JSON_VALUE)
+    choices: Tuple[str, ...]
+    title: Optional[str] = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the tool, the title and the input the agent wants to run."""
+        from html import escape
+
+        body = _json_text(self.input) if not isinstance(self.input, str) else self.input
+        title = f"<div>{escape(self.title)}</div>" if self.title else ""
+        return (
+            f'<div class="bridge-client-approval"><b>Approval requested</b>: '
+            f"<code>{escape(self.tool_name)}</code>{title}"
+            f"<pre>{escape(body)}</pre>"
+            f"<small>request {escape(self.request_id)}; choices: {escape(', '.join(self.choices))}"
+            "</small></div>"
+        )
+
+
+@_part(
+    "approval-answer",
+    ("request_id", "requestId", _str),
+    ("decision", "decision", _decision),
+    ("message", "message", _opt_str),
+    ("by", "by", _decider),
+)
+@dataclass(frozen=True)
+class ApprovalAnswer(Part):
+    """The decision on an ``approval-request``, as the driver got it.
+
+    Attributes:
+        request_id: the request answered. decision: ``allow-once``, ``allow-always`` or ``deny``.
+        message: the answerer's words for the agent (e.g. why it was denied), or ``None``.
+        by: who decided: ``host``, ``policy``, ``timeout`` (denied when nobody answered in
+            time) or ``cancel`` (denied because the turn was cancelled).
+    """
+
+    request_id: str
+    decision: str
+    message: Optional[str]
+    by: str
+
+    @property
+    def allowed(self) -> bool:
+        """True for ``allow-once`` and ``allow-always``."""
+        return self.decision != "deny"
+
+
+@_part("user-message", ("message_id", "messageId", _str), ("text", "text", _str))
+@dataclass(frozen=True)
+class UserMessage(Part):
+    """A message the user added to the running turn (``Turn.say``), recorded in order when the
+    bridge accepted it; the driver takes it when it can (at once, or at its next step).
+
+    Attributes:
+        message_id: the message's id (sending the same id again adds nothing). text: the words.
+    """
+
+    message_id: str
+    text: str
+
+
 _new_object = object.__new__
+# Slot setters (C descriptors; they skip the frozen __setattr__): the delta fast path below.
+_set_index = Part.__dict__["index"].__set__
+_set_step = Part.__dict__["step"].__set__
+_set_attempt = Part.__dict__["attempt"].__set__
+_DELTA_TYPES: Dict[str, Tuple[Type[Part], Callable[[Any, Any], None]]] = {
+    "text-delta": (TextDelta, TextDelta.__dict__["text"].__set__),
+    "reasoning-delta": (ReasoningDelta, ReasoningDelta.__dict__["text"].__set__),
+}
 
 
 def part_from_dict(d: Any) -> Part:
@@ -549,8 +753,12 @@ def part_from_dict(d: Any) -> Part:
             and 1 <= attempt <= MAX_SAFE_INTEGER
             and type(text) is str
         ):
-            part = _new_object(delta)
-            part.__dict__.update(index=index, step=step, attempt=attempt, text=text)
+            delta_cls, set_text = delta
+            part: Part = _new_object(delta_cls)
+            _set_index(part, index)
+            _set_step(part, step)
+            _set_attempt(part, attempt)
+            set_text(part, text)
             return part
     if not isinstance(d, dict):
         raise ProtocolError("a part must be a JSON object")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ..errors import BadRequest, RevisionExhausted
-from .parts import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, SessionState
+from .parts import APPROVAL_CHOICES, MAX_OPEN_REVISION, MAX_SAFE_INTEGER, SessionState
 
 __all__ = [
     "Rpc",
@@ -23,7 +23,14 @@ __all__ = [
     "READ_TURN",
     "CANCEL_TURN",
     "CLOSE_SESSION",
+    "ANSWER_APPROVAL",
+    "SEND_MESSAGE",
     "MAX_ID_LENGTH",
+    "MAX_MESSAGE_BYTES",
+    "MAX_ANSWER_MESSAGE_BYTES",
+    "MAX_APPROVAL_TIMEOUT",
+    "check_interactive",
+    "check_message_text",
     "MAX_PROMPT_BYTES",
     "check_id",
     "check_prompt",
@@ -36,6 +43,15 @@ MAX_ID_LENGTH = 128
 
 MAX_PROMPT_BYTES = 4 * 1024 * 1024
 """A prompt is at most 4 MiB of UTF-8."""
+
+MAX_MESSAGE_BYTES = 1024 * 1024
+"""A user message (``SendMessage.text``) is at most 1 MiB of UTF-8."""
+
+MAX_ANSWER_MESSAGE_BYTES = 64 * 1024
+"""The message of an approval answer (``AnswerApproval.message``) is at most 64 KiB of UTF-8."""
+
+MAX_APPROVAL_TIMEOUT = 365 * 24 * 3600.0
+"""The longest approval timeout accepted, in seconds (a year; ``null`` waits for ever)."""
 
 MAX_ENV_BYTES = 1024 * 1024
 """A session's environment is at most 1 MiB of UTF-8, names and values together."""
@@ -114,10 +130,95 @@ def check_env(env: Any) -> Dict[str, str]:
     return out
 
 
+def check_interactive(value: Any) -> Dict[str, Any]:
+    """Check ``OpenSession.interactive``: ``{"approvals": bool, "approvalTimeout": seconds or
+    null}`` (both optional; ``None`` or absent is approvals off).
+
+    Returns:
+        ``{"approvals": bool, "approval_timeout": Optional[float]}``.
+
+    Raises:
+        BadRequest: not an object of that shape, or a timeout that is not a number of seconds
+            > 0 (at most a year).
+    """
+    if value is None:
+        return {"approvals": False, "approval_timeout": None}
+    if not isinstance(value, dict):
+        raise BadRequest("interactive must be an object {approvals, approvalTimeout} or null")
+    approvals = value.get("approvals", False)
+    if not isinstance(approvals, bool):
+        raise BadRequest("interactive.approvals must be a boolean")
+    timeout = value.get("approvalTimeout")
+    if timeout is not None:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_APPROVAL_TIMEOUT
+        ):
+            raise BadRequest(
+                "interactive.approvalTimeout must be a number of seconds > 0 (at most a year), or null"
+            )
+        timeout = float(timeout)
+    return {"approvals": approvals, "approval_timeout": timeout}
+
+
+def _utf8_size(value: str, name: str) -> int:
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"{name} is not valid Unicode: a lone surrogate at character {exc.start}") from None
+
+
+def check_message_text(text: Any, name: str = "text", limit: int = MAX_MESSAGE_BYTES) -> str:
+    """Check the text of a user message (or of an approval answer's message): a string of at
+    most ``limit`` bytes of UTF-8.
+
+    Raises:
+        BadRequest: not a string, not valid Unicode, or too long.
+    """
+    if not isinstance(text, str):
+        raise BadRequest(f"{name} must be a string")
+    if _utf8_size(text, name) > limit:
+        raise BadRequest(f"{name} is over {limit} bytes of UTF-8")
+    return text
+
+
+def _answer_approval(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId", "turnId", "requestId", "decision"))
+    decision = p["decision"]
+    if decision not in APPROVAL_CHOICES:
+        raise BadRequest(f"decision must be one of {', '.join(APPROVAL_CHOICES)}")
+    message = p.get("message")
+    if message is not None:
+        check_message_text(message, "message", MAX_ANSWER_MESSAGE_BYTES)
+    by = p.get("by", "host")
+    if by not in ("host", "policy"):
+        raise BadRequest("by must be host or policy")
+    return {
+        "session_id": check_id(p["sessionId"], "sessionId"),
+        "turn_id": check_id(p["turnId"], "turnId"),
+        "request_id": check_id(p["requestId"], "requestId"),
+        "decision": decision,
+        "message": message,
+        "by": by,
+    }
+
+
+def _send_message(payload: Any) -> Dict[str, Any]:
+    p = _payload(payload, ("sessionId", "turnId", "messageId", "text"))
+    return {
+        "session_id": check_id(p["sessionId"], "sessionId"),
+        "turn_id": check_id(p["turnId"], "turnId"),
+        "message_id": check_id(p["messageId"], "messageId"),
+        "text": check_message_text(p["text"]),
+    }
+
+
 def _open_session(payload: Any) -> Dict[str, Any]:
     p = _payload(payload, ("sessionId",))
     session_id = check_id(p["sessionId"], "sessionId")
     env = check_env(p.get("env"))
+    interactive = check_interactive(p.get("interactive"))
     state = p.get("state")
     if state is not None:
         try:
@@ -133,7 +234,7 @@ def _open_session(payload: Any) -> Dict[str, Any]:
                 sessionId=session_id,
                 revision=state.revision,
             )
-    return {"session_id": session_id, "state": state, "env": env}
+    return {"session_id": session_id, "state": state, "env": env, "interactive": interactive}
 
 
 def check_prompt(prompt: Any) -> str:
@@ -222,7 +323,13 @@ class Rpc:
 
 
 HELLO = Rpc("Hello", stream=False, resend=True, errors=(), check=_none)
-OPEN_SESSION = Rpc("OpenSession", stream=False, resend=True, errors=("BadRequest",), check=_open_session)
+OPEN_SESSION = Rpc(
+    "OpenSession",
+    stream=False,
+    resend=True,
+    errors=("BadRequest", "ApprovalsUnsupported"),
+    check=_open_session,
+)
 START_TURN = Rpc(
     "StartTurn",
     stream=False,
@@ -242,8 +349,33 @@ CLOSE_SESSION = Rpc(
     "CloseSession", stream=False, resend=True, errors=("SessionNotFound",), check=_session_ref
 )
 
+ANSWER_APPROVAL = Rpc(
+    "AnswerApproval",
+    stream=False,
+    resend=True,  # idempotent by request id: the same answer again gets the recorded one
+    errors=("TurnNotFound", "ApprovalNotFound", "ApprovalExpired", "ApprovalConflict", "BadRequest"),
+    check=_answer_approval,
+)
+SEND_MESSAGE = Rpc(
+    "SendMessage",
+    stream=False,
+    resend=True,  # idempotent by message id
+    errors=("TurnNotFound", "TurnNotRunning", "MessagesUnsupported", "BadRequest"),
+    check=_send_message,
+)
+
 CATALOGUE: Dict[str, Rpc] = {
-    rpc.tag: rpc for rpc in (HELLO, OPEN_SESSION, START_TURN, READ_TURN, CANCEL_TURN, CLOSE_SESSION)
+    rpc.tag: rpc
+    for rpc in (
+        HELLO,
+        OPEN_SESSION,
+        START_TURN,
+        READ_TURN,
+        CANCEL_TURN,
+        CLOSE_SESSION,
+        ANSWER_APPROVAL,
+        SEND_MESSAGE,
+    )
 }
 """Every RPC of protocol 1, by tag."""
 

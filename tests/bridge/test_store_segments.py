@@ -175,7 +175,9 @@ def test_b05_a_store_of_the_first_layout_is_migrated_and_its_turn_continued(tmp_
     finally:
         bridge.stop()
     assert exit_["_tag"] == "Success"
-    assert _schema_version(path) == (SCHEMA_VERSION, {"sessions", "turns", "segments", "meta"})
+    assert _schema_version(path) == (
+        SCHEMA_VERSION, {"sessions", "turns", "segments", "meta", "approval_always", "turn_messages"}
+    )
     stored = read_parts(path, tid)
     # The old rows are the log's first parts, unchanged (C09: offsets keep their meaning).
     assert [p.text for p in stored[: len(kept)]] == kept

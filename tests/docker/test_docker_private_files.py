@@ -5,6 +5,7 @@ planted ``listening.json`` names."""
 from __future__ import annotations
 
 import posixpath
+import time
 
 import pytest
 
@@ -52,3 +53,20 @@ def test_c21_docker_private_reads_check_type_owner_and_mode_from_the_tar_header(
         sandbox.read_private_file(path)
     with pytest.raises(FileNotFoundError):
         sandbox.read_private_file(posixpath.join(folder, "missing.json"))
+
+
+def test_c21_docker_spawn_never_appends_through_a_symlinked_log(container):
+    """A log path that is a symlink (planted where the bridge's log goes) is refused before
+    anything is written: the target stays as it was and the process exits 126 unrun."""
+    sandbox = container
+    target = "/tmp/victim"
+    sandbox.write_file(target, b"before\n", mode=0o644)
+    log = posixpath.join(sandbox.state_root, "bridges", "s", "bridge.log")
+    done = sandbox.exec(["sh", "-c", 'mkdir -p "${2%/*}" && ln -s "$1" "$2"', "sh", target, log], cwd="/")
+    assert done.ok, done.stderr
+    proc = sandbox.spawn(["sh", "-c", "echo ran"], log_path=log)
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() == 126
+    assert sandbox.read_file(target) == b"before\n"

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 
 import pytest
 
@@ -123,3 +124,41 @@ def test_other_agents_need_no_cli(sandbox, npm):
         steps = options(agent, agent_options=agent_options).template.steps
         assert not any("CLI" in step.name for step in steps)
     assert bc.template.agent_cli_steps("my.module:make") == ()
+
+
+def test_c01_two_installers_at_once_run_npm_once(sandbox, npm, tmp_path):
+    """Two hosts that find the CLI missing at the same moment: the second waits on the
+    prefix's lock, sees the first one's install, and runs no npm of its own."""
+    flock = shutil.which("flock", path=os.defpath + ":/usr/bin")
+    if flock is None:
+        pytest.skip("the flock program (util-linux) is not installed here")
+    tools = tmp_path / "tools"
+    for tool in (flock, shutil.which("sleep", path=os.defpath + ":/usr/bin")):
+        os.symlink(tool, tools / os.path.basename(tool))
+    script = npm.parent / "npm-bin" / "npm"
+    # A slow install: long enough that both runs find the program missing before either ends.
+    script.write_text(script.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nsleep 0.5\n", 1))
+    step = NpmCliStep.for_cli(*AGENT_CLIS["pi"])
+    errors = []
+
+    def install():
+        try:
+            step.run(sandbox)
+        except Exception as exc:  # pragma: no cover - shown by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=install) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert len(npm.read_text().splitlines()) == 1, "npm ran once; the second installer waited"
+    assert os.access(step.private_program(sandbox), os.X_OK)
+
+
+def test_c01_a_sandbox_without_npm_says_so(sandbox, npm):
+    os.unlink(npm.parent / "npm-bin" / "npm")
+    step = NpmCliStep.for_cli(*AGENT_CLIS["pi"])
+    with pytest.raises(bc.TemplateError, match="cannot run npm: not found"):
+        step.run(sandbox)

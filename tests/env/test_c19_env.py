@@ -310,3 +310,28 @@ def test_c19_continue_command_names_the_variables_never_their_values():
     args = argparse.Namespace(sandbox="/w", agent="shell", option=[], env=["FOO", f"TOKEN={SECRET_VALUE}"])
     line = _continue_command("/t.json", args, 0)
     assert "--env FOO --env TOKEN" in line and SECRET_VALUE not in line, line
+
+
+def test_c19_c14_turn_continued_in_its_relaunched_bridge_sees_the_env(sandbox, workspace):
+    """A turn continued by a session of other options runs in the bridge that started it; when
+    that bridge was killed, it is launched again, and the step run again there sees the
+    session's environment (the continuing session gives it, the store never had it)."""
+    gate = os.path.join(workspace, "gate")
+    prompt = f'echo "one $FOO"\nwhile [ ! -e {gate} ]; do sleep 0.05; done; echo "two $FOO"'
+    first = bc.create_session(options("shell"), session_options(sandbox, env={"FOO": "bar"}))
+    turn = first.turn(prompt)
+    for part in turn:
+        if part.type == "tool-call" and part.step == 1:
+            break
+    state = bc.TurnState.from_json(turn.state.to_json())
+    first.release()
+    sigkill_bridge(sandbox, first.bridge_id)
+    other_opts = options("shell", agent_options={"timeout": 30})
+    with bc.create_session(other_opts, session_options(sandbox, env={"FOO": "bar"})) as other:
+        assert other.bridge_id != first.bridge_id
+        again = other.continue_turn(state, steps=1)
+        open(gate, "w").close()
+        parts = list(again)
+        assert again.state.bridge_id == first.bridge_id, "continued in the turn's own bridge"
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    assert again.text().rstrip().endswith("two bar"), again.text()

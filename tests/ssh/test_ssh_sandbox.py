@@ -3,6 +3,7 @@ the sandbox id, the shared transport, and the refusals (host key, credentials)."
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import time
@@ -133,3 +134,29 @@ def test_ssh_a_forked_child_gets_its_own_connection_and_the_parent_keeps_its_own
     assert os.waitstatus_to_exitcode(status) == 0
     assert ssh_sandbox._link is before
     assert ssh_sandbox.exec(["echo", "parent"]).stdout == b"parent\n", "the parent's connection is intact"
+
+
+def test_c21_ssh_spawn_refuses_a_symlinked_log_and_writes_nothing_through_it(
+    ssh_sandbox, remote_folder, tmp_path
+):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"before\n")
+    log = os.path.join(remote_folder, "state", "bridge.log")
+    os.makedirs(os.path.dirname(log))
+    os.symlink(victim, log)
+    with pytest.raises(bc.UntrustedFile, match="symlink"):
+        ssh_sandbox.spawn(["sh", "-c", "echo ran"], log_path=log)
+    assert victim.read_bytes() == b"before\n"
+
+
+def test_ssh_a_port_nothing_listens_on_fails_at_once_naming_it(sshd, remote_folder, home):
+    """A first connect that is refused is a wrong host or port: it fails with the reason,
+    instead of retrying for the whole reconnect window (here a minute)."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = dict(sshd.options(reconnect_window=60.0), port=port)
+    started = time.monotonic()
+    with pytest.raises(bc.SandboxGone, match="connection refused"):
+        SSHSandbox(sshd.host, remote_folder, **options)
+    assert time.monotonic() - started < 30, "not retried for the reconnect window"

@@ -6,8 +6,11 @@
  * directory named by BRIDGE_CLIENT_STATE_DIR and writes listening.json once it listens.
  *
  * The agent: a prompt's words come back as text-delta parts, one step per line. A prompt that
- * starts with "slow" emits one word every 50 ms for up to 400 words (to be cancelled). The
- * bearer token is checked before the upgrade (401); /healthz answers without it.
+ * starts with "slow" emits one word every 50 ms for up to 400 words (to be cancelled). A
+ * prompt "ask WORDS" in a session opened with approvals on asks first (C18): an
+ * approval-request for the tool "echo", then, once AnswerApproval came, the approval-answer and
+ * the words (allowed) or nothing (denied). SendMessage records a user-message part in any
+ * running turn. The bearer token is checked before the upgrade (401); /healthz answers without it.
  */
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
@@ -18,13 +21,17 @@ import { Effect, Layer, Stream } from "effect"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { RpcSerialization, RpcServer } from "effect/rpc"
 import {
+  ApprovalConflict,
+  ApprovalExpired,
+  ApprovalNotFound,
   BadRequest,
   BridgeRpcs,
   type Part,
   SessionNotFound,
   type SessionState,
   TurnConflict,
-  TurnNotFound
+  TurnNotFound,
+  TurnNotRunning
 } from "./group.ts"
 
 const PROTOCOL = 1
@@ -66,9 +73,14 @@ interface Turn {
   finished: boolean
   cancelled: boolean
   wake: Array<() => void>
+  // C18: approval requests by id (the answer once recorded) and user messages by id.
+  requests: Map<string, { step: number; answer: Answer | null; resume: (a: Answer) => void }>
+  messages: Map<string, { text: string; index: number }>
 }
 
-const sessions = new Map<string, { state: SessionState; open: boolean }>()
+type Answer = { requestId: string; decision: "allow-once" | "allow-always" | "deny"; message: string | null; by: "host" | "policy" | "timeout" | "cancel" }
+
+const sessions = new Map<string, { state: SessionState; open: boolean; approvals: boolean }>()
 const turns = new Map<string, Turn>()
 
 const push = (turn: Turn, part: Omit<Part, "index">) => {
@@ -93,6 +105,35 @@ const runTurn = (turn: Turn) => {
     }
     push(turn, { type: "session-state", step: null, attempt: 1, state: session.state })
     push(turn, { type: "turn-finish", step: null, attempt: 1, finishReason: reason, usage: null, error: null })
+  }
+  if (turn.prompt.startsWith("ask ") && sessions.get(turn.sessionId)!.approvals) {
+    const words = turn.prompt.slice(4)
+    const requestId = "0.1.1-effect"
+    push(turn, { type: "step-start", step: 0, attempt: 1 })
+    push(turn, { type: "tool-call", step: 0, attempt: 1, toolCallId: "call-0", toolName: "echo", input: { text: words } })
+    turn.requests.set(requestId, {
+      step: 0,
+      answer: null,
+      resume: (answer) => {
+        push(turn, { type: "approval-answer", step: 0, attempt: 1, ...answer })
+        if (answer.decision !== "deny") push(turn, { type: "text-delta", step: 0, attempt: 1, text: words })
+        push(turn, { type: "tool-result", step: 0, attempt: 1, toolCallId: "call-0", toolName: "echo", output: { denied: answer.decision === "deny" }, isError: answer.decision === "deny" })
+        push(turn, { type: "step-finish", step: 0, attempt: 1, finishReason: "stop", usage: null })
+        finish("stop")
+      }
+    })
+    push(turn, {
+      type: "approval-request",
+      step: 0,
+      attempt: 1,
+      requestId,
+      toolCallId: "call-0",
+      toolName: "echo",
+      input: { text: words },
+      choices: ["allow-once", "deny"],
+      title: `echo: ${words}`
+    })
+    return
   }
   if (slow) {
     push(turn, { type: "step-start", step: 0, attempt: 1 })
@@ -150,7 +191,7 @@ const findTurn = (sessionId: string, turnId: string) => {
 
 const Handlers = BridgeRpcs.toLayer({
   Hello: () => Effect.sync(touch).pipe(Effect.as({ agentId, bridgeId, instance, protocol: PROTOCOL, pid: process.pid, startedAt })),
-  OpenSession: ({ sessionId, state }) => {
+  OpenSession: ({ interactive, sessionId, state }) => {
     touch()
     if (state !== null && state.sessionId !== sessionId) {
       return Effect.fail(new BadRequest({ message: "state.sessionId differs from sessionId" }))
@@ -158,7 +199,7 @@ const Handlers = BridgeRpcs.toLayer({
     const mine = sessions.get(sessionId)?.state
     const best = [mine, state ?? undefined].filter((s): s is SessionState => s !== undefined)
       .sort((a, b) => b.revision - a.revision)[0] ?? { sessionId, revision: 0, data: null }
-    sessions.set(sessionId, { state: best, open: true })
+    sessions.set(sessionId, { state: best, open: true, approvals: interactive?.approvals === true })
     return Effect.succeed(best)
   },
   StartTurn: ({ prompt, sessionId, turnId }) =>
@@ -172,7 +213,10 @@ const Handlers = BridgeRpcs.toLayer({
         }
         return { turnId, status: existing.finished ? "finished" as const : "running" as const }
       }
-      const turn: Turn = { sessionId, id: turnId, prompt, parts: [], finished: false, cancelled: false, wake: [] }
+      const turn: Turn = {
+        sessionId, id: turnId, prompt, parts: [], finished: false, cancelled: false, wake: [],
+        requests: new Map(), messages: new Map()
+      }
       turns.set(turnId, turn)
       push(turn, {
         type: "turn-start",
@@ -200,6 +244,43 @@ const Handlers = BridgeRpcs.toLayer({
       touch()
       session.open = false
       return session.state
+    }),
+  AnswerApproval: ({ decision, message, requestId, sessionId, turnId }) =>
+    Effect.gen(function*() {
+      touch()
+      const turn = yield* findTurn(sessionId, turnId)
+      const request = turn.requests.get(requestId)
+      if (!request) {
+        return yield* new ApprovalNotFound({ message: `no approval request ${JSON.stringify(requestId)}`, turnId, requestId })
+      }
+      if (request.answer) {
+        if (request.answer.decision !== decision) {
+          return yield* new ApprovalConflict({ message: `answered ${request.answer.decision} before`, turnId, requestId, recorded: request.answer })
+        }
+        return request.answer
+      }
+      if (turn.finished) {
+        return yield* new ApprovalExpired({ message: "the turn finished", turnId, requestId, recorded: null })
+      }
+      const answer: Answer = { requestId, decision, message: message ?? null, by: "host" }
+      request.answer = answer
+      request.resume(answer)
+      return answer
+    }),
+  SendMessage: ({ messageId, sessionId, text, turnId }) =>
+    Effect.gen(function*() {
+      touch()
+      const turn = yield* findTurn(sessionId, turnId)
+      const known = turn.messages.get(messageId)
+      if (known) {
+        if (known.text !== text) return yield* new BadRequest({ message: `message ${messageId} had another text` })
+        return { messageId, index: known.index }
+      }
+      if (turn.finished) return yield* new TurnNotRunning({ message: "the turn finished", turnId })
+      const index = turn.parts.length
+      turn.messages.set(messageId, { text, index })
+      push(turn, { type: "user-message", step: null, attempt: 1, messageId, text })
+      return { messageId, index }
     })
 })
 

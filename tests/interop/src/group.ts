@@ -40,6 +40,49 @@ export class RevisionExhausted extends Schema.TaggedError<RevisionExhausted>()("
   revision: Schema.optional(Schema.Number)
 }) {}
 
+// C18: interactive turns (approvals, user messages).
+export const RecordedAnswer = Schema.Struct({
+  requestId: Schema.String,
+  decision: Schema.Literals(["allow-once", "allow-always", "deny"]),
+  message: Schema.NullOr(Schema.String),
+  by: Schema.Literals(["host", "policy", "timeout", "cancel"])
+})
+
+export class ApprovalNotFound extends Schema.TaggedError<ApprovalNotFound>()("ApprovalNotFound", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String),
+  requestId: Schema.optional(Schema.String)
+}) {}
+
+export class ApprovalExpired extends Schema.TaggedError<ApprovalExpired>()("ApprovalExpired", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String),
+  requestId: Schema.optional(Schema.String),
+  recorded: Schema.optional(Schema.NullOr(RecordedAnswer))
+}) {}
+
+export class ApprovalConflict extends Schema.TaggedError<ApprovalConflict>()("ApprovalConflict", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String),
+  requestId: Schema.optional(Schema.String),
+  recorded: RecordedAnswer
+}) {}
+
+export class ApprovalsUnsupported extends Schema.TaggedError<ApprovalsUnsupported>()("ApprovalsUnsupported", {
+  message: Schema.String,
+  sessionId: Schema.optional(Schema.String)
+}) {}
+
+export class MessagesUnsupported extends Schema.TaggedError<MessagesUnsupported>()("MessagesUnsupported", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String)
+}) {}
+
+export class TurnNotRunning extends Schema.TaggedError<TurnNotRunning>()("TurnNotRunning", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String)
+}) {}
+
 export const SessionState = Schema.Struct({
   sessionId: Schema.String,
   revision: Schema.Number,
@@ -77,10 +120,15 @@ export const BridgeRpcs = RpcGroup.make(
     payload: {
       sessionId: Schema.String,
       state: Schema.NullOr(SessionState),
-      env: Schema.optional(Schema.NullOr(Schema.Record(Schema.String, Schema.String)))
+      env: Schema.optional(Schema.NullOr(Schema.Record(Schema.String, Schema.String))),
+      // C18: approvals on or off (absent: off), and how long a request waits (seconds).
+      interactive: Schema.optional(Schema.NullOr(Schema.Struct({
+        approvals: Schema.optional(Schema.Boolean),
+        approvalTimeout: Schema.optional(Schema.NullOr(Schema.Number))
+      })))
     },
     success: SessionState,
-    error: Schema.Union([BadRequest, RevisionExhausted])
+    error: Schema.Union([BadRequest, RevisionExhausted, ApprovalsUnsupported])
   }),
   Rpc.make("StartTurn", {
     payload: { sessionId: Schema.String, turnId: Schema.String, prompt: Schema.String },
@@ -107,5 +155,22 @@ export const BridgeRpcs = RpcGroup.make(
     payload: { sessionId: Schema.String },
     success: SessionState,
     error: Schema.Union([SessionNotFound, BadRequest])
+  }),
+  Rpc.make("AnswerApproval", {
+    payload: {
+      sessionId: Schema.String,
+      turnId: Schema.String,
+      requestId: Schema.String,
+      decision: Schema.Literals(["allow-once", "allow-always", "deny"]),
+      message: Schema.optional(Schema.NullOr(Schema.String)),
+      by: Schema.optional(Schema.Literals(["host", "policy"]))
+    },
+    success: RecordedAnswer,
+    error: Schema.Union([TurnNotFound, ApprovalNotFound, ApprovalExpired, ApprovalConflict, BadRequest])
+  }),
+  Rpc.make("SendMessage", {
+    payload: { sessionId: Schema.String, turnId: Schema.String, messageId: Schema.String, text: Schema.String },
+    success: Schema.Struct({ messageId: Schema.String, index: Schema.Number }),
+    error: Schema.Union([TurnNotFound, TurnNotRunning, MessagesUnsupported, BadRequest])
   })
 )

@@ -1,0 +1,223 @@
+"""The host's side of interactive turns: answering approval requests, the ``approve=``
+policy, and user messages added to a running turn.
+
+:class:`~bridge_client.client.turn.Turn` keeps one :class:`TurnApprovals` and calls it for
+the parts it yields; ``Turn.approve``, ``Turn.deny`` and ``Turn.say`` send their requests
+through :func:`answer` and :func:`say`. Both requests are idempotent in the bridge (by request
+id, by message id), so they are sent again over a new connection after a drop, within the
+session's resend window. See the *Interactive turns* guide (:doc:`interactive`).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+
+from ..errors import ApprovalConflict, ApprovalExpired, ProtocolError
+from ..wire import rpcs
+from ..wire.parts import APPROVAL_CHOICES, APPROVAL_DECIDERS, ApprovalAnswer, ApprovalRequest, Part
+from ..wire.parts import StepReset, TurnFinish, TurnStart
+
+if TYPE_CHECKING:
+    from .turn import Turn
+
+__all__ = ["RecordedAnswer", "TurnApprovals", "answer", "say", "policy_decision"]
+
+log = logging.getLogger("bridge_client")
+
+RequestRef = Union[ApprovalRequest, str]
+"""An approval request, as its part or its request id."""
+
+
+class RecordedAnswer(NamedTuple):
+    """The answer the bridge recorded for an approval request (what ``Turn.approve`` and
+    ``Turn.deny`` return): the first answer given, whoever gave it.
+
+    Attributes:
+        request_id: the request. decision: ``allow-once``, ``allow-always`` or ``deny``.
+        message: the words given with it, or ``None``. by: ``host``, ``policy``,
+            ``timeout`` or ``cancel``.
+    """
+
+    request_id: str
+    decision: str
+    message: Optional[str]
+    by: str
+
+    @property
+    def allowed(self) -> bool:
+        """True for ``allow-once`` and ``allow-always``."""
+        return self.decision != "deny"
+
+    @classmethod
+    def from_dict(cls, value: Any) -> "RecordedAnswer":
+        """Check the bridge's JSON answer ``{"requestId", "decision", "message", "by"}``.
+
+        Raises:
+            ProtocolError: not of that shape.
+        """
+        if not isinstance(value, dict):
+            raise ProtocolError("AnswerApproval: the answer must be a JSON object")
+        request_id, decision = value.get("requestId"), value.get("decision")
+        message, by = value.get("message"), value.get("by")
+        if (
+            not isinstance(request_id, str)
+            or decision not in APPROVAL_CHOICES
+            or (message is not None and not isinstance(message, str))
+            or by not in APPROVAL_DECIDERS
+        ):
+            raise ProtocolError(f"AnswerApproval: not a recorded answer: {value!r}"[:300])
+        return cls(request_id, decision, message, by)
+
+
+def request_id_of(request: RequestRef) -> str:
+    """The request id of ``request`` (a part or an id).
+
+    Raises:
+        TypeError: neither an ``ApprovalRequest`` nor a ``str``.
+    """
+    if isinstance(request, ApprovalRequest):
+        return request.request_id
+    if isinstance(request, str):
+        return request
+    raise TypeError(
+        f"request must be an ApprovalRequest or its request id (str), got {type(request).__name__}"
+    )
+
+
+def answer(
+    turn: "Turn", request: RequestRef, decision: str, message: Optional[str] = None, by: str = "host"
+) -> RecordedAnswer:
+    """Send ``AnswerApproval`` for ``request`` of ``turn`` and return the recorded answer.
+
+    Raises:
+        ApprovalConflict: the request was answered otherwise before (``.recorded``).
+        ApprovalExpired: the request can no longer be answered. ApprovalNotFound: no such
+            request. TurnNotFound, BridgeUnavailable, SessionReleased: as for any request.
+        TypeError, ValueError: a bad argument (nothing is sent).
+    """
+    request_id = request_id_of(request)
+    if decision not in APPROVAL_CHOICES:
+        raise ValueError(f"decision must be one of {', '.join(APPROVAL_CHOICES)}")
+    if message is not None and not isinstance(message, str):
+        raise TypeError(f"message must be a str or None, got {type(message).__name__}")
+    payload: Dict[str, Any] = {
+        "sessionId": turn._session_id,
+        "turnId": turn.id,
+        "requestId": request_id,
+        "decision": decision,
+        "message": message,
+    }
+    if by != "host":
+        payload["by"] = by
+    rpcs.ANSWER_APPROVAL.decode_payload(payload)  # BadRequest here, before anything is sent
+    value = turn._session._call(rpcs.ANSWER_APPROVAL, payload, link=turn._link)
+    return RecordedAnswer.from_dict(value)
+
+
+def say(turn: "Turn", text: str, message_id: Optional[str] = None) -> str:
+    """Send ``SendMessage`` with ``text`` to ``turn``; return the message id.
+
+    Raises:
+        TurnNotRunning, MessagesUnsupported, BadRequest, TurnNotFound, BridgeUnavailable,
+        SessionReleased: see ``Turn.say``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    message_id = rpcs.check_id(message_id if message_id is not None else uuid.uuid4().hex, "message_id")
+    payload = {"sessionId": turn._session_id, "turnId": turn.id, "messageId": message_id, "text": text}
+    rpcs.SEND_MESSAGE.decode_payload(payload)
+    value = turn._session._call(rpcs.SEND_MESSAGE, payload, link=turn._link)
+    if not isinstance(value, dict) or value.get("messageId") != message_id:
+        raise ProtocolError(f"SendMessage: unexpected answer {value!r}"[:300])
+    return message_id
+
+
+def policy_decision(result: Any) -> Optional[Tuple[str, Optional[str]]]:
+    """What an ``approve=`` policy returned, as ``(decision, message)``, or ``None`` (leave
+    the request to the caller).
+
+    Raises:
+        TypeError: a value that is no decision.
+    """
+    if result is None:
+        return None
+    if result is True:
+        return "allow-once", None
+    if result is False:
+        return "deny", None
+    if isinstance(result, str):
+        if result in APPROVAL_CHOICES:
+            return result, None
+        raise TypeError(f"approve= returned {result!r}; expected one of {', '.join(APPROVAL_CHOICES)}")
+    decision = getattr(result, "decision", None)
+    if isinstance(decision, str):  # a Decision, a RecordedAnswer, an ApprovalAnswer
+        message = getattr(result, "message", None)
+        return policy_decision((decision, message))
+    if isinstance(result, tuple) and len(result) == 2:
+        decision, message = result
+        if decision is True:
+            decision = "allow-once"
+        elif decision is False:
+            decision = "deny"
+        if decision in APPROVAL_CHOICES and (message is None or isinstance(message, str)):
+            return decision, message
+    raise TypeError(
+        f"approve= returned {type(result).__name__}; expected True, False, None, a decision "
+        f"({', '.join(APPROVAL_CHOICES)}) or a (decision, message) pair"
+    )
+
+
+class TurnApprovals:
+    """The approval requests of one turn as its reader saw them: pending until an answer part
+    (or a ``step-reset`` of their attempt, or ``turn-finish``) was yielded.
+
+    Args:
+        policy: the session's ``approve=`` callable, or ``None``.
+
+    :meth:`seen` is idempotent (the reader may account a part twice after an interrupt).
+    """
+
+    def __init__(self, policy: Optional[Callable[[ApprovalRequest], Any]]) -> None:
+        self.policy = policy
+        self.pending: Dict[str, ApprovalRequest] = {}
+        self.due: List[ApprovalRequest] = []  # yielded, waiting for the policy
+        self._asked: Set[str] = set()  # handed to the policy already
+
+    def seen(self, part: Part) -> None:
+        """Account a part the reader is about to yield."""
+        if isinstance(part, ApprovalRequest):
+            if part.request_id not in self.pending:
+                self.pending[part.request_id] = part
+            if self.policy is not None and part.request_id not in self._asked:
+                if all(r.request_id != part.request_id for r in self.due):
+                    self.due.append(part)
+        elif isinstance(part, ApprovalAnswer):
+            self.pending.pop(part.request_id, None)
+        elif isinstance(part, StepReset):
+            dropped = (part.step, part.discarded_attempt)
+            for rid in [rid for rid, r in self.pending.items() if (r.step, r.attempt) == dropped]:
+                del self.pending[rid]
+        elif isinstance(part, TurnFinish) or (isinstance(part, TurnStart) and part.index == 0):
+            self.pending.clear()  # the turn ended, or runs again from its prompt: nothing pending
+
+    def run_policy(self, turn: "Turn") -> None:
+        """Call the policy for each request yielded since the last call, and send its answer.
+        An answer the bridge refuses because the request was answered (by the caller) or
+        expired meanwhile is logged, not raised."""
+        policy = self.policy
+        while self.due:
+            request = self.due[0]
+            self._asked.add(request.request_id)
+            del self.due[0]
+            if policy is None or request.request_id not in self.pending:
+                continue
+            decided = policy_decision(policy(request))
+            if decided is None:
+                continue
+            try:
+                answer(turn, request, decided[0], decided[1], by="policy")
+            except (ApprovalConflict, ApprovalExpired) as exc:
+                log.debug(
+                    "turn %s: the policy's answer to %s was not used: %s", turn.id, request.request_id, exc
+                )
