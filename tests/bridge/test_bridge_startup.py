@@ -24,8 +24,10 @@ pytestmark = pytest.mark.timeout(60)
 NOTICE_ENV = "BRIDGE_CLIENT_NOTICE_FD"
 
 # Never needed to serve: the host side, the sandbox adapters, the template, the host's
-# WebSocket client and HTTP stacks.
+# WebSocket client and HTTP stacks, and dataclasses-json (only for schemas).
 NOT_AT_START = (
+    "dataclasses_json",
+    "marshmallow",
     "bridge_client.options",
     "bridge_client.template",
     "bridge_client.agent",
@@ -40,9 +42,7 @@ NOT_AT_START = (
     "requests",
     "paramiko",
 )
-# A bridge that loses the lock exits before any of the serving stack. (The wire's part types
-# come with the package itself, ``import bridge_client``: their dataclasses-json is the wire
-# module's to make lazy.)
+# A bridge that loses the lock exits before any of the serving stack.
 NOT_IN_A_LOSER = NOT_AT_START + (
     "websockets",
     "sqlite3",
