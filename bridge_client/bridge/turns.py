@@ -763,7 +763,7 @@ class TurnManager:
         Raises:
             TurnNotFound, ApprovalNotFound, ApprovalExpired, ApprovalConflict.
         """
-        interaction = self._interaction_of(session_id, turn_id)
+        _, interaction = self._interaction_of(session_id, turn_id)
         try:
             return interaction.answer(request_id, decision, message, by)
         except _Abandoned:
@@ -782,21 +782,19 @@ class TurnManager:
             raise MessagesUnsupported(
                 f"the {self._agent_id} agent cannot take messages during a turn", turnId=turn_id
             )
-        interaction = self._interaction_of(session_id, turn_id)
-        turn = self._turns.get(turn_id)
-        assert turn is not None
+        turn, interaction = self._interaction_of(session_id, turn_id)
         try:
             return interaction.send(message_id, text, self._appender(turn))
         except _Abandoned:
             raise RuntimeError("the bridge is shutting down") from None
 
-    def _interaction_of(self, session_id: str, turn_id: str) -> TurnInteraction:
+    def _interaction_of(self, session_id: str, turn_id: str) -> Tuple[Turn, TurnInteraction]:
         with self._lock:
             self._check_open()
             turn = self._get_turn(turn_id)
             if turn is None or turn.session_id != session_id or turn.interaction is None:
                 raise TurnNotFound(f"no turn {turn_id!r} in session {session_id!r}", turnId=turn_id)
-            return turn.interaction
+            return turn, turn.interaction
 
     def _appender(self, turn: Turn) -> Append:
         def append(

@@ -210,7 +210,7 @@ class TurnApprovals:
             request = self.due[0]
             self._asked.add(request.request_id)
             del self.due[0]
-            if policy is None or request.request_id not in self.pending:
+            if policy is None or request.request_id not in self.pending or _answered_ahead(turn, request):
                 continue
             decided = policy_decision(policy(request))
             if decided is None:
@@ -221,3 +221,10 @@ class TurnApprovals:
                 log.debug(
                     "turn %s: the policy's answer to %s was not used: %s", turn.id, request.request_id, exc
                 )
+
+
+def _answered_ahead(turn: "Turn", request: ApprovalRequest) -> bool:
+    """True when the parts received and not yet yielded hold the request's answer (a turn read
+    again from its start, say): the policy is not asked about a request already decided."""
+    batch, taken = turn._st[0], turn._st[1]
+    return any(isinstance(p, ApprovalAnswer) and p.request_id == request.request_id for p in batch[taken:])

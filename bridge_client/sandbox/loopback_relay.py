@@ -31,7 +31,7 @@ def close_quietly(sock: Any) -> None:
 class LoopbackRelay:
     """Listens on ``127.0.0.1`` (a free port) and relays each accepted connection.
 
-    Subclasses implement :meth:`_open_far`, :meth:`_copy_down` and :meth:`_end_up`.
+    Subclasses implement ``_open_far``, ``_copy_down`` and ``_end_up`` (and may change ``_cut``).
 
     Args:
         name: for thread names and log messages (``"container abc123 port 8000"``).

@@ -185,3 +185,16 @@ def test_c18_the_approve_policy_answers_in_the_reading_thread(sandbox, workspace
     answers = [(a.decision, a.by) for a in of_type(parts, bc.ApprovalAnswer)]
     assert answers == [("allow-once", "policy"), ("deny", "policy")]
     assert lines(out) == ["one"]
+
+
+def test_c18_reading_a_turn_again_does_not_ask_the_policy_about_answered_requests(sandbox, workspace):
+    out = os.path.join(workspace, "out")
+    with shell_session(sandbox, approve=lambda request: True) as session:
+        turn = session.turn(f"echo one >> {out}\necho two >> {out}")
+        list(turn)
+    asked = []
+    with shell_session(sandbox, approve=lambda request: asked.append(request) or True) as again:
+        parts = list(again.continue_turn(turn.state))
+    assert len(of_type(parts, bc.ApprovalAnswer)) == 2
+    assert asked == []
+    assert lines(out) == ["one", "two"]

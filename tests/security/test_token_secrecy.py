@@ -113,7 +113,9 @@ def test_c17_the_bridge_server_at_debug_level_logs_no_token(caplog):
     caplog.set_level(logging.DEBUG)
     token = "bridge-debug-secret-" + "7" * 16
     manager = type(
-        "NoTurns", (), {n: None for n in ("open_session", "start_turn", "cancel_turn", "close_session")}
+        "NoTurns", (), {n: None for n in (
+            "open_session", "start_turn", "cancel_turn", "close_session", "answer_approval", "send_message"
+        )}
     )
     server = BridgeServer(manager(), token=bc.Redacted(token), hello={"agentId": "x"})
     port = server.start()
