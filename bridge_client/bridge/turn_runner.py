@@ -82,7 +82,7 @@ def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
 
 class _Launch(NamedTuple):
     """A turn's thread, started and waiting: ``box`` holds the thread, then the context once
-    :meth:`TurnManager._launch` ran; ``ready`` lets it go (to run, or to end at once)."""
+    :meth:`TurnRunner._launch` ran; ``ready`` lets it go (to run, or to end at once)."""
 
     ready: threading.Event
     box: List[Any]
