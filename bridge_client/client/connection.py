@@ -30,6 +30,7 @@ from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
+from .connection_life import ConnectionLife, Event, State
 from .stream import END, Pending, Stream, StreamClosed
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
@@ -111,10 +112,10 @@ class Connection:
         # Request ids go out as strings ("1", "2", ...), as Effect RPC clients encode them:
         # Effect servers answer with string ids whatever they were sent.
         self._pending: Dict[str, Pending] = {}
-        self._lock = threading.Lock()  # guards _pending, _next_id, _closed, _error
+        self._lock = threading.Lock()  # guards _pending, _next_id, _life, _error
         self._next_id = 1
-        self._closed = False
-        self._broken = False  # a send was cut short: the stream of frames is corrupt
+        # Connecting, open, broken, closing, closed: every move through the table (one lock).
+        self._life = ConnectionLife()
         self._error: Optional[BaseException] = None
         # Both set by _open; None until then (close() copes with either missing).
         self._ws: websocket.WebSocket = None  # type: ignore[assignment]
@@ -161,6 +162,8 @@ class Connection:
         ping_timeout = self._silence_limit - self._ping_interval
         self._ws.settimeout(max(0.01, min(self._ping_interval, ping_timeout) / 2))
         self._last_rx = self._last_ping = time.monotonic()
+        with self._lock:
+            self._life.move(Event.OPENED)
         self._reader = threading.Thread(
             target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True
         )
@@ -171,7 +174,7 @@ class Connection:
     @property
     def closed(self) -> bool:
         """True once the connection has dropped or was closed, or in a forked child."""
-        return self._closed or self._pid != os.getpid()
+        return self._life.stopped or self._pid != os.getpid()
 
     def call(self, tag: str, payload: Any, timeout: Optional[float] = None) -> Any:
         """Send a request and wait for its single answer.
@@ -229,13 +232,14 @@ class Connection:
             self._drop_inherited()  # never touch the parent's connection
             return
         with self._lock:
-            if self._closed:
+            before = self._life.move(Event.CLOSE)
+            if before in (State.CLOSING, State.CLOSED):
                 return
-            self._closed = True
+            if self._ws is None:  # the upgrade never finished: nothing to close
+                self._life.move(Event.ENDED)
+                return
         ws, reader = self._ws, self._reader
-        if ws is None:
-            return  # the upgrade never finished: nothing to close
-        if not self._broken:
+        if before is not State.BROKEN:  # after a cut-short send, a close frame would be garbage
             try:
                 ws.send_close()
             except Exception:  # closing anyway: the peer may be gone
@@ -266,7 +270,7 @@ class Connection:
         undisturbed. Idempotent."""
         if self._pid == -1:
             return
-        self._closed = True
+        self._life.move(Event.FORKED)
         self._pid = -1
         error = ConnectionLost(f"connection {self.name} belongs to the parent process")
         for p in self._pending.values():
@@ -291,7 +295,7 @@ class Connection:
         if self._pid != os.getpid():
             self._drop_inherited()
         with self._lock:
-            if self._closed:
+            if self._life.stopped:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             request_id = str(self._next_id)
             self._next_id += 1
@@ -301,7 +305,7 @@ class Connection:
             raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
         pending = Pending(request_id, stream)
         with self._lock:
-            if self._closed:
+            if self._life.stopped:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             self._pending[request_id] = pending
         return pending, data
@@ -329,7 +333,8 @@ class Connection:
         and the bridge would read whatever we send next as its rest. The connection is broken
         at once (no close frame: it would be read the same way); the next call opens a new
         one instead of waiting for the keepalive to notice (C20)."""
-        self._broken = True
+        with self._lock:
+            self._life.move(Event.CUT_SHORT)
         self._lost(ConnectionLost(f"a send on connection {self.name} was cut short"))
 
     def _finish(self, pending: Pending, outcome: Union[Exit, BaseException]) -> Any:
@@ -343,7 +348,7 @@ class Connection:
 
     def _abandon(self, pending: Pending) -> None:
         with self._lock:
-            active = self._pending.pop(pending.id, None) is not None and not self._closed
+            active = self._pending.pop(pending.id, None) is not None and not self._life.stopped
         with pending.cond:
             finished = pending.outcome is not None
             if not finished:
@@ -362,7 +367,7 @@ class Connection:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
-            self._closed = True
+            self._life.move(Event.ENDED)
             pending = list(self._pending.values())
             self._pending.clear()
         for p in pending:
@@ -434,7 +439,7 @@ class Connection:
     def _read_loop(self) -> None:
         error: BaseException = ConnectionLost(f"connection {self.name} closed")
         try:
-            while not self._closed:
+            while not self._life.stopped:
                 try:
                     opcode, data = self._ws.recv_data()
                 except websocket.WebSocketTimeoutException:
@@ -446,7 +451,7 @@ class Connection:
                 else:
                     self._last_rx = now
                     if opcode == websocket.ABNF.OPCODE_CLOSE:
-                        if self._closed:
+                        if self._life.stopped:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
                     acked = self._ack_early(data)
@@ -461,7 +466,7 @@ class Connection:
             error = exc
             log.debug("connection %s: protocol error from the bridge: %s", self.name, exc)
         except (OSError, websocket.WebSocketException, ssl.SSLError, socket.timeout) as exc:
-            if not self._closed:
+            if not self._life.stopped:
                 error = ConnectionLost(f"connection {self.name} dropped: {exc}")
         except Exception as exc:  # a bug here must still fail the callers, not hang them
             log.exception("connection %s: reader failed", self.name)
@@ -480,5 +485,5 @@ class Connection:
             log.debug("%s", said)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._life.stopped else "open"
         return f"<Connection {self.name} {self.url} {state}>"
