@@ -2,10 +2,10 @@
 connections and releases, used by the session, its turns and a turn's bridge of other options.
 
 See :doc:`resilience`. :class:`SessionChannel` connects lazily, opens the session on every new
-connection from the last state the bridge gave (C07), runs a request again over a new
-connection within the resend window (C08), closes an unused connection after
-``idle_timeout`` (C06), says when the bridge cannot be reached (C15), and keeps which turn of
-the session is being read, by which thread. :class:`~.session.Session` owns one;
+connection from the last state the bridge gave, runs a request again over a new connection
+within the resend window, closes an unused connection after ``idle_timeout``, says when the
+bridge cannot be reached (``BridgeUnavailable``), and keeps which turn of the session is being
+read, by which thread. :class:`~.session.Session` owns one;
 :class:`~.turn.Turn` and :class:`~.foreign.ForeignBridge` use it, so arrows point down.
 
 Threads: the caller's threads; one daemon idle-timer thread (``bridge-client-idle-<session>``)
@@ -36,6 +36,10 @@ from . import forksafe, launcher
 from .connection import Connection
 from .resend import resend_policy
 
+# Where the contract's rules live here: C04 and C07 connect(), C06 use() and the idle timer,
+# C08 with_connection(), C11 reading(), C14 the `link` of with_connection() and call(), C15
+# unavailable().
+
 __all__ = ["SessionChannel", "OtherBridge"]
 
 log = logging.getLogger("bridge_client")
@@ -44,7 +48,8 @@ T = TypeVar("T")
 
 
 class OtherBridge(Protocol):
-    """A bridge other than the session's own that a request goes to (C14): what
+    """A bridge other than the session's own (a turn's bridge of other options) that a
+    request goes to: what
     :class:`~.foreign.ForeignBridge` offers the channel."""
 
     def connect(self, timeout: Optional[float] = None) -> Connection: ...
@@ -114,8 +119,8 @@ class SessionChannel:
             raise SessionReleased(f"session {self.id} was released")
 
     def connect(self, timeout: Optional[float] = None) -> Connection:
-        """Return the open connection, or make one: find or launch the bridge (C04), then open
-        the session there from the last state (C07). Caller's thread; may block.
+        """Return the open connection, or make one: find or launch the bridge, then open the
+        session there from the last state. Caller's thread; may block.
 
         Args:
             timeout: seconds a launch may wait at most (the rest of a resend window).
@@ -172,7 +177,7 @@ class SessionChannel:
             conn.close()
 
     def unavailable(self, exc: BaseException) -> BridgeUnavailable:
-        """C15: the bridge cannot answer; release the session and say so with its state."""
+        """The bridge cannot answer: release the session and say so with its state."""
         with self.cond:
             self.released = True
             self.active_turn = None
@@ -190,20 +195,19 @@ class SessionChannel:
         link: Optional[OtherBridge] = None,
     ) -> T:
         """Run ``fn(connection)``; on ``ConnectionLost`` drop that connection and run it again
-        on a new one, within the resend window (C08). With ``resend=False`` a drop after the
+        on a new one, within the resend window. With ``resend=False`` a drop after the
         connection was made raises :class:`MayHaveBeenReceived`.
 
         Args:
             fn: what to do on the connection.
             resend: whether ``fn`` may be run again after a drop.
             window: seconds of resending (default ``resend_window``).
-            link: the bridge of another session's options to use (C14) instead of the
-                session's own.
+            link: the bridge of another session's options to use instead of the session's own.
 
         Raises:
-            BridgeUnavailable: the window ran out or the sandbox is gone (C15).
+            BridgeUnavailable: the window ran out or the sandbox is gone.
             SessionReleased: the session was released meanwhile.
-            ForeignBridgeGone: ``link``'s bridge is gone (C14).
+            ForeignBridgeGone: ``link``'s bridge is gone.
         """
         self.check_open()
         window = self.options.resend_window if window is None else max(window, 0.0)
@@ -247,7 +251,7 @@ class SessionChannel:
 
     def call(self, rpc: rpcs.Rpc, payload: Any, link: Optional[OtherBridge] = None) -> Any:
         """Send a request that does not stream and return its ``Success`` value (to ``link``'s
-        bridge when given, C14)."""
+        bridge when given)."""
         timeout = self.options.request_timeout
         with self.use(), (link.use() if link is not None else contextlib.nullcontext()):
             return self.with_connection(
@@ -282,7 +286,8 @@ class SessionChannel:
 
     @contextlib.contextmanager
     def use(self) -> Iterator[None]:
-        """Count a request or a read in progress as use of the connection (C06)."""
+        """Count a request or a read in progress as use of the connection (the idle timer
+        waits while any is)."""
         with self.cond:
             self._busy += 1
         try:

@@ -1,5 +1,5 @@
-"""The life of a host connection as one table of states and moves (STYLE.md rule 2, as h11
-keeps its own in ``h11/_state.py``).
+"""The life of a host connection as one table of states and moves (as h11 keeps its own in
+``h11/_state.py``; the style guide's rule 2).
 
 Every change of a :class:`~.connection.Connection`'s state goes through
 :meth:`ConnectionLife.move`, with the connection's lock held (or in a forked child, where no

@@ -1,11 +1,11 @@
 """Where a turn's parts come from: the receive side of :class:`~.turn.Turn`.
 
-:class:`TurnSource` finds where the read stands and how to go on (C09, C13, C14): it sends
-``StartTurn`` again when a new bridge instance answers (the old one died) and reads on with
-``afterStep`` = the complete steps received, runs the turn again from its prompt when its
-bridge of other options is gone or the store is of another generation (B10), bounds a bridge
-that restarts again and again (C15) and a driver that sends nothing (C20), and receives values
-over a stream, reconnecting within the resend window after a drop (C08). What it received is
+:class:`TurnSource` finds where the read stands and how to go on: it sends ``StartTurn`` again
+when a new bridge instance answers (the old one died) and reads on with ``afterStep`` = the
+complete steps received, runs the turn again from its prompt when its bridge of other options
+is gone or the store is of another generation, bounds a bridge that restarts again and again
+and a driver that sends nothing (``turn_stall_timeout``), and receives values over a stream,
+reconnecting within the resend window after a drop. What it received is
 handed to :meth:`TurnSource._convert`, which :class:`~.turn.Turn` implements: publishing a
 batch and yielding its parts exactly once is the turn's (see :mod:`.turn`).
 
@@ -30,6 +30,10 @@ from .resend import FIRST_BACKOFF, MAX_BACKOFF
 
 __all__ = ["TurnSource"]
 
+# Where the contract's rules live here: C09 and C13 _open() and _fill_parts(), C14
+# _run_again_here() and _start_turn(), B10 _check_generation(), C15 _check_restart_bound(),
+# C20 _stalled(), C08 the resend window of _fill_parts().
+
 log = logging.getLogger("bridge_client")
 
 
@@ -43,7 +47,7 @@ class TurnSource:
         session_id: the id of the turn's session (another session's, for a continued turn).
         turn_id, prompt: the turn's.
         after_step: complete steps the caller already has.
-        link: the bridge of other options that runs the turn (C14), or ``None``.
+        link: the bridge of other options that runs the turn, or ``None``.
     """
 
     def __init__(
