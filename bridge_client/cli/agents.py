@@ -13,7 +13,6 @@ import shlex
 import sys
 from typing import Any, Dict, Optional, Tuple
 
-from ..agent import bridge_options
 from ..drivers import BUILTIN_DRIVERS
 from ..errors import TemplateError
 from ..options import BridgeOptions, CreateSessionOptions, Workspace
@@ -201,6 +200,8 @@ def session_options_for(
             f"unknown agent {args.agent!r}: use {', '.join(BUILTIN_DRIVERS)} or MODULE:CALLABLE"
         )
     python = sys.executable if isinstance(sandbox, LocalSandbox) else "python3"
+    from ..agent import bridge_options  # the host side: loaded by the commands that run an agent
+
     try:  # bridge_options checks a built-in agent's options too (ValueError)
         options = bridge_options(args.agent, python=python, agent_options=agent_options or None)
     except ValueError as exc:

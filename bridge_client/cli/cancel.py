@@ -13,7 +13,6 @@ import posixpath
 import threading
 from typing import Any
 
-from ..agent import create_session
 from ..bridge import identity
 from .agents import session_options_for
 from .arguments import SANDBOX_HELP, add_verbose
@@ -75,6 +74,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     args.agent = args.agent or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
     bridge_options, session_options = session_options_for(args, sandbox)
+    from ..agent import create_session  # the host side: loaded by the commands that open a session
+
     with create_session(bridge_options, session_options) as session:
         turn = session.continue_turn(state)
         answer = turn.cancel()

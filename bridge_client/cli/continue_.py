@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..agent import create_session
 from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments, add_approve_arguments
 from .bridge_dirs import has_bridge
@@ -68,6 +67,7 @@ def _cmd_continue(args: argparse.Namespace) -> int:
             f"bridge-client: the turn's bridge is gone from {here}: the turn runs again from its prompt"
         )
     options, session_options = session_options_for(args, sandbox)
+    from ..agent import create_session  # the host side: loaded by the commands that open a session
     progress = progress_for(args)
     try:
         with create_session(options, session_options) as session:

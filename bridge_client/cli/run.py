@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..agent import create_session
 from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments, add_approve_arguments
 from .exits import UsageError
@@ -41,6 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     options, session_options = session_options_for(args)
+    from ..agent import create_session  # the host side: loaded by the commands that open a session
     progress = progress_for(args)
     try:
         with create_session(options, session_options) as session:

@@ -14,7 +14,6 @@ import json
 import posixpath
 from typing import Any, Callable, Iterator
 
-from ..agent import create_session
 from ..bridge import identity
 from .agents import session_options_for
 from .arguments import SANDBOX_HELP, add_verbose
@@ -72,6 +71,7 @@ def reach_turn(args: argparse.Namespace) -> Iterator[Any]:
     args.agent = args.agent or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
     bridge_options, session_options = session_options_for(args, sandbox)
+    from ..agent import create_session  # the host side: loaded by the commands that open a session
     with create_session(bridge_options, session_options) as session:
         turn = session.continue_turn(state)
         try:

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from ..bridge import identity
-from ..client.connection import Connection
 from ..errors import ConnectionLost, HarnessError, Unauthorized
 from ..paths import SECRET_ENV, default_secret
 from ..redacted import hmac_token
@@ -50,6 +49,8 @@ class _NotRunning(Exception):
 def _check_it_is_that_bridge(sandbox: Sandbox, info: identity.ListeningInfo, bridge_id: str) -> None:
     """Before a signal goes to a pid: the bridge must answer ``Hello`` with that bridge id and
     that pid (a stale listening file may name a pid the system gave to another process)."""
+    from ..client.connection import Connection  # the host side: loaded when a bridge is stopped
+
     token = hmac_token(default_secret())(sandbox.id)
     try:
         conn = Connection(sandbox.expose(info.port), token, open_timeout=5.0)

@@ -10,9 +10,8 @@ import shlex
 import signal
 import sys
 import threading
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
-from ..client.session import Session
 from ..terminal import Progress, is_terminal
 from ..wire.parts import ApprovalRequest, Part, ToolCall
 from .approver import begin
@@ -20,6 +19,9 @@ from .exits import OutputError, Stopped
 from .output import Printer, print_err
 from .sandboxes import sandbox_label
 from .turn_state import save_turn_state
+
+if TYPE_CHECKING:
+    from ..client.session import Session
 
 __all__ = ["continue_command", "progress_for", "stream_turn"]
 
