@@ -30,13 +30,15 @@ import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
+from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set
 
 from ..bridge.driver import child_environ, process_group_ended, process_group_started
 from .keeper import ProcessKeeper
 
 __all__ = [
     "JsonLinesProcess",
+    "CLIRuns",
+    "EarlyExit",
     "Event",
     "cli_env",
     "CLIStartError",
@@ -376,6 +378,80 @@ class JsonLinesProcess:
                     stream.close()
                 except OSError:
                     pass
+
+
+class EarlyExit(NamedTuple):
+    """A CLI whose stdout ended before its final event (and not after a cancel).
+
+    Attributes:
+        code: its exit status, or ``None`` when it had not exited within the grace period.
+        stderr_tail: the last lines it wrote to stderr (may be empty).
+    """
+
+    code: Optional[int]
+    stderr_tail: str
+
+    def error(self, label: str, before: str, tail: str) -> str:
+        """The turn's error: ``"<label> exited (status 1) before <before>: <tail>"``."""
+        status = f"status {self.code}" if self.code is not None else "its output closed"
+        return f"{label} exited ({status}) before {before}" + (f": {summarize(tail)}" if tail else "")
+
+
+class CLIRuns:
+    """The runs of one CLI driver (a CLI process per turn): :meth:`run` pumps a run's events
+    to its end, and :meth:`stop_all` kills the runs still going (the bridge is shutting down)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Set[JsonLinesProcess] = set()
+
+    def run(
+        self,
+        proc: JsonLinesProcess,
+        cancelled: threading.Event,
+        on_event: Callable[[Event], bool],
+        grace: float,
+        *,
+        interrupt: Optional[Callable[[], object]] = None,
+        idle: Optional[Callable[[], bool]] = None,
+    ) -> Optional[EarlyExit]:
+        """Pump ``proc``'s events to ``on_event`` (see :meth:`JsonLinesProcess.pump`), then end
+        the CLI: after its final event it gets ``grace`` seconds to exit; a CLI whose output
+        ended first is stopped. Anything raised (the bridge stopping) stops it too.
+        ``interrupt`` is the CLI's own way to stop on a cancel (default: SIGINT to its
+        process group, as Ctrl-C would).
+
+        Returns:
+            ``None`` when the run ended with its final event or a cancel; an
+            :class:`EarlyExit` when its output ended first.
+        """
+        with self._lock:
+            self._running.add(proc)
+        try:
+            if interrupt is None:
+                interrupt = lambda: proc.signal_group(signal.SIGINT)  # noqa: E731
+            how = proc.pump(cancelled, on_event, interrupt, grace, idle=idle)
+            if how == "done":
+                proc.finish(grace)
+            elif how == "eof":
+                code = proc.wait(grace)
+                proc.stop()
+                if not cancelled.is_set():
+                    return EarlyExit(code, proc.stderr_tail())
+            return None
+        except BaseException:
+            proc.stop()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+
+    def stop_all(self) -> None:
+        """Kill every running CLI's process group."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            proc.stop()
 
 
 def summarize(text: Any, limit: int = 300) -> str:

@@ -62,14 +62,13 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated, summarize
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated
+from .cli_process import summarize
 
 __all__ = ["CodexDriver", "make_driver"]
 
@@ -211,8 +210,7 @@ class CodexDriver:
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
-        self._lock = threading.Lock()
-        self._running: Set[JsonLinesProcess] = set()
+        self._runs = CLIRuns()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"thread_id": null}`` (no Codex thread yet)."""
@@ -250,33 +248,12 @@ class CodexDriver:
             return TurnResult(
                 "error", error=f"{exc} (is the Codex CLI installed? the codex template installs it)"
             )
-        with self._lock:
-            self._running.add(proc)
         mapper = _Mapper(ctx)
-        try:
-            how = proc.pump(
-                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
-            )
-            if how == "done":
-                proc.finish(self.interrupt_grace)
-            elif how == "eof":
-                code = proc.wait(self.interrupt_grace)
-                proc.stop()
-                if not ctx.cancelled.is_set():
-                    mapper.close_step("error")
-                    status = f"status {code}" if code is not None else "its output closed"
-                    tail = proc.stderr_tail() or mapper.last_error
-                    return TurnResult(
-                        "error",
-                        error=f"codex exited ({status}) before the end of its turn"
-                        + (f": {summarize(tail)}" if tail else ""),
-                    )
-        except BaseException:
-            proc.stop()
-            raise
-        finally:
-            with self._lock:
-                self._running.discard(proc)
+        early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
+        if early is not None:
+            mapper.close_step("error")
+            tail = early.stderr_tail or mapper.last_error or ""
+            return TurnResult("error", error=early.error("codex", "the end of its turn", tail))
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
@@ -286,10 +263,7 @@ class CodexDriver:
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            proc.stop()
+        self._runs.stop_all()
 
 
 def make_driver(options: Any) -> CodexDriver:

@@ -54,14 +54,12 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, join_text, summarize
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, find_cli, join_text, summarize
 
 __all__ = ["PiDriver", "make_driver"]
 
@@ -174,8 +172,7 @@ class PiDriver:
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
-        self._lock = threading.Lock()
-        self._running: Set[JsonLinesProcess] = set()
+        self._runs = CLIRuns()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no pi session yet)."""
@@ -211,33 +208,12 @@ class PiDriver:
             proc = JsonLinesProcess(self.argv(session_id), os.getcwd(), prompt)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
-        with self._lock:
-            self._running.add(proc)
         mapper = _Mapper(ctx)
-        try:
-            how = proc.pump(
-                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
-            )
-            if how == "done":
-                proc.finish(self.interrupt_grace)
-            elif how == "eof":
-                code = proc.wait(self.interrupt_grace)
-                proc.stop()
-                if not ctx.cancelled.is_set():
-                    mapper.close_step()
-                    status = f"status {code}" if code is not None else "its output closed"
-                    tail = proc.stderr_tail() or mapper.error
-                    return TurnResult(
-                        "error",
-                        error=f"pi exited ({status}) before the end of its run"
-                        + (f": {summarize(tail)}" if tail else ""),
-                    )
-        except BaseException:
-            proc.stop()
-            raise
-        finally:
-            with self._lock:
-                self._running.discard(proc)
+        early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
+        if early is not None:
+            mapper.close_step()
+            tail = early.stderr_tail or mapper.error or ""
+            return TurnResult("error", error=early.error("pi", "the end of its run", tail))
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
@@ -248,10 +224,7 @@ class PiDriver:
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            proc.stop()
+        self._runs.stop_all()
 
 
 def make_driver(options: Any) -> PiDriver:
