@@ -33,9 +33,9 @@ __all__ = ["ChatEndpoint", "sse_data", "byte_lines"]
 _CONNECT_TIMEOUT = 10.0
 
 
-def _cause(exc: BaseException) -> str:
-    """``"ConnectionError ([Errno 111] Connection refused)"``: the error's type and, when a
-    system error lies under it (urllib3 wraps the socket's), that error's errno and text."""
+def _under(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every error under it (causes, contexts, urllib3's ``reason``, errors among
+    the arguments), breadth first, each once."""
     todo: List[BaseException] = [exc]
     seen: set[int] = set()
     while todo:
@@ -43,10 +43,17 @@ def _cause(exc: BaseException) -> str:
         if id(err) in seen:
             continue
         seen.add(id(err))
-        if isinstance(err, OSError) and isinstance(err.errno, int) and err.strerror:
-            return f"{type(exc).__name__} ([Errno {err.errno}] {err.strerror})"
+        yield err
         linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
         todo += [e for e in linked if isinstance(e, BaseException)]
+
+
+def _cause(exc: BaseException) -> str:
+    """``"ConnectionError ([Errno 111] Connection refused)"``: the error's type and, when a
+    system error lies under it (urllib3 wraps the socket's), that error's errno and text."""
+    for err in _under(exc):
+        if isinstance(err, OSError) and isinstance(err.errno, int) and err.strerror:
+            return f"{type(exc).__name__} ([Errno {err.errno}] {err.strerror})"
     return type(exc).__name__
 
 
@@ -54,17 +61,9 @@ def _unresolved(exc: BaseException) -> Optional[str]:
     """The resolver's message when the error under ``exc`` is a host name that does not
     resolve (``socket.gaierror``), else ``None``: such an error ends the turn at once, as a
     wrong URL, instead of being retried like a busy server."""
-    todo: List[BaseException] = [exc]
-    seen: set[int] = set()
-    while todo:
-        err = todo.pop(0)
-        if id(err) in seen:
-            continue
-        seen.add(id(err))
+    for err in _under(exc):
         if isinstance(err, socket.gaierror):
             return str(err.strerror or err)
-        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
-        todo += [e for e in linked if isinstance(e, BaseException)]
     return None
 
 
