@@ -94,14 +94,15 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
+from .cli_install import find_cli, sandbox_isolated
 from .cli_process import (
     CLIRuns,
     CLIStartError,
     Event,
     JsonLinesProcess,
-    find_cli,
     join_text,
-    sandbox_isolated,
+    keep_session_id,
+    resume_point,
     summarize,
 )
 from .stream_control import StreamControl, initialize_request
@@ -135,10 +136,7 @@ class _Mapper:
         self.streamed = False  # the open step was opened by a message_start stream event
 
     def _session_id(self, sid: Any) -> None:
-        if isinstance(sid, str) and sid:
-            data = self.ctx.state.data
-            if not isinstance(data, dict) or data.get("session_id") != sid:
-                self.ctx.set_state({"session_id": sid})
+        keep_session_id(self.ctx, "session_id", sid)
 
     def _open(self, message_id: Optional[str]) -> None:
         if self.ctx.step is not None and message_id is not None and message_id == self.message_id:
@@ -299,12 +297,7 @@ class StreamJsonDriver:
             ``stop`` with the result's usage; ``error`` when the CLI reports one, cannot be
             started, or exits before its ``result`` message; ``cancelled`` after a cancel.
         """
-        data = ctx.state.data
-        session_id = data.get("session_id") if isinstance(data, dict) else None
-        session_id = session_id if isinstance(session_id, str) and session_id else None
-        prompt = ctx.prompt
-        if ctx.completed_steps > 0 and session_id:
-            prompt = self.continue_prompt
+        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         message = {
             "type": "user",
             "message": {"role": "user", "content": prompt},

@@ -14,9 +14,9 @@ goes on in the next bridge while the abandoned CLI could still be working. Every
 therefore listed with a keeper process (:mod:`bridge_client.drivers.keeper`), which SIGKILLs
 the groups still listed when the bridge's end of its pipe closes, however the bridge died.
 
-:func:`find_cli` finds the program: the ``executable`` option as given, else the program on
-``PATH``, else the copy the template installed into the sandbox's private prefix
-(``<state root>/agents/<package>@<version>``, see the *Drivers* guide, :doc:`drivers/index`).
+:class:`CLIRuns` is a CLI driver's turn loop around it (pump the events, let the CLI exit after
+its final event, stop one whose output ended early); where the program comes from is
+:mod:`.cli_install`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ import collections
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set
+from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..bridge.driver import child_environ, process_group_ended, process_group_started
+from ..bridge.driver import TurnContext, child_environ, process_group_ended, process_group_started
 from .keeper import ProcessKeeper
 
 __all__ = [
@@ -44,8 +43,8 @@ __all__ = [
     "CLIStartError",
     "summarize",
     "join_text",
-    "find_cli",
-    "sandbox_isolated",
+    "resume_point",
+    "keep_session_id",
 ]
 
 _STDERR_LINES = 20
@@ -54,51 +53,6 @@ _EOF = object()
 
 _KEEPER: Optional[ProcessKeeper] = None
 _KEEPER_LOCK = threading.Lock()
-
-
-def find_cli(program: str, package: str, version: str, executable: Optional[str]) -> str:
-    """The program to run for a CLI driver.
-
-    Args:
-        program: the CLI's program name (``claude``).
-        package, version: its npm package and the version the template installs.
-        executable: the driver's ``executable`` option (``None`` when not given).
-
-    Returns:
-        ``executable`` when given (never looked up further); else ``program`` when it is on
-        ``PATH``; else the program in the private prefix when installed there; else
-        ``program`` itself (starting it then fails with a clear :class:`CLIStartError`).
-    """
-    if executable:
-        return executable
-    if shutil.which(program):
-        return program
-    from ..sandbox.npm import private_prefix  # only when it is not on PATH
-    from . import STATE_DIR  # set by the bridge program (<state root>/bridges/<bridge id>)
-
-    if STATE_DIR:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
-        candidate = os.path.join(private_prefix(root, package, version), "node_modules", ".bin", program)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return program
-
-
-def sandbox_isolated() -> bool:
-    """Whether the bridge's sandbox is isolated from the user's machine (a container; not a
-    ``LocalSandbox``), as the template recorded under the state root. Only there may a driver
-    skip the agent's own permission checks by default. ``False`` when unknown (no record, or
-    outside a bridge)."""
-    from . import STATE_DIR
-
-    if not STATE_DIR:
-        return False
-    root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
-    try:
-        with open(os.path.join(root, "agents", "sandbox.json"), encoding="utf-8") as f:
-            return json.load(f).get("isolated") is True
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _keeper() -> ProcessKeeper:
@@ -452,6 +406,26 @@ class CLIRuns:
             running = list(self._running)
         for proc in running:
             proc.stop()
+
+
+def resume_point(ctx: TurnContext, key: str, continue_prompt: str) -> Tuple[Optional[str], str]:
+    """The CLI session a run resumes (the session state's ``key``, when a non-empty string)
+    and its prompt: ``continue_prompt`` for a turn cut by a restart after completed steps of
+    that session, else the turn's own prompt."""
+    data = ctx.state.data
+    session_id = data.get(key) if isinstance(data, dict) else None
+    session_id = session_id if isinstance(session_id, str) and session_id else None
+    prompt = continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+    return session_id, prompt
+
+
+def keep_session_id(ctx: TurnContext, key: str, session_id: Any) -> None:
+    """Store the CLI's session id (a non-empty string) as the session state ``{key: id}``,
+    unless the state holds it already."""
+    if isinstance(session_id, str) and session_id:
+        data = ctx.state.data
+        if not isinstance(data, dict) or data.get(key) != session_id:
+            ctx.set_state({key: session_id})
 
 
 def summarize(text: Any, limit: int = 300) -> str:

@@ -67,8 +67,9 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated
-from .cli_process import summarize
+from .cli_install import find_cli, sandbox_isolated
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
+from .cli_process import keep_session_id, resume_point, summarize
 
 __all__ = ["CodexDriver", "make_driver"]
 
@@ -102,10 +103,7 @@ class _Mapper:
             return False
         kind = ev.get("type")
         if kind == "thread.started":
-            tid = ev.get("thread_id")
-            data = ctx.state.data
-            if isinstance(tid, str) and tid and not (isinstance(data, dict) and data.get("thread_id") == tid):
-                ctx.set_state({"thread_id": tid})
+            keep_session_id(ctx, "thread_id", ev.get("thread_id"))
         elif kind == "turn.completed":
             self.close_step()
             self.usage = ev.get("usage")
@@ -238,10 +236,7 @@ class CodexDriver:
             ``stop`` with the turn's usage; ``error`` for ``turn.failed``, a CLI that cannot
             be started, or one that exits before the end of its turn; ``cancelled``.
         """
-        data = ctx.state.data
-        thread_id = data.get("thread_id") if isinstance(data, dict) else None
-        thread_id = thread_id if isinstance(thread_id, str) and thread_id else None
-        prompt = self.continue_prompt if ctx.completed_steps > 0 and thread_id else ctx.prompt
+        thread_id, prompt = resume_point(ctx, "thread_id", self.continue_prompt)
         try:
             proc = JsonLinesProcess(self.argv(thread_id), os.getcwd(), prompt)
         except CLIStartError as exc:

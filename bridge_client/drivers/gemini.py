@@ -58,8 +58,9 @@ from typing import Any, Dict, List, Optional
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated
-from .cli_process import summarize
+from .cli_install import find_cli, sandbox_isolated
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
+from .cli_process import keep_session_id, resume_point, summarize
 
 __all__ = ["GeminiDriver", "make_driver"]
 
@@ -94,11 +95,7 @@ class _Mapper:
             return False
         kind = ev.get("type")
         if kind == "init":
-            sid = ev.get("session_id")
-            data = ctx.state.data
-            known = isinstance(data, dict) and data.get("session_id") == sid
-            if isinstance(sid, str) and sid and not known:
-                ctx.set_state({"session_id": sid})
+            keep_session_id(ctx, "session_id", ev.get("session_id"))
         elif kind == "message" and ev.get("role") == "assistant" and isinstance(ev.get("content"), str):
             self._open(True)
             if ev["content"]:
@@ -176,10 +173,7 @@ class GeminiDriver:
             ``stop`` with the run's stats; ``error`` when the CLI reports one, cannot be
             started, or exits before its ``result`` event; ``cancelled`` after a cancel.
         """
-        data = ctx.state.data
-        session_id = data.get("session_id") if isinstance(data, dict) else None
-        session_id = session_id if isinstance(session_id, str) and session_id else None
-        prompt = self.continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
             proc = JsonLinesProcess(self.argv(session_id, prompt), os.getcwd())
         except CLIStartError as exc:

@@ -59,7 +59,9 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, find_cli, join_text, summarize
+from .cli_install import find_cli
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
+from .cli_process import keep_session_id, resume_point, summarize
 
 __all__ = ["PiDriver", "make_driver"]
 
@@ -91,11 +93,7 @@ class _Mapper:
             return False
         kind = ev.get("type")
         if kind == "session":
-            sid = ev.get("id")
-            data = ctx.state.data
-            known = isinstance(data, dict) and data.get("session_id") == sid
-            if isinstance(sid, str) and sid and not known:
-                ctx.set_state({"session_id": sid})
+            keep_session_id(ctx, "session_id", ev.get("id"))
         elif kind == "turn_start":
             self.close_step()
             self._open()
@@ -200,10 +198,7 @@ class PiDriver:
             ``stop`` with the model calls' usage; ``error`` when the model call failed, the
             CLI cannot be started, or it exits before ``agent_end``; ``cancelled``.
         """
-        data = ctx.state.data
-        session_id = data.get("session_id") if isinstance(data, dict) else None
-        session_id = session_id if isinstance(session_id, str) and session_id else None
-        prompt = self.continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
             proc = JsonLinesProcess(self.argv(session_id), os.getcwd(), prompt)
         except CLIStartError as exc:
