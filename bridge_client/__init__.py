@@ -47,11 +47,6 @@ from .errors import (
     MessagesUnsupported,
     TurnNotRunning,
 )
-from .options import BridgeOptions, CreateSessionOptions, Workspace
-from .paths import default_secret
-from .redacted import Redacted, hmac_token
-from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox, SSHSandbox
-from .template import Template, TemplateStep, bridge_template
 from .wire.parts import (
     ApprovalAnswer,
     ApprovalRequest,
@@ -73,6 +68,11 @@ from .wire.parts import (
 )
 
 if TYPE_CHECKING:
+    from .options import BridgeOptions, CreateSessionOptions, Workspace
+    from .paths import default_secret
+    from .redacted import Redacted, hmac_token
+    from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox, SSHSandbox
+    from .template import Template, TemplateStep, bridge_template
     from .agent import Agent, bridge_agent, bridge_options, create_session
     from .client.session import Session
     from .client.turn import Turn
@@ -80,7 +80,24 @@ if TYPE_CHECKING:
 # The host client (sessions, connections, launcher, resends) loads on first use (PEP 562), so
 # the bridge program (``python -m bridge_client.bridge``, which imports this package first)
 # starts without it: about 0.3 s less per bridge launch, in every cold start and recovery.
+# The options, the sandbox adapters (docker, ssh) and the template load lazily too: the
+# bridge never uses them, and they were most of its start-up imports.
 _LAZY = {
+    "BridgeOptions": ".options",
+    "CreateSessionOptions": ".options",
+    "Workspace": ".options",
+    "default_secret": ".paths",
+    "Redacted": ".redacted",
+    "hmac_token": ".redacted",
+    "DockerSandbox": ".sandbox",
+    "Endpoint": ".sandbox",
+    "ExecResult": ".sandbox",
+    "LocalSandbox": ".sandbox",
+    "Sandbox": ".sandbox",
+    "SSHSandbox": ".sandbox",
+    "Template": ".template",
+    "TemplateStep": ".template",
+    "bridge_template": ".template",
     "Agent": ".agent",
     "bridge_agent": ".agent",
     "bridge_options": ".agent",

@@ -3,9 +3,11 @@
 ::
 
     bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE|URL] [--agent NAME|MODULE:CALLABLE]
-                      [--option KEY=VALUE]... [--json]
+                      [--option KEY=VALUE]... [--json] [--approve ask|all|none] [--state FILE]
     bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
     bridge-client cancel TURN_STATE_FILE [--sandbox DIR] [--timeout SECONDS]
+    bridge-client answer TURN_STATE_FILE REQUEST_ID allow|deny|always [--message TEXT]
+    bridge-client say TURN_STATE_FILE TEXT...
     bridge-client bridges [--sandbox DIR | --all] [--json]
     bridge-client stop (BRIDGE_ID | --all) [--sandbox DIR] [--timeout SECONDS]
     bridge-client prune [--dry-run] [--min-age SECONDS]
@@ -60,13 +62,15 @@ try:
     from .agent import bridge_options, create_session
     from .bridge import identity
     from .cli_bridges import LocalStateRoot, bridge_rows, local_state_roots, print_bridges
+    from .cli_answer import add_answer_commands
     from .cli_cancel import add_cancel_command
+    from .cli_interactive import add_approve_arguments, approvals_on, begin, describe
     from .cli_input import PROMPT_HELP, PromptError, read_prompt
     from .cli_prune import add_prune_command
     from .client.connection import Connection
     from .client.session import Session
     from .drivers import BUILTIN_DRIVERS
-    from .errors import ConnectionLost, HarnessError, TemplateError, Unauthorized
+    from .errors import ApprovalsUnsupported, ConnectionLost, HarnessError, TemplateError, Unauthorized
     from .options import BridgeOptions, CreateSessionOptions, Workspace
     from .paths import SECRET_ENV, default_secret, user_home
     from .redacted import hmac_token
@@ -76,6 +80,7 @@ try:
     from .template import Template, TemplateStep
     from .terminal import Colours, Progress, colour_enabled, is_terminal
     from .wire.parts import (
+        ApprovalRequest,
         Data,
         HelloResult,
         Part,
@@ -215,13 +220,14 @@ try:
 except Exception as exc:
     answer(options="%s: %s" % (type(exc).__name__, exc))
 agent_id = getattr(driver, "agent_id", None)
+approvals = bool(getattr(driver, "supports_approvals", False))
 close = getattr(driver, "close", None)
 if callable(close):
     try:
         close()
     except Exception:
         pass
-answer(agentId=agent_id if isinstance(agent_id, str) else None)
+answer(agentId=agent_id if isinstance(agent_id, str) else None, approvals=approvals)
 """
 _PROBE_MARK = "@@bridge-client-probe "
 _PROBE_TIMEOUT = 60.0
@@ -249,7 +255,12 @@ def _probe(sandbox: Sandbox, python: str, agent: str, agent_options: Dict[str, A
 
 
 def _agent_id(
-    agent: str, agent_options: Dict[str, Any], sandbox: Sandbox, python: str, template: Template
+    agent: str,
+    agent_options: Dict[str, Any],
+    sandbox: Sandbox,
+    python: str,
+    template: Template,
+    approvals: bool = False,
 ) -> str:
     """Check the agent and its options before any bridge is launched, so that bad ones are
     reported as bad input; return the ``agent_id`` the bridge will answer with.
@@ -257,7 +268,8 @@ def _agent_id(
     A built-in agent is made here once. A ``MODULE:CALLABLE`` agent is loaded where the bridge
     loads it: by the bridge's Python in the sandbox folder (:data:`_PROBE`), so a module that
     is only there (in the folder, or only in a container) works; when that Python lacks this
-    package, the template installs it first.
+    package, the template installs it first. With ``approvals`` (``--approve``), an agent that
+    cannot ask is refused here too, before anything is launched or installed.
     """
     builtin = BUILTIN_DRIVERS.get(agent)
     module_name, sep, attr = (builtin or agent).partition(":")
@@ -273,6 +285,7 @@ def _agent_id(
         if "options" in answer:
             raise UsageError(f"agent {agent!r}: {answer['options']}")
         agent_id = answer.get("agentId")
+        can_ask = answer.get("approvals") is True
     else:
         try:
             factory = getattr(importlib.import_module(module_name), attr)
@@ -283,11 +296,16 @@ def _agent_id(
         except Exception as exc:
             raise UsageError(f"agent {agent!r}: {exc}") from None
         agent_id = getattr(driver, "agent_id", None)
+        can_ask = bool(getattr(driver, "supports_approvals", False))
         close = getattr(driver, "close", None)
         if callable(close):
             close()
     if not isinstance(agent_id, str) or not agent_id:
         raise UsageError(f"agent {agent!r} has no agent_id")
+    if approvals and not can_ask:
+        raise UsageError(
+            f"--approve: agent {agent!r} cannot ask before it runs a tool; run it without --approve"
+        )
     return agent_id
 
 
@@ -346,11 +364,15 @@ def _session_options(
     except ValueError as exc:
         raise UsageError(f"agent {args.agent!r}: {exc}") from None
     options = dataclasses.replace(options, template=_announced(options.template))
-    agent_id = _agent_id(args.agent, agent_options, sandbox, python, options.template)
+    agent_id = _agent_id(
+        args.agent, agent_options, sandbox, python, options.template, approvals=approvals_on(args)
+    )
     options = dataclasses.replace(options, id=agent_id)
     try:
         env = _parse_env(getattr(args, "env", None) or [])  # commands without --env (cancel)
-        session_options = CreateSessionOptions(workspace=Workspace(sandbox), env=env)
+        session_options = CreateSessionOptions(
+            workspace=Workspace(sandbox), env=env, approvals=approvals_on(args)
+        )
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--env: {exc}") from None
     return options, session_options
@@ -426,6 +448,10 @@ class _Printer:
             reason = part.finish_reason + (f": {part.error}" if part.error else "")
             paint = self.c.ok if part.finish_reason == "stop" else self.c.bad
             self._line(f"{paint('[finished]')} {reason}")
+        else:
+            line = describe(part, self.c)  # requests, answers, user messages
+            if line is not None:
+                self._line(line)
         self.out.flush()
 
 
@@ -452,6 +478,8 @@ def _continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
+    if getattr(args, "approve", None):
+        words += ["--approve", args.approve]
     for item in getattr(args, "env", None) or []:
         # Only the name: a value may be a secret, and it is to be taken from the environment
         # of the shell that continues (export it there, or add =VALUE).
@@ -478,6 +506,8 @@ def _waiting_for(part: Part) -> str:
     """What the spinner says the turn is waiting for after ``part``."""
     if isinstance(part, ToolCall):
         return f"{part.tool_name} running"
+    if isinstance(part, ApprovalRequest):
+        return "waiting for an answer"
     return "waiting for the agent"
 
 
@@ -491,6 +521,7 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Pro
         for signum in (signal.SIGINT, signal.SIGTERM):
             handlers[signum] = signal.signal(signum, _interrupt_once)
     try:
+        approver = begin(args, turn, sys.modules[__name__])
         try:
             for part in turn:
                 with progress.output(_waiting_for(part)):
@@ -502,6 +533,8 @@ def _stream(session: Session, turn: Any, args: argparse.Namespace, progress: Pro
                             printer.show(part)
                     except OSError as exc:
                         raise _OutputError(exc) from None
+                    if approver is not None:
+                        approver.on_part(part)
                     # The spinner draws on its own line only: not after half a line of text.
                     progress.may_draw = printer.at_line_start or not shared_terminal
         except KeyboardInterrupt as exc:
@@ -886,6 +919,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", nargs="+", metavar="PROMPT", help=PROMPT_HELP)
     _add_agent_arguments(run, "shell")
+    add_approve_arguments(run, state=True)
     run.set_defaults(func=_cmd_run)
 
     cont = commands.add_parser(
@@ -906,6 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow running the turn again from its prompt in this sandbox when its bridge is not here",
     )
     _add_agent_arguments(cont, None)
+    add_approve_arguments(cont, state=False)
     cont.set_defaults(func=_cmd_continue)
 
     bridges = commands.add_parser(
@@ -941,6 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     this = sys.modules[__name__]  # the running copy (``__main__`` under ``python -m``)
     add_cancel_command(commands, this)
+    add_answer_commands(commands, this)
     add_prune_command(commands, this)
     return parser
 
@@ -978,6 +1014,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(args.func(args))
     except UsageError as exc:
         _say(f"bridge-client: error: {exc}")
+        return 2
+    except ApprovalsUnsupported as exc:  # the bridge's own check (the command's came first)
+        lines = str(exc).splitlines()
+        reason = (lines[0] if lines else "the agent cannot ask").split(": open the session")[0]
+        _say(f"bridge-client: error: --approve: {reason}; run it without --approve")
         return 2
     except _Failure as exc:
         _say(f"bridge-client: error: {exc}")

@@ -31,8 +31,9 @@ class BridgeOptions:
 
     Attributes:
         id: the agent id; the bridge must answer ``Hello`` with it.
-        template: installs the bridge program in a sandbox that lacks it; run before every
-            launch.
+        template: installs the bridge program in a sandbox that lacks it; run before a
+            launch (steps that remember, such as the bridge program's, are skipped while the
+            marker they left is in the sandbox).
         command: the program that runs the bridge in the sandbox (e.g. ``"python3"``).
         args: its arguments (e.g. ``("-m", "bridge_client.bridge", "--driver", "shell")``).
         token: a function from a sandbox id to that sandbox's token (a

@@ -5,24 +5,35 @@ See the *Sandbox adapters* guide (``sandbox-adapters``) and the *Docker sandbox*
 
 Each step has a check and an install command. The check runs first; the install runs only
 when the check fails, and the check must pass after it. A session runs the template before
-every launch, so a sandbox prepared by another version keeps what it has and gets only what
-it lacks.
+a launch, so a sandbox prepared by another version keeps what it has and gets only what it
+lacks. A step marked ``remember`` (the bridge program's step is) leaves a marker file in the
+sandbox's state root once its check passed, keyed by everything the step says (so by the
+package version for the bridge program): while that marker is there, the step is skipped
+without starting its check. When a bridge launched on a marker's word cannot start, the
+launcher runs the template again with ``recheck=True``, which ignores the markers.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
+import posixpath
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Tuple
 
-from .errors import SandboxGone, TemplateError
+from .errors import HarnessError, SandboxGone, TemplateError, UntrustedFile
 from .sandbox.base import ExecResult, Sandbox
 
-__all__ = ["TemplateStep", "Template", "bridge_template", "agent_cli_steps"]
+__all__ = ["TemplateStep", "Template", "bridge_template", "agent_cli_steps", "MARKS_DIR"]
 
 log = logging.getLogger("bridge_client")
 
 _TAIL_BYTES = 2000
+
+MARKS_DIR = "template-marks"
+"""The folder under a sandbox's state root that holds the markers of remembered steps."""
 
 
 def _tail(result: ExecResult) -> str:
@@ -39,12 +50,33 @@ class TemplateStep:
         check: a command that exits 0 when the sandbox already has it.
         install: a command that provides it.
         timeout: seconds each command may take.
+        remember: once the check passed, leave a marker in the sandbox's state root and skip
+            the step while it is there (for a check that is slow, such as starting an
+            interpreter, and whose loss the bridge's start shows: see :class:`Template`).
     """
 
     name: str
     check: Tuple[str, ...]
     install: Tuple[str, ...]
     timeout: float = 600.0
+    remember: bool = False
+
+    def marker(self) -> bytes:
+        """The content of this step's marker: canonical JSON of the step's kind and fields
+        (``timeout`` aside) and of this package's version."""
+        from . import __version__
+
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "timeout"}
+        kind = f"{type(self).__module__}.{type(self).__qualname__}"
+        text = json.dumps({"kind": kind, "fields": fields, "package": __version__}, sort_keys=True,
+                          separators=(",", ":"), default=list)
+        return text.encode("utf-8")
+
+    def marker_path(self, sandbox: Sandbox) -> str:
+        """Where this step's marker lives in ``sandbox``: a file named by a digest of
+        :meth:`marker` in ``<state_root>/template-marks``."""
+        digest = hashlib.sha256(self.marker()).hexdigest()[:32]
+        return posixpath.join(sandbox.state_root, MARKS_DIR, digest)
 
 
 @dataclass(frozen=True)
@@ -57,39 +89,82 @@ class Template:
 
     steps: Tuple[TemplateStep, ...] = field(default_factory=tuple)
 
-    def run(self, sandbox: Sandbox) -> None:
+    def run(
+        self, sandbox: Sandbox, *, recheck: bool = False, defer: Sequence[TemplateStep] = ()
+    ) -> bool:
         """Run every step whose check fails, and check it again after installing.
 
         A step with a ``run(sandbox)`` method of its own (such as
         :class:`~bridge_client.sandbox.wheelhouse.WheelStep`, which copies files in before it
-        installs) is run by that method instead.
+        installs) is run by that method instead. A step with ``remember`` set is skipped when
+        its marker is in the sandbox (a regular file of the sandbox user's, mode 0600, in a
+        private folder, where the sandbox can tell; anything else counts as no marker), and
+        leaves its marker once it passed.
+
+        Args:
+            sandbox: where to run the steps.
+            recheck: ignore the markers: run every step's check (and install what fails).
+            defer: steps to skip now when they have no marker, because what runs next proves
+                them (the launcher: a bridge that says it listens at the step's version); the
+                caller then calls :meth:`remember` with those proven.
+
+        Returns:
+            ``True`` when a step was skipped on its marker's word (the caller may run the
+            template again with ``recheck=True`` if the bridge then cannot start).
 
         Raises:
             TemplateError: an install command failed, timed out, or its check still fails.
             SandboxGone: the sandbox cannot run commands.
         """
+        trusted = False
         for step in self.steps:
-            own_run = getattr(step, "run", None)
-            if callable(own_run):
-                own_run(sandbox)
-                continue
-            if self._exec(sandbox, step, step.check).ok:
-                continue
-            log.debug("template: installing %s", step.name)
-            installed = self._exec(sandbox, step, step.install)
-            if not installed.ok:
-                raise TemplateError(
-                    f"installing {step.name} failed (exit {installed.exit_code}): {shlex.join(step.install)}",
-                    step=step.name,
-                    output=_tail(installed),
-                )
-            again = self._exec(sandbox, step, step.check)
-            if not again.ok:
-                raise TemplateError(
-                    f"{step.name} is still missing after installing it: {shlex.join(step.check)} failed",
-                    step=step.name,
-                    output=_tail(again),
-                )
+            remember = getattr(step, "remember", False)
+            if remember:
+                if not recheck and _has_marker(sandbox, step):
+                    trusted = True
+                    continue
+                if not recheck and any(step is d for d in defer):
+                    trusted = True
+                    continue
+                if recheck:
+                    _write_marker(sandbox, step, b"")  # stale until the step passes again
+            self._run_step(sandbox, step)
+            if remember:
+                _write_marker(sandbox, step, step.marker())
+        return trusted
+
+    @staticmethod
+    def remember(sandbox: Sandbox, steps: Sequence[TemplateStep]) -> None:
+        """Leave the markers of ``steps`` (deferred by :meth:`run`, then proven) in ``sandbox``.
+
+        Raises:
+            SandboxGone: the sandbox is gone (a marker that cannot be written is only logged).
+        """
+        for step in steps:
+            _write_marker(sandbox, step, step.marker())
+
+    def _run_step(self, sandbox: Sandbox, step: TemplateStep) -> None:
+        own_run = getattr(step, "run", None)
+        if callable(own_run):
+            own_run(sandbox)
+            return
+        if self._exec(sandbox, step, step.check).ok:
+            return
+        log.debug("template: installing %s", step.name)
+        installed = self._exec(sandbox, step, step.install)
+        if not installed.ok:
+            raise TemplateError(
+                f"installing {step.name} failed (exit {installed.exit_code}): {shlex.join(step.install)}",
+                step=step.name,
+                output=_tail(installed),
+            )
+        again = self._exec(sandbox, step, step.check)
+        if not again.ok:
+            raise TemplateError(
+                f"{step.name} is still missing after installing it: {shlex.join(step.check)} failed",
+                step=step.name,
+                output=_tail(again),
+            )
 
     @staticmethod
     def _exec(sandbox: Sandbox, step: TemplateStep, argv: Sequence[str]) -> ExecResult:
@@ -105,6 +180,35 @@ class Template:
             raise TemplateError(
                 f"{step.name}: cannot run {argv[0]}: {exc.strerror or exc}", step=step.name
             ) from exc
+
+
+def _has_marker(sandbox: Sandbox, step: TemplateStep) -> bool:
+    """Whether the step's marker is in the sandbox with the expected content. Read as the
+    launcher reads the state files: a sandbox that can tell who made a file
+    (``read_private_file``) refuses one that is not the sandbox user's private file."""
+    path = step.marker_path(sandbox)
+    reader = getattr(sandbox, "read_private_file", None) or sandbox.read_file
+    try:
+        data: bytes = reader(path)
+    except UntrustedFile as exc:
+        log.warning("template: not trusting the marker of %s, checking instead: %s", step.name, exc)
+        return False
+    except SandboxGone:
+        raise
+    except (OSError, HarnessError):
+        return False
+    return data == step.marker()
+
+
+def _write_marker(sandbox: Sandbox, step: TemplateStep, data: bytes) -> None:
+    """Write (or, with ``b""``, void) the step's marker; a marker that cannot be written only
+    costs the next launch a check."""
+    try:
+        sandbox.write_file(step.marker_path(sandbox), data, mode=0o600)
+    except SandboxGone:
+        raise
+    except (OSError, HarnessError) as exc:
+        log.debug("template: cannot write the marker of %s: %s", step.name, exc)
 
 
 def bridge_template(python: str = "python3", requirement: Optional[str] = None) -> Template:
@@ -135,6 +239,7 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
                 name="the bridge program (bridge_client[bridge])",
                 check=(python, "-c", "import bridge_client.bridge.server"),
                 install=(python, "-m", "pip", "install", "--quiet", requirement),
+                remember=True,
             ),
         )
     )

@@ -133,6 +133,7 @@ def test_package_re_exports_the_api_md_names():
 def test_importing_the_host_side_pulls_in_no_server_code():
     code = (
         "import sys, bridge_client\n"
+        "bridge_client.create_session, bridge_client.LocalSandbox  # the host side loads on use\n"
         "bad = [m for m in sys.modules if m == 'websockets' or m.startswith('websockets.')\n"
         "       or m in ('bridge_client.bridge.server', 'bridge_client.bridge.store',\n"
         "                'bridge_client.bridge.turns')\n"

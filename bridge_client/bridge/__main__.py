@@ -1,10 +1,15 @@
 """The bridge program: ``python -m bridge_client.bridge --driver NAME_OR_MODULE:CALLABLE``.
 
-Reads its state directory from ``BRIDGE_CLIENT_STATE_DIR``, then ``launch.json`` and
-``token`` there; makes the driver; takes the lock (a second bridge on the same state
-directory exits 0 quietly); opens the store; listens; writes ``listening.json``;
-serves until SIGTERM/SIGINT or idle; then removes ``listening.json`` (only if it still
-names this instance), releases the lock and exits 0.
+Reads its state directory from ``BRIDGE_CLIENT_STATE_DIR``; takes the lock (a second
+bridge on the same state directory waits until the first one listens, then exits 0
+quietly); reads ``launch.json`` and ``token`` there; makes the driver; opens the store;
+listens; writes ``listening.json`` (and, when its launcher gave it a notice pipe in
+``BRIDGE_CLIENT_NOTICE_FD``, says so there in one line); serves until SIGTERM/SIGINT or
+idle; then removes ``listening.json`` (only if it still names this instance), releases the
+lock and exits 0.
+
+Start-up imports only what the lock needs until the lock is held: a bridge that loses the
+race costs an interpreter start and little more.
 
 Exit codes: 0 clean exit, or another bridge holds the lock; 1 the store failed or the
 server crashed; 2 a launch problem (environment, files, driver, bind), told in one line on
@@ -20,28 +25,28 @@ import logging
 import os
 import signal
 import socket
-import sqlite3
 import stat
 import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, NamedTuple, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Sequence, cast
 
-from .. import drivers
-from ..drivers import BUILTIN_DRIVERS
 from ..errors import InvalidToken, ProtocolError, UntrustedFile
 from ..private_files import check_folder, check_stat, open_private, read_private
-from ..redacted import Redacted, check_token
-from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from . import identity
-from .driver import Driver
+
+if TYPE_CHECKING:
+    from ..redacted import Redacted
+    from .driver import Driver
 
 __all__ = ["main", "load_driver", "LaunchError"]
 
 log = logging.getLogger("bridge_client.bridge")
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"
+_NOTICE_FD_ENV = "BRIDGE_CLIENT_NOTICE_FD"  # (sandbox.base.NOTICE_FD_ENV, not imported here)
+_START_WAIT = 30.0  # seconds a bridge waits for another one's start before trying the lock anyway
 _SHUTDOWN_TIMEOUT = 30.0
 _LISTENING_CHECK = 1.0  # seconds between checks that listening.json still names this bridge
 
@@ -53,8 +58,8 @@ class LaunchError(Exception):
 class _Launch(NamedTuple):
     state: str
     info: identity.LaunchInfo
-    token: Redacted
-    driver: Driver
+    token: "Redacted"
+    driver: "Driver"
 
 
 # ---------------------------------------------------------------------------- startup
@@ -128,7 +133,7 @@ def _read(path: str, what: str) -> bytes:
         raise LaunchError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
 
 
-def load_driver(spec: str, agent_options: Any) -> Driver:
+def load_driver(spec: str, agent_options: Any) -> "Driver":
     """Make the driver named by ``spec``: ``echo``, ``shell``, or ``MODULE:CALLABLE`` (a
     factory called with ``agent_options``).
 
@@ -136,6 +141,8 @@ def load_driver(spec: str, agent_options: Any) -> Driver:
         LaunchError: unknown name, import error, missing callable, the factory raised, or what
             it returned is not a driver.
     """
+    from ..drivers import BUILTIN_DRIVERS
+
     target = BUILTIN_DRIVERS.get(spec, spec)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -162,11 +169,12 @@ def load_driver(spec: str, agent_options: Any) -> Driver:
         getattr(driver, "run_turn", None)
     ):
         raise LaunchError(f"driver factory {target!r} did not return a driver (agent_id: str, run_turn())")
-    return cast(Driver, driver)
+    return cast("Driver", driver)
 
 
-def _prepare(driver_spec: str) -> _Launch:
-    """Read the environment and the state directory, and make the driver."""
+def _state_dir() -> str:
+    """Read the state directory from the environment and check it and its files (C21);
+    remove every ``BRIDGE_CLIENT_*`` variable from the environment."""
     state = os.environ.get(identity.STATE_DIR_ENV, "")
     # Children (the shell driver's commands) must never see our variables (the token's dir).
     for key in [k for k in os.environ if k.startswith(_ENV_PREFIX)]:
@@ -180,10 +188,19 @@ def _prepare(driver_spec: str) -> _Launch:
         os.chmod(state, 0o700)
     except OSError as exc:
         raise LaunchError(f"cannot chmod 0700 the state directory {state}: {exc.strerror}") from None
-    for name in (identity.TOKEN_FILE, identity.LAUNCH_FILE, identity.LOG_FILE, identity.LOCK_FILE):
-        _make_private(os.path.join(state, name), warn=name not in (identity.LOG_FILE, identity.LOCK_FILE))
+    quiet = (identity.LOG_FILE, identity.LOCK_FILE, identity.START_LOCK_FILE)
+    for name in (identity.TOKEN_FILE, identity.LAUNCH_FILE, *quiet):
+        _make_private(os.path.join(state, name), warn=name not in quiet)
     for suffix in ("", "-wal", "-shm", "-journal"):  # SQLite opens these by name: no symlinks
         _make_private(os.path.join(state, identity.STORE_FILE + suffix), warn=False)
+    return state
+
+
+def _prepare(state: str, driver_spec: str) -> _Launch:
+    """Read ``launch.json`` and the token of the state directory, and make the driver."""
+    from .. import drivers
+    from ..redacted import Redacted, check_token
+
     launch_path = os.path.join(state, identity.LAUNCH_FILE)
     try:
         info = identity.parse_launch(_read(launch_path, "the launch file"))
@@ -208,6 +225,97 @@ def _prepare(driver_spec: str) -> _Launch:
             f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}"
         )
     return _Launch(state, info, token, driver)
+
+
+def _notice_fd() -> Optional[int]:
+    """The notice pipe the launcher gave (``BRIDGE_CLIENT_NOTICE_FD``), kept from children."""
+    text = os.environ.get(_NOTICE_FD_ENV, "")
+    try:
+        fd = int(text)
+        os.fstat(fd)
+    except (ValueError, OSError):
+        return None
+    if fd <= 2:
+        return None  # never our own stdin, stdout or stderr
+    try:
+        os.set_inheritable(fd, False)
+    except OSError:
+        return None
+    return fd
+
+
+def _notify(fd: Optional[int], line: str) -> None:
+    """Write ``line`` to the notice pipe and close it (the launcher may be gone: no matter)."""
+    if fd is None:
+        return
+    try:
+        if line:
+            os.write(fd, (line + "\n").encode("utf-8"))
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _package_version() -> str:
+    """This package's version, for the notice: the launcher trusts the bridge program it
+    launched without a template check only when it is the host's own version."""
+    from .. import __version__
+
+    return __version__
+
+
+class _StartWaitOver(Exception):
+    """The wait for another bridge's start ran out."""
+
+
+def _raise_start_wait_over(signum: int, frame: Any) -> None:
+    raise _StartWaitOver()
+
+
+def _take_start_lock(state: str) -> Optional[int]:
+    """Take the state directory's start lock, waiting (at most ``_START_WAIT`` seconds) while
+    another bridge is starting; ``None`` when the wait ran out. The wait blocks in the kernel:
+    a bridge that loses the race sleeps until the winner listens."""
+    path = os.path.join(state, identity.START_LOCK_FILE)
+    try:
+        fd = open_private(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except UntrustedFile as exc:
+        raise LaunchError(f"refusing the start lock file: {exc}") from None
+    except OSError as exc:
+        raise LaunchError(f"cannot open the start lock file {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            os.close(fd)
+            raise LaunchError(f"cannot lock {path}: {exc.strerror}") from None
+    if threading.current_thread() is not threading.main_thread():  # no alarm outside it
+        deadline = time.monotonic() + _START_WAIT
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                continue
+        os.close(fd)
+        return None
+    previous = signal.signal(signal.SIGALRM, _raise_start_wait_over)
+    signal.setitimer(signal.ITIMER_REAL, _START_WAIT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+    except (_StartWaitOver, OSError):
+        os.close(fd)
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _take_lock(state: str) -> Optional[int]:
@@ -246,7 +354,11 @@ class _Bridge:
     """The running bridge: its parts, and the way it stops (once, from any thread)."""
 
     def __init__(self, launch: _Launch, limits: Optional[Dict[str, Any]] = None) -> None:
-        # Imported here so that ``load_driver`` and the startup checks work without websockets.
+        # Imported here so that ``load_driver`` and the startup checks work without websockets,
+        # and a bridge that loses the lock exits without importing them.
+        import sqlite3
+
+        from ..wire.parts import PROTOCOL_VERSION, HelloResult
         from .recovery import open_store
         from .server import BridgeServer, IdleWatcher, default_limits
         from .store import StoreError
@@ -331,8 +443,11 @@ class _Bridge:
         finally:
             self._stopped.set()
 
-    def run(self) -> int:
-        """Listen, announce, serve until stopped, clean up. Returns the exit code."""
+    def run(self, on_listening: Callable[[], None] = lambda: None) -> int:
+        """Listen, announce (the listening file, then ``on_listening()``), serve until
+        stopped, clean up. Returns the exit code."""
+        from ..wire.parts import PROTOCOL_VERSION
+
         try:
             port = self.server.start()
         except OSError as exc:
@@ -365,6 +480,7 @@ class _Bridge:
                 port,
             )
             self.idle.start()
+            on_listening()
         keeper = threading.Thread(
             target=self._keep_listening, args=(listening,), name="bridge-listening", daemon=True
         )
@@ -591,23 +707,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     args = _parse(argv)
     _configure_logging()
+    notice = _notice_fd()
+    start: Optional[int] = None
+    lock: Optional[int] = None
     try:
-        launch = _prepare(args.driver)
-        lock = _take_lock(launch.state)
-    except LaunchError as exc:
-        log.error("%s", exc)
-        return 2
-    if lock is None:
-        log.info("another bridge holds the lock on %s; this one exits (C05)", launch.state)
-        return 0
-    try:
-        return _Bridge(launch, _limits(args)).run()
-    except LaunchError as exc:
-        log.error("%s", exc)
-        return 2
-    finally:
-        _release_lock(lock)
+        try:
+            state = _state_dir()
+            # The start lock first: a bridge that finds another one starting waits until it
+            # listens (or is gone), so that it exits, and tells its launcher, only once the
+            # winner's listening file is there.
+            start = _take_start_lock(state)
+            lock = _take_lock(state)
+            if lock is None:
+                log.info("another bridge holds the lock on %s; this one exits (C05)", state)
+                _notify(notice, f"locked {_package_version()}")
+                notice = None
+                return 0
+            launch = _prepare(state, args.driver)
+        except LaunchError as exc:
+            log.error("%s", exc)
+            return 2
 
+        def listening() -> None:
+            nonlocal notice, start
+            _notify(notice, f"listening {_package_version()}")
+            notice = None
+            if start is not None:
+                _release_lock(start)
+                start = None
+
+        try:
+            return _Bridge(launch, _limits(args)).run(on_listening=listening)
+        except LaunchError as exc:
+            log.error("%s", exc)
+            return 2
+    finally:
+        # The lock before the start lock: a bridge waiting to start then finds the lock free.
+        if lock is not None:
+            _release_lock(lock)
+        if start is not None:
+            _release_lock(start)
+        _notify(notice, "")  # closed without a line: the launcher reads the exit status
 
 if __name__ == "__main__":
     sys.exit(main())

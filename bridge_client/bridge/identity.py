@@ -13,13 +13,14 @@ import json
 import os
 import posixpath
 import tempfile
-from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence
 
 from ..errors import ProtocolError
 from ..private_files import check_folder, read_private
-from ..redacted import Redacted
-from ..wire.parts import PROTOCOL_VERSION
+
+if TYPE_CHECKING:
+    from ..redacted import Redacted
 
 __all__ = [
     "BRIDGE_ID_LENGTH",
@@ -30,6 +31,7 @@ __all__ = [
     "LOCK_FILE",
     "STORE_FILE",
     "LOG_FILE",
+    "START_LOCK_FILE",
     "canonical_json",
     "bridge_id",
     "state_dir",
@@ -54,6 +56,17 @@ TOKEN_FILE = "token"
 LOCK_FILE = "lock"
 STORE_FILE = "bridge.sqlite3"
 LOG_FILE = "bridge.log"
+START_LOCK_FILE = "start.lock"
+"""Held by a bridge from before it takes ``lock`` until it listens: a bridge that loses the
+race waits on it, so it exits (and tells its launcher) once the winner's listening file is
+there."""
+
+
+def _protocol_version() -> int:
+    # Imported when first needed: the bridge takes its lock (and a loser exits) without the wire.
+    from ..wire.parts import PROTOCOL_VERSION
+
+    return PROTOCOL_VERSION
 
 
 def canonical_json(value: Any) -> str:
@@ -172,8 +185,8 @@ def parse_listening(data: bytes) -> ListeningInfo:
     where = LISTENING_FILE
     d = _load_object(data, where)
     protocol = _check_int(d, "protocol", where, 0, 2**31)
-    if protocol != PROTOCOL_VERSION:
-        raise ProtocolError(f"{where}: protocol {protocol}, this client speaks {PROTOCOL_VERSION}")
+    if protocol != _protocol_version():
+        raise ProtocolError(f"{where}: protocol {protocol}, this client speaks {_protocol_version()}")
     return ListeningInfo(
         protocol=protocol,
         agent_id=_check_str(d, "agentId", where),
@@ -201,7 +214,7 @@ class LaunchInfo:
     agent_options: Any
     idle_timeout: float
     bind: str = "127.0.0.1"
-    protocol: int = PROTOCOL_VERSION
+    protocol: int = field(default_factory=_protocol_version)
 
     def to_json(self) -> str:
         """Return the file's JSON text."""
@@ -226,8 +239,8 @@ def parse_launch(data: bytes) -> LaunchInfo:
     where = LAUNCH_FILE
     d = _load_object(data, where)
     protocol = _check_int(d, "protocol", where, 0, 2**31)
-    if protocol != PROTOCOL_VERSION:
-        raise ProtocolError(f"{where}: protocol {protocol}, this bridge speaks {PROTOCOL_VERSION}")
+    if protocol != _protocol_version():
+        raise ProtocolError(f"{where}: protocol {protocol}, this bridge speaks {_protocol_version()}")
     idle = d.get("idleTimeout")
     if not isinstance(idle, (int, float)) or isinstance(idle, bool) or not (0 < idle < float("inf")):
         raise ProtocolError(f"{where}: idleTimeout must be a number of seconds > 0")

@@ -4,15 +4,17 @@
 ``Hello`` that the bridge of this agent id and bridge id answers. When none answers (no
 file, a bad file, refused, timed out, another program on that port, another bridge) it runs
 the template, writes the launch file and the token, spawns the bridge detached, and waits for
-a fresh listening file whose bridge answers.
+a fresh listening file whose bridge answers. One thread of a host process launches a given
+bridge at a time (:mod:`.flights`); the others wait for it.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..bridge import identity
 from ..errors import (
@@ -27,9 +29,10 @@ from ..errors import (
 )
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
-from ..template import Template
+from ..template import Template, TemplateStep
 from ..wire.parts import PROTOCOL_VERSION, HelloResult
 from .connection import Connection
+from .flights import Flight, SingleFlight
 from .resend import Backoff
 
 __all__ = ["LaunchPlan", "connect", "find", "launch", "read_state_file"]
@@ -40,6 +43,7 @@ _LOG_TAIL_BYTES = 4000
 _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge starts...
 _POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer pause is late news)
 _RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again (doubling)
+_NOTICE_FALLBACK = 0.1  # seconds between looks while a notice may still come (it wakes us first)
 
 
 def read_state_file(sandbox: Sandbox, path: str) -> bytes:
@@ -243,9 +247,13 @@ def _log_tail(plan: LaunchPlan) -> str:
     return data[-_LOG_TAIL_BYTES:].decode("utf-8", "replace").strip()
 
 
-def launch(plan: LaunchPlan) -> Any:
+def launch(plan: LaunchPlan, recheck: bool = False) -> Any:
     """Run the template, write ``launch.json`` and ``token`` (mode 0600), and spawn the
     bridge detached from the host, with the workspace as its working folder.
+
+    Args:
+        recheck: run every template step's check, even where a marker says the sandbox has
+            what the step installs.
 
     Returns:
         The :class:`~bridge_client.sandbox.base.SpawnedProcess` handle.
@@ -255,7 +263,26 @@ def launch(plan: LaunchPlan) -> Any:
         SandboxGone: the sandbox is gone.
         BridgeLaunchError: the bridge program could not be started.
     """
-    plan.template.run(plan.sandbox)
+    return _launch(plan, recheck).process
+
+
+class _Launched(NamedTuple):
+    """A launch: the spawned process; whether a template step was skipped on a marker's (or
+    the coming bridge's) word; the steps skipped until the bridge proves them."""
+
+    process: Any
+    trusted: bool
+    deferred: Tuple[TemplateStep, ...]
+
+
+def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
+    """:func:`launch`, saying what the template skipped. Where the spawn carries the bridge's
+    notice, the bridge program's own step (no marker yet) is skipped: the bridge that says
+    it listens at the host's version proves it, and one that cannot start has it run."""
+    deferred: Tuple[TemplateStep, ...] = ()
+    if getattr(plan.sandbox, "spawn_notice", False) is True and not recheck:
+        deferred = tuple(s for s in plan.template.steps if getattr(s, "proven_by_bridge", False))
+    trusted = bool(plan.template.run(plan.sandbox, recheck=recheck, defer=deferred))
     launch_info = identity.LaunchInfo(
         agent_id=plan.agent_id,
         bridge_id=plan.bridge_id,
@@ -274,8 +301,10 @@ def launch(plan: LaunchPlan) -> Any:
         ) from None
     argv: Sequence[str] = [plan.command, *plan.args]
     log.debug("launching bridge %s: %s", plan.bridge_id, " ".join(argv))
+    # A sandbox whose spawn can carry the bridge's "I listen" line back (a pipe) spares the
+    # launcher a polling lag; others are polled (see connect).
     try:
-        return plan.sandbox.spawn(
+        process = plan.sandbox.spawn(
             argv,
             env={identity.STATE_DIR_ENV: plan.state_dir},
             log_path=plan.path(identity.LOG_FILE),
@@ -286,6 +315,72 @@ def launch(plan: LaunchPlan) -> Any:
         raise BridgeLaunchError(f"refusing the bridge's state directory {plan.state_dir}: {exc}") from None
     except OSError as exc:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
+    return _Launched(process, trusted, deferred)
+
+
+_PROOF_WAIT = 2.0  # seconds to wait for the notice of a bridge found before it was read
+
+
+def _proven(
+    plan: LaunchPlan, launched: _Launched, pause: "_Pause", hello: HelloResult
+) -> Optional[bool]:
+    """Whether the bridge found proves the template steps deferred to it: ``True`` (their
+    markers are left), ``False`` (the bridge we launched says another version, or nothing
+    although it answers: the sandbox has another bridge program; stop it and run the
+    template), ``None`` (another host's bridge answers; ours lost the lock: nothing to learn).
+    A bridge we cannot tell apart (no notice, another pid) has the deferred steps checked now."""
+    if not launched.deferred:
+        return True
+    notice = pause.notice
+    if notice is None and pause.listening_for_notice:
+        notice = launched.process.wait_notice(_PROOF_WAIT)
+    word, _, version = (notice or "").partition(" ")
+    if word == "listening":
+        if all(getattr(s, "bridge_version", None) == version for s in launched.deferred):
+            plan.template.remember(plan.sandbox, launched.deferred)
+            return True
+        return False
+    if word == "locked":
+        return None
+    if hello.pid == launched.process.pid:
+        return False
+    Template(launched.deferred).run(plan.sandbox, recheck=True)
+    return True
+
+
+def _stop(process: Any) -> None:
+    """Stop a bridge we launched that must not serve (it is another version), and wait
+    (at most 10 s) for it to exit."""
+    terminate = getattr(process, "terminate", None)
+    if callable(terminate):
+        terminate()
+    deadline = time.monotonic() + 10.0
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+class _Pause:
+    """The launcher's wait between looks at the listening file: on the launched bridge's
+    notice when its spawn carries one (woken at once when it says it listens, lost the lock,
+    or exits), else a sleep."""
+
+    def __init__(self, process: Any) -> None:
+        wait = getattr(process, "wait_notice", None)
+        self._wait = wait if callable(wait) else None
+        self.notice: Optional[str] = None
+
+    @property
+    def listening_for_notice(self) -> bool:
+        """True while a notice may still come."""
+        return self._wait is not None
+
+    def __call__(self, seconds: float) -> None:
+        if self._wait is None:
+            time.sleep(seconds)
+            return
+        notice = self._wait(seconds)
+        if notice is not None:  # a line, or "" when the bridge closed its end (it exited)
+            self.notice, self._wait = notice, None
 
 
 def connect(
@@ -298,15 +393,24 @@ def connect(
     every ``Hello`` included, ends within ``timeout`` seconds (plus one last look of at most
     0.05 s, and the template's run). ``holder``: see :func:`find`.
 
-    When several hosts launch at once, the bridges that lose the lock
-    exit quietly and every host ends up connected to the winner. When the bridge that holds
-    the lock goes away without anyone answering (it was shutting down), it launches again,
-    only once its own launched bridge has exited, after 3 s, then 6 s, 12 s... When its own
-    bridge dies (killed while it held the lock, say), it first looks for the bridge that
-    answers now (another host's), and launches again if it was killed by a signal; an error
-    exit with no bridge answering is a ``BridgeLaunchError``.
+    In one host process, one thread launches a given bridge (sandbox and bridge id) at a
+    time: threads that find no bridge while another launches it wait for that launch and
+    then connect to the bridge it started; a launch that fails raises the same error in all
+    of them, and the next call tries again.
 
-    The listening file is read every 20-50 ms while a bridge starts; the port it names is
+    When several hosts launch at once, the bridges that lose the lock wait for the winner to
+    listen, then exit quietly, and every host ends up connected to the winner. When the
+    bridge that holds the lock goes away without anyone answering (it was shutting down), it
+    launches again, only once its own launched bridge has exited, after 3 s, then 6 s,
+    12 s... When its own bridge dies (killed while it held the lock, say), it first looks for
+    the bridge that answers now (another host's), and launches again if it was killed by a
+    signal; an error exit with no bridge answering is a ``BridgeLaunchError``, after one more
+    launch when the template had been skipped on a marker's word (it is then run in full
+    first: the sandbox may have lost what it installed).
+
+    A sandbox whose spawn carries the bridge's notice (``LocalSandbox``) wakes the launcher
+    the moment its bridge listens; elsewhere the listening file is read every 20-50 ms while
+    a bridge starts. Either way the listening file is what is trusted: the port it names is
     probed at once when the file changes, and with the resend policy's backoff (up to 2 s
     apart) while it stays the same and does not answer. A listening file that is not the
     sandbox user's own private file counts as no bridge (logged at WARNING).
@@ -333,11 +437,57 @@ def connect(
     )
     if found is not None:
         return found
-    process = launch(plan)
-    deadline = time.monotonic() + budget
+    key = (plan.sandbox.id, plan.state_dir)
+    give_up: Optional[float] = None
+
+    def limit(flight: Flight) -> Optional[float]:
+        # A waiter waits as long as the launcher would: the template's run, then the budget.
+        ends = [] if window_end is None else [window_end]
+        if flight.launched_at is not None:
+            ends.append(flight.launched_at + budget)
+        return min(ends) if ends else None
+
+    while True:
+        lead = functools.partial(_launch_and_wait, plan, budget, window_end, holder, refused)
+        try:
+            led = _flights.run(key, lead, limit)
+        except TimeoutError:
+            message = f"the bridge did not answer within {budget:g} s"
+            raise BridgeLaunchError(message, _log_tail(plan)) from None
+        if led is not None:
+            return led
+        # Another thread launched the bridge (or was interrupted): connect to what answers.
+        now = time.monotonic()
+        remaining = budget if window_end is None else window_end - now
+        found = find(plan, open_timeout=max(0.05, min(plan.open_timeout, remaining)), holder=holder,
+                     deadline=window_end)
+        if found is not None:
+            return found
+        give_up = give_up if give_up is not None else now + budget
+        if now >= give_up or remaining <= 0:
+            raise BridgeLaunchError(f"the bridge did not answer within {budget:g} s", _log_tail(plan))
+        refused = None
+
+
+_flights: "SingleFlight[Tuple[Connection, HelloResult]]" = SingleFlight()
+
+
+def _launch_and_wait(
+    plan: LaunchPlan,
+    budget: float,
+    window_end: Optional[float],
+    holder: Optional[List[Connection]],
+    refused: "Optional[Tuple[bytes, Unauthorized]]",
+    flight: Flight,
+) -> Tuple[Connection, HelloResult]:
+    """Launch the bridge and wait for it (or the lock holder) to answer: see :func:`connect`."""
+    launched = _launch(plan)
+    flight.launched_at = time.monotonic()
+    deadline = flight.launched_at + budget
     if window_end is not None:
         deadline = min(deadline, window_end)
-    pause = _POLL_FIRST
+    pause = _Pause(launched.process)
+    wait = _POLL_FIRST
     lost_at: Optional[float] = None
     relaunch_after = _RELAUNCH_AFTER
     # The port named by an unchanged listening file is probed with the resend policy's
@@ -358,23 +508,40 @@ def connect(
                 plan, max(0.05, min(plan.open_timeout, remaining)), refused, holder, window_end
             )
             if found is not None:
+                if _proven(plan, launched, pause, found[1]) is False:
+                    # The sandbox's bridge program is not this version: install it, relaunch.
+                    log.debug("bridge %s is another version; running the template in full", plan.bridge_id)
+                    found[0].close()
+                    _stop(launched.process)
+                    launched = _launch(plan, recheck=True)
+                    pause, lost_at, probed = _Pause(launched.process), None, None
+                    continue
                 log.debug("bridge %s answers (pid %d)", plan.bridge_id, found[1].pid)
                 return found
             probed, next_probe = data, time.monotonic() + probes.next()
-        status = process.poll()
+        status = launched.process.poll()
         if status is not None and status != 0:
             # Ours died. Another host's bridge may hold the lock now and answer (C05): look
             # before giving up. Killed by a signal, it may have held the lock: launch again.
             found = _look_now(plan, remaining, holder, window_end)
             if found is not None:
                 return found
+            if status > 0 and launched.trusted and remaining > 0:
+                # The template was skipped on a marker's (or this bridge's) word: the sandbox
+                # may lack what it installs. Check it all, then launch once more.
+                log.debug("bridge %s exited with status %d; checking the template in full",
+                          plan.bridge_id, status)
+                launched = _launch(plan, recheck=True)
+                pause, lost_at, probed = _Pause(launched.process), None, None
+                continue
             if status > 0 or remaining <= 0:
                 raise BridgeLaunchError(
                     f"the bridge exited with status {status} before it answered", _log_tail(plan)
                 )
             log.debug("bridge %s: the launched bridge was killed (signal %d); launching again",
                       plan.bridge_id, -status)
-            process, lost_at, probed = launch(plan), None, None
+            launched = _launch(plan)
+            pause, lost_at, probed = _Pause(launched.process), None, None
             continue
         if status == 0:
             # Ours lost the lock race (C05): the winner answers soon. If none does for a
@@ -385,14 +552,19 @@ def connect(
                 if refused is not None:  # a live bridge holds the lock and refuses our token
                     raise refused[1]
                 log.debug("bridge %s: the lock holder does not answer; launching again", plan.bridge_id)
-                process, lost_at = launch(plan), None
+                launched = _launch(plan)
+                pause, lost_at = _Pause(launched.process), None
                 relaunch_after *= 2
         if remaining <= 0:
             if refused is not None and status == 0:
                 raise refused[1]
             raise BridgeLaunchError(f"the bridge did not answer within {budget:g} s", _log_tail(plan))
-        time.sleep(min(pause, max(0.0, remaining)))
-        pause = min(pause * 1.5, _POLL_MAX)
+        if pause.listening_for_notice:
+            # The notice wakes us; the bounded wait is for a bridge that never sends one.
+            pause(min(_NOTICE_FALLBACK, max(0.0, remaining)))
+        else:
+            pause(min(wait, max(0.0, remaining)))
+            wait = min(wait * 1.5, _POLL_MAX)
 
 
 def _look_now(

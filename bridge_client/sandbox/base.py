@@ -14,7 +14,12 @@ try:  # Protocol is in typing from 3.8; runtime_checkable keeps isinstance() usa
 except ImportError:  # pragma: no cover
     from typing_extensions import Protocol, runtime_checkable  # type: ignore[assignment]
 
-__all__ = ["Sandbox", "ExecResult", "Endpoint", "SpawnedProcess"]
+__all__ = ["Sandbox", "ExecResult", "Endpoint", "SpawnedProcess", "NoticeProcess", "NOTICE_FD_ENV"]
+
+NOTICE_FD_ENV = "BRIDGE_CLIENT_NOTICE_FD"
+"""The environment variable that names, to a process spawned by a sandbox whose
+``spawn_notice`` is true, the file descriptor on which it writes one line when it is ready
+(the bridge: when it listens)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,28 @@ class SpawnedProcess(Protocol):
 
     def poll(self) -> Optional[int]:
         """Return the exit status if the process has ended and the adapter can tell, else ``None``."""
+
+
+@runtime_checkable
+class NoticeProcess(SpawnedProcess, Protocol):
+    """A spawned process that can tell its launcher, in one line, that it is ready.
+
+    Returned by ``spawn`` of an adapter that can hand the process a pipe and says so with a
+    true class attribute ``spawn_notice`` (a ``LocalSandbox`` does): :data:`NOTICE_FD_ENV`
+    names the pipe's end in the process's environment. The launcher then learns the moment
+    a bridge listens instead of polling for its listening file (which it still reads and
+    checks), and may leave the bridge program's template check to the bridge's own word.
+    Adapters without it (their spawn has no output the host can read) are polled.
+    """
+
+    def wait_notice(self, timeout: float) -> Optional[str]:
+        """Wait up to ``timeout`` seconds for the process's line.
+
+        Returns:
+            The line (without its newline); ``""`` when the process closed its end without
+            one (it exited, say); ``None`` when ``timeout`` passed first. Once a line or
+            ``""`` was returned, later calls return ``None`` at once.
+        """
 
 
 @runtime_checkable

@@ -4,17 +4,18 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import select
 import stat
 import signal
 import subprocess
 import threading
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..bridge.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
 from ..paths import user_home
 from ..private_files import check_folder, open_private, read_private
-from .base import Endpoint, ExecResult
+from .base import NOTICE_FD_ENV, Endpoint, ExecResult
 
 __all__ = ["LocalSandbox", "LocalProcess"]
 
@@ -48,6 +49,9 @@ def _reap() -> None:
         _spawned.difference_update(done)
 
 
+_NOTICE_MAX = 4096  # bytes of a notice line kept at most
+
+
 class LocalProcess:
     """A process spawned by :meth:`LocalSandbox.spawn` (wraps ``subprocess.Popen``).
 
@@ -55,10 +59,41 @@ class LocalProcess:
     spawns or runs anything, so a bridge that exits is not left a zombie of the host.
     """
 
-    def __init__(self, popen: "subprocess.Popen[bytes]") -> None:
+    def __init__(self, popen: "subprocess.Popen[bytes]", notice_fd: Optional[int] = None) -> None:
         self._popen = popen
+        self._notice_fd = notice_fd
+        self._notice = b""
+        self._notice_lock = threading.Lock()
         with _spawned_lock:
             _spawned.add(self)
+
+    def wait_notice(self, timeout: float) -> Optional[str]:
+        """Wait up to ``timeout`` seconds for the line the process writes when it is ready.
+
+        Returns:
+            The line (without its newline, decoded as UTF-8); ``""`` when the process closed
+            its end without a line (it exited); ``None`` when ``timeout`` passed first, or
+            the line was already returned, or the process was spawned without a notice pipe.
+        """
+        with self._notice_lock:
+            fd = self._notice_fd
+            if fd is None:
+                return None
+            ready, _, _ = select.select([fd], [], [], max(timeout, 0.0))
+            while ready:
+                chunk = os.read(fd, 512)
+                self._notice += chunk
+                line, newline, _ = self._notice.partition(b"\n")
+                if newline or not chunk or len(self._notice) > _NOTICE_MAX:
+                    self._close_notice_locked()
+                    return line[:_NOTICE_MAX].decode("utf-8", "replace") if newline else ""
+                ready, _, _ = select.select([fd], [], [], 0)
+            return None
+
+    def _close_notice_locked(self) -> None:
+        fd, self._notice_fd = self._notice_fd, None
+        if fd is not None:
+            os.close(fd)
 
     @property
     def pid(self) -> Optional[int]:
@@ -72,6 +107,22 @@ class LocalProcess:
             with _spawned_lock:
                 _spawned.discard(self)
         return status
+
+    def terminate(self) -> None:
+        """Send the process SIGTERM (the bridge then exits cleanly); nothing if it ended."""
+        if self._popen.poll() is None:
+            try:
+                self._popen.terminate()
+            except ProcessLookupError:
+                pass
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_notice_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"LocalProcess(pid={self.pid})"
@@ -164,6 +215,9 @@ class LocalSandbox:
             raise
         return ExecResult(proc.returncode, stdout, stderr)
 
+    spawn_notice = True
+    """Processes from :meth:`spawn` get a notice pipe (see :class:`LocalProcess.wait_notice`)."""
+
     def spawn(
         self,
         argv: Sequence[str],
@@ -175,11 +229,25 @@ class LocalSandbox:
         """Start ``argv`` in a new session (no controlling terminal, own process group), so
         it outlives the host and a Ctrl-C in the host's terminal does not reach it.
 
+        The process also gets a pipe it may write one line to when it is ready (its write
+        end's number in ``BRIDGE_CLIENT_NOTICE_FD``; read it with
+        :meth:`LocalProcess.wait_notice`): the bridge program writes it when it listens.
+
         Raises:
             SandboxGone: the workspace folder is gone.
             FileNotFoundError: the program does not exist.
             UntrustedFile: ``log_path`` or its folder is a symlink or not this user's own.
         """
+        return self._spawn(argv, cwd, env, log_path, notice=True)
+
+    def _spawn(
+        self,
+        argv: Sequence[str],
+        cwd: Optional[str],
+        env: Optional[Mapping[str, str]],
+        log_path: Optional[str],
+        notice: bool,
+    ) -> LocalProcess:
         self._check_alive()
         _reap()
         log = None
@@ -188,21 +256,35 @@ class LocalSandbox:
             # Private: the bridge logs prompts' metadata and errors there. No-follow: a planted
             # symlink would have the bridge append to its target.
             log = os.fdopen(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+        child_env = _child_env(env)
+        read_end: Optional[int] = None
+        pass_fds: List[int] = []
+        if notice:
+            read_end, write_end = os.pipe()  # both close-on-exec; the child gets only its end
+            pass_fds.append(write_end)
+            child_env[NOTICE_FD_ENV] = str(write_end)
         try:
             popen = subprocess.Popen(
                 list(argv),
                 cwd=cwd or self._workdir,
-                env=_child_env(env),
+                env=child_env,
                 stdin=subprocess.DEVNULL,
                 stdout=log if log is not None else subprocess.DEVNULL,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=pass_fds,
             )
+        except BaseException:
+            if read_end is not None:
+                os.close(read_end)
+            raise
         finally:
             if log is not None:
                 log.close()
-        return LocalProcess(popen)
+            for fd in pass_fds:
+                os.close(fd)
+        return LocalProcess(popen, read_end)
 
     def read_file(self, path: str) -> bytes:
         """Return the bytes of ``path`` (a regular file; the open never blocks on a FIFO).

@@ -286,12 +286,23 @@ class WheelStep(TemplateStep):
             version with this package's.
         install: only describes what :meth:`run` does.
         timeout: seconds for each host build and each command in the sandbox.
+        remember: set by :meth:`for_python`: once installed (or found) at this version, a
+            marker in the sandbox's state root spares later launches the check.
         python: the sandbox's interpreter that will run the bridge (``"python3"``).
         extras: the package's extras to install (``("bridge",)``: ``websockets``).
+        bridge_version: the version installed (this package's; set by :meth:`for_python`).
     """
 
     python: str = "python3"
     extras: Tuple[str, ...] = ("bridge",)
+    bridge_version: str = ""
+
+    @property
+    def proven_by_bridge(self) -> bool:
+        """True: a bridge program of ``bridge_version`` that starts with this step's
+        interpreter shows the step is done, so a launcher that hears the bridge say its version
+        (see :meth:`~bridge_client.template.Template.run`, ``defer``) may skip the check."""
+        return bool(self.bridge_version)
 
     @classmethod
     def for_python(cls, python: str = "python3", extras: Tuple[str, ...] = ("bridge",)) -> "WheelStep":
@@ -304,6 +315,8 @@ class WheelStep(TemplateStep):
                      "<copied wheels>", f"{_DIST}{extra}=={__version__}"),
             python=python,
             extras=tuple(extras),
+            remember=True,  # the check starts an interpreter: a marker saves it on later launches
+            bridge_version=__version__,
         )
 
     def _run_in(

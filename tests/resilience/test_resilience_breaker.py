@@ -359,7 +359,12 @@ def test_c08_a_launch_inside_a_resend_waits_no_longer_than_the_rest_of_the_windo
             def poll(self) -> Optional[int]:
                 return None
 
-        monkeypatch.setattr(launcher_mod, "launch", lambda plan: spawned.append(1) or NeverAnswers())
+        monkeypatch.setattr(
+            launcher_mod, "_launch",
+            lambda plan, recheck=False: launcher_mod._Launched(
+                spawned.append(1) or NeverAnswers(), False, ()
+            ),
+        )
         waits: List[float] = []
         real_call = connection_mod.Connection.call
 
