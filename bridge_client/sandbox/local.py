@@ -216,7 +216,8 @@ class LocalSandbox:
         return ExecResult(proc.returncode, stdout, stderr)
 
     spawn_notice = True
-    """Processes from :meth:`spawn` get a notice pipe (see :class:`LocalProcess.wait_notice`)."""
+    """Processes from :meth:`spawn` get a notice pipe (see
+    :meth:`~bridge_client.sandbox.local.LocalProcess.wait_notice`)."""
 
     def spawn(
         self,
@@ -231,7 +232,8 @@ class LocalSandbox:
 
         The process also gets a pipe it may write one line to when it is ready (its write
         end's number in ``BRIDGE_CLIENT_NOTICE_FD``; read it with
-        :meth:`LocalProcess.wait_notice`): the bridge program writes it when it listens.
+        :meth:`~bridge_client.sandbox.local.LocalProcess.wait_notice`): the bridge program
+        writes it when it listens.
 
         Raises:
             SandboxGone: the workspace folder is gone.

@@ -299,9 +299,10 @@ class WheelStep(TemplateStep):
 
     @property
     def proven_by_bridge(self) -> bool:
-        """True: a bridge program of ``bridge_version`` that starts with this step's
-        interpreter shows the step is done, so a launcher that hears the bridge say its version
-        (see :meth:`~bridge_client.template.Template.run`, ``defer``) may skip the check."""
+        """Whether a bridge program of ``bridge_version`` that starts with this step's
+        interpreter shows the step is done (when the step names a version), so a launcher
+        that hears the bridge say its version (see
+        :meth:`~bridge_client.template.Template.run`, ``defer``) may skip the check."""
         return bool(self.bridge_version)
 
     @classmethod

@@ -305,10 +305,10 @@ def test_c19_bad_env_is_refused_at_once():
 def test_c19_continue_command_names_the_variables_never_their_values():
     import argparse
 
-    from bridge_client.cli import _continue_command
+    from bridge_client.cli.stream import continue_command
 
     args = argparse.Namespace(sandbox="/w", agent="shell", option=[], env=["FOO", f"TOKEN={SECRET_VALUE}"])
-    line = _continue_command("/t.json", args, 0)
+    line = continue_command("/t.json", args, 0)
     assert "--env FOO --env TOKEN" in line and SECRET_VALUE not in line, line
 
 

@@ -195,7 +195,7 @@ def test_an_unexpected_error_is_one_line_and_exit_70_never_a_traceback(monkeypat
     def broken(args):
         raise RuntimeError("something inside broke")
 
-    monkeypatch.setattr(cli_module, "_cmd_bridges", broken)
+    monkeypatch.setattr(cli_module.bridges, "_cmd_bridges", broken)
     assert cli_module.main(["bridges", "--all"]) == cli_module.INTERNAL_ERROR == 70
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -23,7 +23,9 @@ import time
 import pytest
 
 from bridge_client import cli
-from bridge_client.cli_interactive import Approver, parse_answer, question, shorten
+from bridge_client.cli.approval_text import parse_answer, question, shorten
+from bridge_client.cli.approver import Approver
+from bridge_client.cli.output import Printer
 from bridge_client.errors import ApprovalConflict
 from bridge_client.wire.parts import Part
 
@@ -158,7 +160,7 @@ def test_c18_an_answer_given_elsewhere_first_is_said_and_the_run_goes_on():
 
 
 def test_c18_the_output_shows_requests_answers_and_messages():
-    printer = cli._Printer(io.StringIO())
+    printer = Printer(io.StringIO())
     printer.show(_request("r1"))
     printer.show(Part.from_dict({"type": "approval-answer", "index": 4, "step": 0, "attempt": 1,
                                  "requestId": "r1", "decision": "deny", "message": "not now", "by": "host"}))

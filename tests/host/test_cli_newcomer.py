@@ -304,24 +304,24 @@ def test_claude_refusing_root_gets_the_is_sandbox_hint(workspace, tmp_path):
 
 def test_an_npm_install_is_announced_and_a_missing_installer_says_what_to_do(workspace, capsys):
     import bridge_client as bc
-    from bridge_client.cli import _AnnouncedStep, _announced
+    from bridge_client.cli.agents import AnnouncedStep, announced
     from bridge_client.errors import TemplateError
 
     from bridge_client.sandbox.npm import NpmCliStep
 
     for agent in ("codex", "claude-code"):  # the npm step announces itself (in the library, once)
-        steps = _announced(bc.bridge_options(agent).template).steps
+        steps = announced(bc.bridge_options(agent).template).steps
         assert [type(s) for s in steps if s.install[:1] == ("npm",)] == [NpmCliStep], agent
 
     sandbox = bc.LocalSandbox(workspace)
-    step = _AnnouncedStep(
+    step = AnnouncedStep(
         "the Fake CLI (fake)", ("/bin/sh", "-c", "test -f fake"), ("/bin/sh", "-c", "touch fake"), 30.0
     )
     step.run(sandbox)
     assert "the Fake CLI (fake) is missing; installing it" in capsys.readouterr().err
     step.run(sandbox)  # present now: nothing said
     assert capsys.readouterr().err == ""
-    missing = _AnnouncedStep(
+    missing = AnnouncedStep(
         "the Fake CLI (fake2)", ("/bin/sh", "-c", "test -f fake2"), ("no-such-npm-here", "install"), 30.0
     )
     with pytest.raises(TemplateError, match="install Node.js and npm there"):

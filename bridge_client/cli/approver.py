@@ -24,171 +24,17 @@ import signal
 import sys
 import tempfile
 import threading
-import unicodedata
-from typing import Any, Dict, Optional, Sequence, Set, TextIO, Tuple
+from typing import Any, Dict, Optional, Set, TextIO, Tuple
 
-from .errors import ApprovalConflict, ApprovalExpired, ApprovalNotFound, TurnNotRunning
-from .terminal import Colours, is_terminal
-from .wire.parts import ApprovalAnswer, ApprovalRequest, Part, UserMessage
+from ..errors import ApprovalConflict, ApprovalExpired, ApprovalNotFound, TurnNotRunning
+from ..wire.parts import ApprovalAnswer, ApprovalRequest, Part
+from ..terminal import is_terminal
+from .approval_text import keys, parse_answer, question
+from .output import print_err
+from .sandboxes import sandbox_label
+from .turn_state import SANDBOX_KEY, save_turn_state
 
-__all__ = [
-    "APPROVE_MODES",
-    "add_approve_arguments",
-    "approvals_on",
-    "describe",
-    "question",
-    "parse_answer",
-    "shorten",
-    "Approver",
-]
-
-APPROVE_MODES = ("ask", "all", "none")
-"""The values of ``--approve``."""
-
-_APPROVE_HELP = (
-    "let the agent ask before it runs a tool (off unless given): ask = a question on the "
-    "terminal for each request, where Ctrl-C or end of input answers no (with --json or off a "
-    "terminal, answer from another shell with `bridge-client answer`), all = allow every "
-    "request, none = deny every one"
-)
-_STATE_HELP = (
-    "write the turn's state to FILE when the turn starts (mode 0600), for `bridge-client answer` "
-    "and `bridge-client say` from another shell (default with --approve: the file a suspend "
-    "writes, said on standard error with --approve ask)"
-)
-
-# What a question shows of a request: one line, at most this many characters.
-_SHOWN = 160
-
-
-def one_of(names: Sequence[str]) -> Any:
-    """An argparse ``type`` that takes one of ``names`` (a ``choices=`` tuple would break the
-    walk over sub-command parsers that reads every action's ``choices`` as parsers)."""
-
-    def check(value: str) -> str:
-        if value not in names:
-            raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(names)}")
-        return value
-
-    return check
-
-
-def add_approve_arguments(p: argparse.ArgumentParser, state: bool) -> None:
-    """Add ``--approve`` (and ``--state FILE`` when ``state``) to a ``run``-like command."""
-    p.add_argument("--approve", type=one_of(APPROVE_MODES), metavar="ask|all|none", help=_APPROVE_HELP)
-    if state:
-        p.add_argument("--state", metavar="FILE", help=_STATE_HELP)
-
-
-def approvals_on(args: argparse.Namespace) -> bool:
-    """True when the command line turned approvals on (``--approve`` given)."""
-    return getattr(args, "approve", None) is not None
-
-
-# ----------------------------------------------------------------------------- rendering
-
-
-def shorten(text: str, limit: int = _SHOWN) -> str:
-    """``text`` as one line of at most ``limit`` characters that cannot hide anything.
-
-    Control characters (a carriage return that would overwrite what the line shows, escape
-    sequences that colour it or move the cursor, newlines) are shown escaped, as ``\\r``,
-    ``\\x1b``; other format characters (bidirectional overrides) as ``\\u202e``. A longer text
-    keeps its start and ends with ``...`` and the count of characters left out.
-    """
-    out = []
-    for ch in text:
-        if ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or ch == "\\":
-            out.append("\\\\" if ch == "\\" else ch.encode("unicode_escape").decode("ascii"))
-        else:
-            out.append(ch)
-    line = "".join(out)
-    if len(line) <= limit:
-        return line
-    keep = max(limit - 20, 10)
-    return f"{line[:keep]}... ({len(line) - keep} more)"
-
-
-def _input_text(value: Any) -> str:
-    """What a tool's input shows: its ``command`` (or sole string field), else its JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for key in ("command", "cmd", "file_path", "path", "url"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-        strings = [v for v in value.values() if isinstance(v, str)]
-        if len(value) == 1 and strings:
-            return strings[0]
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def what(request: ApprovalRequest, limit: int = _SHOWN) -> str:
-    """What the agent wants, in one line: its ``title`` when it gives one, else the tool's
-    name and input (``Bash: rm -rf build``), shortened and escaped (see :func:`shorten`)."""
-    if request.title:
-        return shorten(request.title, limit)
-    return shorten(f"{request.tool_name}: {_input_text(request.input)}", limit)
-
-
-def _keys(choices: Sequence[str]) -> str:
-    """``[y]es/[n]o/[a]lways`` for the choices the agent offers (no is always possible)."""
-    keys = []
-    if "allow-once" in choices or not choices:
-        keys.append("[y]es")
-    keys.append("[n]o")
-    if "allow-always" in choices:
-        keys.append("[a]lways")
-    return "/".join(keys)
-
-
-def question(request: ApprovalRequest) -> str:
-    """The question of the terminal prompt: ``Allow Bash: rm -rf build? [y]es/[n]o/[a]lways``."""
-    return f"Allow {what(request)}? {_keys(request.choices)} "
-
-
-_ANSWERS = {
-    "y": "allow-once", "yes": "allow-once",
-    "n": "deny", "no": "deny",
-    "a": "allow-always", "always": "allow-always",
-}
-
-
-def parse_answer(line: str, choices: Sequence[str]) -> Optional[str]:
-    """The decision a typed line means (``allow-once``, ``allow-always``, ``deny``), or
-    ``None`` for a line to ask again about: unknown words, and a choice the agent does not
-    offer (``a`` when it offers no allow-always)."""
-    decision = _ANSWERS.get(line.strip().lower())
-    if decision is None or decision == "deny":
-        return decision
-    if choices and decision not in choices:
-        return None
-    return decision
-
-
-_DECIDED = {"allow-once": "allowed", "allow-always": "allowed always", "deny": "denied"}
-
-
-def describe(part: Part, c: Colours) -> Optional[str]:
-    """The human line for a request, an answer or a user message; ``None`` for other parts.
-
-    ``[approval] Bash: rm -rf build (request ID)``, ``[denied] ID by host: not now``,
-    ``[message] also run the tests``.
-    """
-    if isinstance(part, ApprovalRequest):
-        return f"{c.note('[approval]')} {what(part)} (request {part.request_id})"
-    if isinstance(part, ApprovalAnswer):
-        word = _DECIDED.get(part.decision, part.decision)
-        paint = c.bad if part.decision == "deny" else c.ok
-        note = f": {shorten(part.message)}" if part.message else ""
-        return f"{paint(f'[{word}]')} {part.request_id} by {part.by}{note}"
-    if isinstance(part, UserMessage):
-        return f"{c.note('[message]')} {shorten(part.text, 500)}"
-    return None
+__all__ = ["Approver", "write_file", "begin"]
 
 
 # ----------------------------------------------------------------------------- answering
@@ -276,7 +122,7 @@ class Approver:
         if pending is not None and all(r.request_id != request.request_id for r in pending):
             return False
         if getattr(self.turn, "_st", None) is not None:  # a real Turn: look at what it received
-            from .client.interactive import _answered_ahead
+            from ..client.interactive import _answered_ahead
 
             return not _answered_ahead(self.turn, request)
         return True
@@ -308,7 +154,7 @@ class Approver:
             decision = parse_answer(line, request.choices)
             if decision is not None:
                 return decision, None
-            self._say("please answer " + _keys(request.choices).replace("[", "").replace("]", ""))
+            self._say("please answer " + keys(request.choices).replace("[", "").replace("]", ""))
 
     def _say(self, text: str, end: str = "\n") -> None:
         if self.tty_out is not None:
@@ -356,7 +202,7 @@ def write_file(path: str, data: bytes) -> None:
         raise
 
 
-def begin(args: argparse.Namespace, turn: Any, cli: Any) -> Optional[Approver]:
+def begin(args: argparse.Namespace, turn: Any) -> Optional[Approver]:
     """Set up a ``run`` or ``continue`` for its requests and messages, at turn start.
 
     ``run`` writes the turn state to ``--state FILE`` when given, else (approvals on) to the
@@ -370,27 +216,27 @@ def begin(args: argparse.Namespace, turn: Any, cli: Any) -> Optional[Approver]:
     path: Optional[str] = getattr(args, "turn_state_file", None)
     wanted = getattr(args, "state", None)
     if "turn_state_file" not in args and wanted:
-        record = dict(turn.state.to_dict(), **{cli._SANDBOX_KEY: cli._sandbox_label(args.sandbox)})
+        record = dict(turn.state.to_dict(), **{SANDBOX_KEY: sandbox_label(args.sandbox)})
         path = os.path.abspath(wanted)
         try:
             write_file(path, json.dumps(record, ensure_ascii=False).encode())
         except OSError as exc:  # the turn runs already: keep its state where it can be found
-            path = cli._save_turn_state(turn.state, cli._sandbox_label(args.sandbox))
+            path = save_turn_state(turn.state, sandbox_label(args.sandbox))
             reason = exc.strerror or str(exc)
-            cli._say(f"bridge-client: cannot write --state {wanted}: {reason}; the turn state is in {path}")
+            print_err(f"bridge-client: cannot write --state {wanted}: {reason}; the turn state is in {path}")
     elif "turn_state_file" not in args and mode is not None:
-        path = cli._save_turn_state(turn.state, cli._sandbox_label(args.sandbox))
+        path = save_turn_state(turn.state, sandbox_label(args.sandbox))
     if mode is None:
         return None
     ask = mode == "ask" and not args.json and is_terminal(sys.stdin)
     hint = None
     if path is not None and mode == "ask":
         where = shlex.quote(os.path.abspath(path))
-        cli._say(
+        print_err(
             f"bridge-client: turn state in {where}; from another shell, answer with "
             f"`bridge-client answer {where} REQUEST_ID allow|deny|always`, add a message with "
             f"`bridge-client say {where} TEXT`"
         )
         if not ask:
             hint = f"bridge-client: waiting for: bridge-client answer {where} {{id}} allow|deny|always"
-    return Approver(mode, turn, ask=ask, tty_in=sys.stdin, tty_out=sys.stderr, note=cli._say, hint=hint)
+    return Approver(mode, turn, ask=ask, tty_in=sys.stdin, tty_out=sys.stderr, note=print_err, hint=hint)

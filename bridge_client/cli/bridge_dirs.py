@@ -1,5 +1,6 @@
-"""``bridge-client bridges``: the bridges of one sandbox, or of every local sandbox under the
-home (``--all``), with their agent options.
+"""The bridges' state directories in a sandbox: what a bridge id looks like, whether a turn's
+bridge is there, and the rows ``bridge-client bridges`` lists for one sandbox or for every
+local sandbox under the home (``--all``), with their agent options.
 
 A bridge is found by its state directory (``<state root>/bridges/<bridge id>``): its
 ``launch.json`` names the agent and its options, its listening file the pid and port, and a
@@ -11,17 +12,40 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .bridge import identity
-from .paths import user_home
-from .sandbox.base import Endpoint, Sandbox
-from .sandbox.local import LocalSandbox
+from ..bridge import identity
+from ..paths import user_home
+from ..sandbox.base import Endpoint, Sandbox
+from ..sandbox.local import LocalSandbox
+from ..wire.parts import TurnState
 
-__all__ = ["bridge_rows", "local_state_roots", "print_bridges", "LocalStateRoot", "OPTIONS_WIDTH"]
+__all__ = [
+    "BRIDGE_ID", "has_bridge", "bridge_rows", "local_state_roots", "print_bridges", "LocalStateRoot",
+    "OPTIONS_WIDTH",
+]
 
 OPTIONS_WIDTH = 40
 """Characters of the options column in the table (``--json`` has them all)."""
+
+
+BRIDGE_ID = re.compile(r"[0-9a-f]{%d}\Z" % identity.BRIDGE_ID_LENGTH)
+"""What a bridge id looks like (the name of its state directory)."""
+
+
+def has_bridge(sandbox: Sandbox, state: TurnState) -> bool:
+    """Whether the turn's bridge has its state directory (its ``launch.json`` naming it and the
+    turn's agent) in ``sandbox``: when it has not, ``continue_turn`` runs the turn again from
+    its prompt."""
+    if not BRIDGE_ID.match(state.bridge_id):
+        return False
+    path = posixpath.join(identity.state_dir(sandbox.state_root, state.bridge_id), identity.LAUNCH_FILE)
+    try:
+        info = identity.parse_launch(sandbox.read_file(path))
+    except (OSError, ValueError):
+        return False
+    return info.bridge_id == state.bridge_id and info.agent_id == state.agent_id
 
 
 class LocalStateRoot:
@@ -71,7 +95,7 @@ def _healthy(sandbox: Any, port: int, instance: str) -> bool:
 
     import requests
 
-    from .client.transport import proxy_for
+    from ..client.transport import proxy_for
 
     endpoint = sandbox.expose(port)
     url = endpoint.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)

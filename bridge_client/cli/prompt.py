@@ -1,5 +1,5 @@
-"""Prompts for ``bridge-client run``: from the command line, a file (``@FILE``) or standard
-input (``-``).
+"""Prompts for ``bridge-client run`` (and messages for ``bridge-client say``): from the
+command line, a file (``@FILE``) or standard input (``-``).
 
 A prompt of several megabytes cannot go through argv (the system caps the size of a
 command line), so ``@FILE`` and ``-`` read it instead. Sizes are checked before anything is
@@ -12,9 +12,10 @@ import os
 import sys
 from typing import BinaryIO, List, Optional, Sequence
 
-from .wire.rpcs import MAX_PROMPT_BYTES
+from ..wire.rpcs import MAX_PROMPT_BYTES
+from .exits import UsageError
 
-__all__ = ["PromptError", "read_prompt", "PROMPT_HELP"]
+__all__ = ["PromptError", "read_prompt", "check_utf8", "PROMPT_HELP"]
 
 PROMPT_HELP = (
     "the prompt; several are joined as lines. '-' reads it from standard input, @FILE from "
@@ -99,3 +100,25 @@ def read_prompt(words: Sequence[str], stdin: Optional[BinaryIO] = None) -> str:
     if size > MAX_PROMPT_BYTES:
         raise _too_large("the prompt", size)
     return prompt
+
+
+def check_utf8(prompt: str) -> None:
+    """Refuse a prompt whose bytes, as typed, are not UTF-8: Python turns such argv bytes into
+    lone surrogates (PEP 383), which no frame can carry.
+
+    Raises:
+        UsageError: naming the first bad byte and its position in the bytes typed (exit 2).
+    """
+    try:
+        prompt.encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    raw = prompt.encode("utf-8", "surrogateescape")  # the bytes as the user typed them
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"the prompt is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at position {exc.start})"
+        ) from None
+    raise UsageError("the prompt is not valid UTF-8")  # a surrogate that came from elsewhere

@@ -8,15 +8,21 @@ there is nothing running to cancel and it says so. See the *Command line* guide 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import posixpath
 import threading
 from typing import Any
 
-from .bridge import identity
+from ..bridge import identity
+from .agents import session_options_for
+from .arguments import SANDBOX_HELP, add_verbose
+from .bridge_dirs import has_bridge
+from .exits import Failure, UsageError
+from .output import print_out
+from .sandboxes import open_sandbox, sandbox_label
+from .turn_state import read_turn_state
 
-__all__ = ["add_cancel_command"]
+__all__ = ["add_command"]
 
 _HELP = "cancel a turn that goes on in its bridge (from its saved state file)"
 _DESCRIPTION = (
@@ -26,10 +32,9 @@ _DESCRIPTION = (
 )
 
 
-def add_cancel_command(commands: Any, cli: Any) -> None:
-    """Add ``cancel`` to the ``bridge-client`` sub-commands; ``cli`` is the module whose
-    ``main`` runs (``python -m bridge_client.cli`` runs it as ``__main__``, a second copy)."""
-    sandbox_help: str = cli._SANDBOX_HELP
+def add_command(commands: Any) -> None:
+    """Add ``cancel`` to the ``bridge-client`` sub-commands."""
+    sandbox_help: str = SANDBOX_HELP
     p = commands.add_parser("cancel", help=_HELP, description=_DESCRIPTION)
     p.add_argument("turn_state_file", metavar="TURN_STATE_FILE", help="the file `run` printed when suspended")
     p.add_argument(
@@ -45,20 +50,20 @@ def add_cancel_command(commands: Any, cli: Any) -> None:
         "--timeout", type=float, default=30.0,
         help="seconds to wait for the turn to finish after the cancel (default: %(default)g)",
     )
-    cli._add_verbose(p)
-    p.set_defaults(func=functools.partial(_cmd_cancel, cli=cli))
+    add_verbose(p)
+    p.set_defaults(func=_cmd_cancel)
 
 
-def _cmd_cancel(args: argparse.Namespace, cli: Any) -> int:
+def _cmd_cancel(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
-        raise cli.UsageError("--timeout must be > 0")
-    state, recorded = cli._read_turn_state(args.turn_state_file)
+        raise UsageError("--timeout must be > 0")
+    state, recorded = read_turn_state(args.turn_state_file)
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded
-    sandbox = cli._sandbox(args.sandbox)
-    here = cli._sandbox_label(args.sandbox)
-    if not cli._has_bridge(sandbox, state):
-        raise cli._Failure(
+    sandbox = open_sandbox(args.sandbox)
+    here = sandbox_label(args.sandbox)
+    if not has_bridge(sandbox, state):
+        raise Failure(
             f"the turn's bridge {state.bridge_id} is not in {here}: nothing runs there to cancel "
             "(give the turn's --sandbox if it ran elsewhere)"
         )
@@ -68,8 +73,8 @@ def _cmd_cancel(args: argparse.Namespace, cli: Any) -> int:
     options = launch.agent_options if isinstance(launch.agent_options, dict) else {}
     args.agent = args.agent or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
-    bridge_options, session_options = cli._session_options(args, sandbox)
-    from .agent import create_session
+    bridge_options, session_options = session_options_for(args, sandbox)
+    from ..agent import create_session  # the host side: loaded by the commands that open a session
 
     with create_session(bridge_options, session_options) as session:
         turn = session.continue_turn(state)
@@ -86,12 +91,12 @@ def _cmd_cancel(args: argparse.Namespace, cli: Any) -> int:
             timer.cancel()
         finish = turn.finish
     if finish is None:
-        raise cli._Failure(
+        raise Failure(
             f"turn {state.turn_id} did not finish within {args.timeout:g} s of the cancel; "
             "it may still stop: see `bridge-client bridges`"
         )
     if finish.finish_reason == "cancelled" and not already:
-        cli._print(f"cancelled turn {state.turn_id}")
+        print_out(f"cancelled turn {state.turn_id}")
     else:
-        cli._print(f"turn {state.turn_id} had already finished ({finish.finish_reason}); nothing to cancel")
+        print_out(f"turn {state.turn_id} had already finished ({finish.finish_reason}); nothing to cancel")
     return 0

@@ -16,7 +16,6 @@ removes nothing. See the *Command line* guide (``cli``).
 from __future__ import annotations
 
 import argparse
-import functools
 import fcntl
 import json
 import os
@@ -25,11 +24,14 @@ import sqlite3
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .bridge import identity
-from .cli_bridges import local_state_roots
-from .paths import user_home
+from ..bridge import identity
+from ..paths import user_home
+from .arguments import add_verbose
+from .bridge_dirs import local_state_roots
+from .exits import UsageError
+from .output import print_out
 
-__all__ = ["add_prune_command", "prune_plan"]
+__all__ = ["add_command", "prune_plan"]
 
 _DESCRIPTION = (
     "Remove the state directories of bridges that are not running (with the turns they keep) "
@@ -38,9 +40,8 @@ _DESCRIPTION = (
 )
 
 
-def add_prune_command(commands: Any, cli: Any) -> None:
-    """Add ``prune`` to the ``bridge-client`` sub-commands; ``cli`` is the module whose
-    ``main`` runs (``python -m bridge_client.cli`` runs it as ``__main__``, a second copy)."""
+def add_command(commands: Any) -> None:
+    """Add ``prune`` to the ``bridge-client`` sub-commands."""
     p = commands.add_parser("prune", help="remove dead bridges' state and finished turns' state files",
                             description=_DESCRIPTION)
     p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
@@ -48,8 +49,8 @@ def add_prune_command(commands: Any, cli: Any) -> None:
         "--min-age", type=float, default=60.0, metavar="SECONDS",
         help="keep a bridge's state directory that changed less than SECONDS ago (default: %(default)g)",
     )
-    cli._add_verbose(p)
-    p.set_defaults(func=functools.partial(_cmd_prune, cli=cli))
+    add_verbose(p)
+    p.set_defaults(func=_cmd_prune)
 
 
 def _lock_is_free(folder: str) -> bool:
@@ -148,9 +149,9 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
     return files, dirs
 
 
-def _cmd_prune(args: argparse.Namespace, cli: Any) -> int:
+def _cmd_prune(args: argparse.Namespace) -> int:
     if args.min_age < 0:
-        raise cli.UsageError("--min-age must be >= 0")
+        raise UsageError("--min-age must be >= 0")
     home = user_home()
     files, dirs = prune_plan(home, args.min_age)
     verb = "would remove" if args.dry_run else "removed"
@@ -160,16 +161,16 @@ def _cmd_prune(args: argparse.Namespace, cli: Any) -> int:
                 os.remove(path)
             except FileNotFoundError:
                 continue
-        cli._print(f"{verb} turn state {path} ({why})")
+        print_out(f"{verb} turn state {path} ({why})")
     for folder, why in dirs:
         if not args.dry_run:
             if not _lock_is_free(folder):  # a bridge started there meanwhile
                 continue
             shutil.rmtree(folder)
             _remove_if_empty(os.path.dirname(os.path.dirname(folder)))
-        cli._print(f"{verb} bridge state {folder} ({why})")
+        print_out(f"{verb} bridge state {folder} ({why})")
     if not files and not dirs:
-        cli._print(f"nothing to prune in {home}")
+        print_out(f"nothing to prune in {home}")
     return 0
 
 

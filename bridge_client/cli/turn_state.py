@@ -1,0 +1,72 @@
+"""A turn's saved state: the file ``run`` writes when it suspends a turn (or at turn start,
+with ``--approve`` or ``--state``), which ``continue``, ``cancel``, ``answer`` and ``say`` read.
+It is a :class:`~bridge_client.TurnState` plus the sandbox the turn runs in.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Tuple
+
+from ..bridge import identity
+from ..paths import user_home
+from ..wire.parts import TurnState
+from .exits import UsageError
+
+__all__ = ["SANDBOX_KEY", "save_turn_state", "read_turn_state", "read_state"]
+
+SANDBOX_KEY = "sandbox"
+"""What a saved turn state adds to TurnState's fields: the sandbox the turn runs in."""
+
+
+def save_turn_state(state: TurnState, sandbox_label: str) -> str:
+    """Write the turn state, plus the sandbox it runs in, to ``<user_home>/turns/<turn id>.json``
+    (mode 0600); return the path. The extra key is ignored by :meth:`TurnState.from_json`."""
+    folder = os.path.join(user_home(), "turns")
+    path = os.path.join(folder, f"{state.turn_id}.json")
+    record = dict(state.to_dict(), **{SANDBOX_KEY: sandbox_label})
+    identity.secure_write(path, json.dumps(record, ensure_ascii=False).encode())
+    return path
+
+
+def read_turn_state(path: str) -> Tuple[TurnState, Optional[str]]:
+    """Read a saved turn state; return it and the sandbox it was saved with (``None`` for a
+    file without one, such as a plain ``TurnState.to_json()``)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        record = json.loads(raw)
+        state = TurnState.from_dict(record)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{path} is not a turn state: {exc}") from None
+    recorded = record.get(SANDBOX_KEY) if isinstance(record, dict) else None
+    return state, recorded if isinstance(recorded, str) and recorded else None
+
+
+def read_state(path: str) -> Tuple[TurnState, Optional[str]]:
+    """The turn state in ``path`` and the sandbox it names (``None`` when it names none): a
+    saved turn state, or a ``turn-start`` part (one JSON line of ``run --json``, the first
+    line of a file of them).
+
+    Raises:
+        UsageError: the file cannot be read or holds neither.
+    """
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(4 * 1024 * 1024 + 65536)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    turn = record.get("turn") if isinstance(record, dict) and record.get("type") == "turn-start" else None
+    if isinstance(turn, dict):
+        try:
+            return TurnState.from_dict(turn), None
+        except ValueError as exc:
+            raise UsageError(f"{path} is not a turn state: {exc}") from None
+    return read_turn_state(path)
