@@ -350,9 +350,9 @@ def cold_start(env: BenchEnv, sizes: Sizes) -> Row:
 
 def _all_yielded(turn: Turn) -> bool:
     """True when the turn holds no part received but not yet yielded (reads Turn's private
-    read state: ``_st`` is (batch, yielded count, ..., cursor); see client/turn.py)."""
-    batch, yielded = turn._st[0], turn._st[1]
-    return yielded >= len(batch)
+    read state: ``_st`` is a ReadState; see client/read_state.py)."""
+    st = turn._st
+    return st.yielded >= len(st.parts)
 
 
 def _stream_pending(turn: Turn) -> Tuple[Optional[Connection], Any]:
@@ -364,7 +364,7 @@ def _received_boundary(turn: Turn, conn: Optional[Connection], pending: Any) -> 
     """The highest part index the host had received over ``conn`` once its reader ended."""
     if conn is not None and conn._reader is not None:
         conn._reader.join(timeout=10)
-    boundary = turn._st[5].offset - 1
+    boundary = turn._st.cursor.offset - 1
     if pending is not None:
         with pending.cond:
             values = list(pending.values)

@@ -14,69 +14,18 @@ launcher runs the template again with ``recheck=True``, which ignores the marker
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import logging
-import posixpath
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Tuple
 
 from .errors import HarnessError, SandboxGone, TemplateError, UntrustedFile
 from .sandbox.base import ExecResult, Sandbox
+from .sandbox.template_step import MARKS_DIR, TemplateStep, output_tail
 
 __all__ = ["TemplateStep", "Template", "bridge_template", "agent_cli_steps", "MARKS_DIR"]
 
 log = logging.getLogger("bridge_client")
-
-_TAIL_BYTES = 2000
-
-MARKS_DIR = "template-marks"
-"""The folder under a sandbox's state root that holds the markers of remembered steps."""
-
-
-def _tail(result: ExecResult) -> str:
-    text = (result.stdout + result.stderr)[-_TAIL_BYTES:]
-    return text.decode("utf-8", "replace").strip()
-
-
-@dataclass(frozen=True)
-class TemplateStep:
-    """One install step.
-
-    Attributes:
-        name: what the step provides, for messages ("the bridge program").
-        check: a command that exits 0 when the sandbox already has it.
-        install: a command that provides it.
-        timeout: seconds each command may take.
-        remember: once the check passed, leave a marker in the sandbox's state root and skip
-            the step while it is there (for a check that is slow, such as starting an
-            interpreter, and whose loss the bridge's start shows: see :class:`Template`).
-    """
-
-    name: str
-    check: Tuple[str, ...]
-    install: Tuple[str, ...]
-    timeout: float = 600.0
-    remember: bool = False
-
-    def marker(self) -> bytes:
-        """The content of this step's marker: canonical JSON of the step's kind and fields
-        (``timeout`` aside) and of this package's version."""
-        from . import __version__
-
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "timeout"}
-        kind = f"{type(self).__module__}.{type(self).__qualname__}"
-        text = json.dumps({"kind": kind, "fields": fields, "package": __version__}, sort_keys=True,
-                          separators=(",", ":"), default=list)
-        return text.encode("utf-8")
-
-    def marker_path(self, sandbox: Sandbox) -> str:
-        """Where this step's marker lives in ``sandbox``: a file named by a digest of
-        :meth:`marker` in ``<state_root>/template-marks``."""
-        digest = hashlib.sha256(self.marker()).hexdigest()[:32]
-        return posixpath.join(sandbox.state_root, MARKS_DIR, digest)
 
 
 @dataclass(frozen=True)
@@ -156,14 +105,14 @@ class Template:
             raise TemplateError(
                 f"installing {step.name} failed (exit {installed.exit_code}): {shlex.join(step.install)}",
                 step=step.name,
-                output=_tail(installed),
+                output=output_tail(installed),
             )
         again = self._exec(sandbox, step, step.check)
         if not again.ok:
             raise TemplateError(
                 f"{step.name} is still missing after installing it: {shlex.join(step.check)} failed",
                 step=step.name,
-                output=_tail(again),
+                output=output_tail(again),
             )
 
     @staticmethod
@@ -230,7 +179,7 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
         install requirement``.
     """
     if requirement is None:
-        from .sandbox.wheelhouse import WheelStep  # imports this module: not at the top
+        from .sandbox.wheelhouse import WheelStep  # only when asked for: it loads zipfile, email
 
         return Template((WheelStep.for_python(python),))
     return Template(
@@ -265,7 +214,7 @@ def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateSte
     Returns:
         The steps (empty for drivers that need none).
     """
-    from .sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep  # imports this module
+    from .sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep  # only for the CLI drivers
 
     if driver not in AGENT_CLIS:
         return ()

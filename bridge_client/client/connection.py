@@ -19,8 +19,7 @@ import socket
 import ssl
 import threading
 import time
-from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import websocket
 
@@ -31,19 +30,13 @@ from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
+from .connection_life import ConnectionLife, Event, State
+from .stream import END, Pending, Stream, StreamClosed
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
 log = logging.getLogger("bridge_client")
 redact_library_loggers()  # websocket-client's trace logs the upgrade's Authorization header (C17)
-
-END = object()
-"""Returned by :meth:`Stream.next` when the stream ended with ``Exit Success``."""
-
-class StreamClosed(Exception):
-    """Raised by :meth:`Stream.take` after :meth:`Stream.close` (this host stopped reading:
-    a suspend or a release). The connection itself is fine."""
-
 
 _HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
 _FLOOD_LIMIT = 16 * _HIGH_WATER  # values buffered, with the Ack held back, before the bridge is at fault
@@ -63,74 +56,6 @@ def _failure_error(exit_value: Failure) -> Exception:
         if isinstance(cause, Die):
             return ProtocolError(f"the bridge could not serve the request: {cause.defect}"[:500])
     return ProtocolError("the request was interrupted by the bridge")
-
-
-class _Pending:
-    """One request in flight: its buffered values, its outcome, and whether an Ack is owed.
-
-    All fields are guarded by ``cond``.
-    """
-
-    __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed")
-
-    def __init__(self, request_id: str, stream: bool) -> None:
-        self.id = request_id
-        self.stream = stream
-        self.cond = threading.Condition(threading.Lock())
-        self.values: Deque[Any] = deque()
-        self.outcome: Optional[Union[Exit, BaseException]] = None
-        self.ack_owed = False
-
-
-class Stream:
-    """The answer to a streaming request (``ReadTurn``): values, then the end.
-
-    Read it with :meth:`take` from one thread at a time. :meth:`close` interrupts it.
-    """
-
-    def __init__(self, connection: "Connection", pending: _Pending) -> None:
-        self._connection = connection
-        self._pending = pending
-
-    def take(self, timeout: Optional[float] = None) -> Union[List[Any], object]:
-        """Return every value buffered so far (at least one), or :data:`END` once the stream
-        ended with ``Exit Success`` and every value was taken.
-
-        Taking values frees room in the buffer, which releases a held-back Ack (back-pressure).
-
-        Args:
-            timeout: seconds to wait for a value; ``None`` waits until one arrives or the
-                connection is lost (the keepalive bounds that).
-
-        Raises:
-            ConnectionLost: the connection dropped before the stream ended.
-            StreamClosed: :meth:`close` was called (from another thread).
-            RpcError: the bridge ended the stream with a typed failure.
-            ProtocolError: the bridge ended it with a defect.
-            TimeoutError: nothing arrived within ``timeout``.
-        """
-        p = self._pending
-        with p.cond:
-            if not p.values and p.outcome is None:
-                if not p.cond.wait_for(lambda: p.values or p.outcome is not None, timeout):
-                    raise TimeoutError(f"no part within {timeout} s")
-            if p.values:
-                values: List[Any] = list(p.values)
-                p.values.clear()
-                send_ack, p.ack_owed = p.ack_owed, False
-                outcome = None
-            else:
-                outcome = p.outcome
-        if outcome is None:
-            if send_ack:
-                self._connection._send_quietly(Ack(p.id))
-            return values
-        result: object = self._connection._finish(p, outcome)
-        return result
-
-    def close(self) -> None:
-        """Stop reading: send ``Interrupt`` if the stream has not ended. Idempotent."""
-        self._connection._abandon(self._pending)
 
 
 class Connection:
@@ -186,11 +111,11 @@ class Connection:
         self._silence_limit = ping_interval + ping_timeout
         # Request ids go out as strings ("1", "2", ...), as Effect RPC clients encode them:
         # Effect servers answer with string ids whatever they were sent.
-        self._pending: Dict[str, _Pending] = {}
-        self._lock = threading.Lock()  # guards _pending, _next_id, _closed, _error
+        self._pending: Dict[str, Pending] = {}
+        self._lock = threading.Lock()  # guards _pending, _next_id, _life, _error
         self._next_id = 1
-        self._closed = False
-        self._broken = False  # a send was cut short: the stream of frames is corrupt
+        # Connecting, open, broken, closing, closed: every move through the table (one lock).
+        self._life = ConnectionLife()
         self._error: Optional[BaseException] = None
         # Both set by _open; None until then (close() copes with either missing).
         self._ws: websocket.WebSocket = None  # type: ignore[assignment]
@@ -237,6 +162,8 @@ class Connection:
         ping_timeout = self._silence_limit - self._ping_interval
         self._ws.settimeout(max(0.01, min(self._ping_interval, ping_timeout) / 2))
         self._last_rx = self._last_ping = time.monotonic()
+        with self._lock:
+            self._life.move(Event.OPENED)
         self._reader = threading.Thread(
             target=self._read_loop, name=f"bridge-client-reader-{self.name}", daemon=True
         )
@@ -247,7 +174,7 @@ class Connection:
     @property
     def closed(self) -> bool:
         """True once the connection has dropped or was closed, or in a forked child."""
-        return self._closed or self._pid != os.getpid()
+        return self._life.stopped or self._pid != os.getpid()
 
     def call(self, tag: str, payload: Any, timeout: Optional[float] = None) -> Any:
         """Send a request and wait for its single answer.
@@ -305,13 +232,14 @@ class Connection:
             self._drop_inherited()  # never touch the parent's connection
             return
         with self._lock:
-            if self._closed:
+            before = self._life.move(Event.CLOSE)
+            if before in (State.CLOSING, State.CLOSED):
                 return
-            self._closed = True
+            if self._ws is None:  # the upgrade never finished: nothing to close
+                self._life.move(Event.ENDED)
+                return
         ws, reader = self._ws, self._reader
-        if ws is None:
-            return  # the upgrade never finished: nothing to close
-        if not self._broken:
+        if before is not State.BROKEN:  # after a cut-short send, a close frame would be garbage
             try:
                 ws.send_close()
             except Exception:  # closing anyway: the peer may be gone
@@ -342,7 +270,7 @@ class Connection:
         undisturbed. Idempotent."""
         if self._pid == -1:
             return
-        self._closed = True
+        self._life.move(Event.FORKED)
         self._pid = -1
         error = ConnectionLost(f"connection {self.name} belongs to the parent process")
         for p in self._pending.values():
@@ -357,17 +285,17 @@ class Connection:
             except OSError:
                 pass
 
-    def _send_request(self, tag: str, payload: Any, stream: bool) -> _Pending:
+    def _send_request(self, tag: str, payload: Any, stream: bool) -> Pending:
         pending, data = self._register(tag, payload, stream)
         self._transmit(data)
         return pending
 
-    def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[_Pending, bytes]:
+    def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[Pending, bytes]:
         """Encode a request and enter it in the pending table (nothing sent yet)."""
         if self._pid != os.getpid():
             self._drop_inherited()
         with self._lock:
-            if self._closed:
+            if self._life.stopped:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             request_id = str(self._next_id)
             self._next_id += 1
@@ -375,9 +303,9 @@ class Connection:
             data = frames.encode(Request(request_id, tag, payload, ())).encode("utf-8")
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
-        pending = _Pending(request_id, stream)
+        pending = Pending(request_id, stream)
         with self._lock:
-            if self._closed:
+            if self._life.stopped:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error
             self._pending[request_id] = pending
         return pending, data
@@ -405,10 +333,11 @@ class Connection:
         and the bridge would read whatever we send next as its rest. The connection is broken
         at once (no close frame: it would be read the same way); the next call opens a new
         one instead of waiting for the keepalive to notice (C20)."""
-        self._broken = True
+        with self._lock:
+            self._life.move(Event.CUT_SHORT)
         self._lost(ConnectionLost(f"a send on connection {self.name} was cut short"))
 
-    def _finish(self, pending: _Pending, outcome: Union[Exit, BaseException]) -> Any:
+    def _finish(self, pending: Pending, outcome: Union[Exit, BaseException]) -> Any:
         with self._lock:
             self._pending.pop(pending.id, None)
         if isinstance(outcome, BaseException):
@@ -417,9 +346,9 @@ class Connection:
             return END if pending.stream else outcome.exit.value
         raise _failure_error(outcome.exit)
 
-    def _abandon(self, pending: _Pending) -> None:
+    def _abandon(self, pending: Pending) -> None:
         with self._lock:
-            active = self._pending.pop(pending.id, None) is not None and not self._closed
+            active = self._pending.pop(pending.id, None) is not None and not self._life.stopped
         with pending.cond:
             finished = pending.outcome is not None
             if not finished:
@@ -438,7 +367,7 @@ class Connection:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
-            self._closed = True
+            self._life.move(Event.ENDED)
             pending = list(self._pending.values())
             self._pending.clear()
         for p in pending:
@@ -510,7 +439,7 @@ class Connection:
     def _read_loop(self) -> None:
         error: BaseException = ConnectionLost(f"connection {self.name} closed")
         try:
-            while not self._closed:
+            while not self._life.stopped:
                 try:
                     opcode, data = self._ws.recv_data()
                 except websocket.WebSocketTimeoutException:
@@ -522,7 +451,7 @@ class Connection:
                 else:
                     self._last_rx = now
                     if opcode == websocket.ABNF.OPCODE_CLOSE:
-                        if self._closed:
+                        if self._life.stopped:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
                     acked = self._ack_early(data)
@@ -537,7 +466,7 @@ class Connection:
             error = exc
             log.debug("connection %s: protocol error from the bridge: %s", self.name, exc)
         except (OSError, websocket.WebSocketException, ssl.SSLError, socket.timeout) as exc:
-            if not self._closed:
+            if not self._life.stopped:
                 error = ConnectionLost(f"connection {self.name} dropped: {exc}")
         except Exception as exc:  # a bug here must still fail the callers, not hang them
             log.exception("connection %s: reader failed", self.name)
@@ -556,5 +485,5 @@ class Connection:
             log.debug("%s", said)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._life.stopped else "open"
         return f"<Connection {self.name} {self.url} {state}>"

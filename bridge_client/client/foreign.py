@@ -14,17 +14,15 @@ import posixpath
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 from ..bridge import identity
 from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
 from ..wire import rpcs
 from ..wire.parts import HelloResult, TurnState
 from . import launcher
+from .channel import SessionChannel
 from .connection import Connection
-
-if TYPE_CHECKING:
-    from .session import Session
 
 __all__ = ["ForeignBridge", "ForeignBridgeGone"]
 
@@ -52,24 +50,24 @@ class ForeignBridge:
     connection is open.
 
     Args:
-        session: the session that continues the turn.
+        channel: the connection handling of the session that continues the turn.
         state: the turn's state (its ``bridge_id`` names the bridge).
 
     Raises:
         BridgeMismatch: ``state.bridge_id`` is not a bridge id.
     """
 
-    def __init__(self, session: "Session", state: TurnState) -> None:
+    def __init__(self, channel: SessionChannel, state: TurnState) -> None:
         if not _BRIDGE_ID.fullmatch(state.bridge_id):
             raise BridgeMismatch(f"the turn state names {state.bridge_id!r}, which is not a bridge id")
         self.bridge_id = state.bridge_id
-        self._session = session
+        self._channel = channel
         self._agent_id = state.agent_id
         self._turn_session_id = state.session_id
         self._lock = threading.Lock()
         self._conn: Optional[Connection] = None
         self._hello: Optional[HelloResult] = None
-        self._idle_timeout = session._opts.idle_timeout
+        self._idle_timeout = channel.options.idle_timeout
         self._cond = threading.Condition(threading.Lock())  # guards _busy and _last_use
         self._busy = 0
         self._last_use = time.monotonic()
@@ -94,7 +92,7 @@ class ForeignBridge:
         return hello.instance if hello is not None else None
 
     def _plan(self) -> launcher.LaunchPlan:
-        own = self._session._plan
+        own = self._channel.plan
         folder = identity.state_dir(own.sandbox.state_root, self.bridge_id)
         path = posixpath.join(folder, identity.LAUNCH_FILE)
         try:
@@ -120,7 +118,7 @@ class ForeignBridge:
             Unauthorized, SandboxGone: as for the session's own bridge.
         """
         with self._lock:
-            self._session._check_open()
+            self._channel.check_open()
             conn = self._conn
             if conn is not None and not conn.closed:
                 return conn
@@ -149,11 +147,11 @@ class ForeignBridge:
         none, and the turn's unfinished step runs again there when the read asks for it. The
         bridge keeps its own copy of the session state (none is sent). Without an environment
         nothing is sent: that bridge's session stays as the turn left it."""
-        env = self._session._opts.env
+        env = self._channel.options.env
         if not env:
             return
         payload = {"sessionId": self._turn_session_id, "state": None, "env": env.revealed()}  # type: ignore[attr-defined]
-        conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self._session._opts.request_timeout)
+        conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self._channel.options.request_timeout)
 
     def _idle_loop(self, conn: Connection) -> None:
         """Close ``conn`` once it has gone unused for ``idle_timeout``; end when it closes."""

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Set, Tuple, Union
 
 from ..errors import ApprovalConflict, ApprovalExpired, ProtocolError
 from ..wire import rpcs
 from ..wire.parts import APPROVAL_CHOICES, APPROVAL_DECIDERS, ApprovalAnswer, ApprovalRequest, Part
 from ..wire.parts import StepReset, TurnFinish, TurnStart
-
-if TYPE_CHECKING:
-    from .turn import Turn
 
 __all__ = ["RecordedAnswer", "TurnApprovals", "answer", "say", "policy_decision"]
 
@@ -27,6 +24,18 @@ log = logging.getLogger("bridge_client")
 
 RequestRef = Union[ApprovalRequest, str]
 """An approval request, as its part or its request id."""
+
+
+class Turn(Protocol):
+    """What answering and messaging need of a :class:`~bridge_client.client.turn.Turn` (a
+    Protocol, so that this module does not import the turn back)."""
+
+    id: str
+    _session_id: str
+
+    def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any: ...
+
+    def _unyielded(self) -> List[Part]: ...
 
 
 class RecordedAnswer(NamedTuple):
@@ -86,7 +95,7 @@ def request_id_of(request: RequestRef) -> str:
 
 
 def answer(
-    turn: "Turn", request: RequestRef, decision: str, message: Optional[str] = None, by: str = "host"
+    turn: Turn, request: RequestRef, decision: str, message: Optional[str] = None, by: str = "host"
 ) -> RecordedAnswer:
     """Send ``AnswerApproval`` for ``request`` of ``turn`` and return the recorded answer.
 
@@ -111,11 +120,11 @@ def answer(
     if by != "host":
         payload["by"] = by
     rpcs.ANSWER_APPROVAL.decode_payload(payload)  # BadRequest here, before anything is sent
-    value = turn._session._call(rpcs.ANSWER_APPROVAL, payload, link=turn._link)
+    value = turn._call(rpcs.ANSWER_APPROVAL, payload)
     return RecordedAnswer.from_dict(value)
 
 
-def say(turn: "Turn", text: str, message_id: Optional[str] = None) -> str:
+def say(turn: Turn, text: str, message_id: Optional[str] = None) -> str:
     """Send ``SendMessage`` with ``text`` to ``turn``; return the message id.
 
     Raises:
@@ -127,7 +136,7 @@ def say(turn: "Turn", text: str, message_id: Optional[str] = None) -> str:
     message_id = rpcs.check_id(message_id if message_id is not None else uuid.uuid4().hex, "message_id")
     payload = {"sessionId": turn._session_id, "turnId": turn.id, "messageId": message_id, "text": text}
     rpcs.SEND_MESSAGE.decode_payload(payload)
-    value = turn._session._call(rpcs.SEND_MESSAGE, payload, link=turn._link)
+    value = turn._call(rpcs.SEND_MESSAGE, payload)
     if not isinstance(value, dict) or value.get("messageId") != message_id:
         raise ProtocolError(f"SendMessage: unexpected answer {value!r}"[:300])
     return message_id
@@ -201,7 +210,7 @@ class TurnApprovals:
         elif isinstance(part, TurnFinish) or (isinstance(part, TurnStart) and part.index == 0):
             self.pending.clear()  # the turn ended, or runs again from its prompt: nothing pending
 
-    def run_policy(self, turn: "Turn") -> None:
+    def run_policy(self, turn: Turn) -> None:
         """Call the policy for each request yielded since the last call, and send its answer.
         An answer the bridge refuses because the request was answered (by the caller) or
         expired meanwhile is logged, not raised."""
@@ -223,8 +232,8 @@ class TurnApprovals:
                 )
 
 
-def _answered_ahead(turn: "Turn", request: ApprovalRequest) -> bool:
+def _answered_ahead(turn: Turn, request: ApprovalRequest) -> bool:
     """True when the parts received and not yet yielded hold the request's answer (a turn read
     again from its start, say): the policy is not asked about a request already decided."""
-    batch, taken = turn._st[0], turn._st[1]
-    return any(isinstance(p, ApprovalAnswer) and p.request_id == request.request_id for p in batch[taken:])
+    rid = request.request_id
+    return any(isinstance(p, ApprovalAnswer) and p.request_id == rid for p in turn._unyielded())

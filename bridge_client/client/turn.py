@@ -8,15 +8,16 @@ instance answers (the old one died), it sends ``StartTurn`` again, which continu
 and reads on with ``afterStep`` = the complete steps received. A step read only in part
 is then announced by ``step-reset`` and delivered again from its ``step-start``.
 
-All of it lives here, in one place: :meth:`Turn._open` (where to read from) and
-:meth:`Turn.__next__` (what was read).
+Where to read from lives in :mod:`.turn_source` (``TurnSource._open``, the base class of
+:class:`Turn`); what was read lives here (:meth:`Turn._convert` publishes a batch,
+:meth:`Turn.__next__` yields its parts).
 
 Exactly once, even under ``KeyboardInterrupt``: a signal handler's exception can surface at
 almost any bytecode of the reading thread. The read state therefore lives in one tuple,
-``Turn._st`` (the batch of parts received, how many were yielded, the yielded steps, finish and
-start, a :class:`_Received` with the read cursor, and how many text chunks count for
-:meth:`Turn.text`), and it changes by replacing that tuple in
-one attribute store. ``__next__`` stores the advanced position as its last act before
+``Turn._st``, a :class:`~.read_state.ReadState` (the batch of parts received, how many were
+yielded, the yielded steps, finish and start, a :class:`~.read_state.Cursor` with the read
+cursor, and how many text chunks count for :meth:`Turn.text`), and it changes by replacing that
+tuple in one attribute store. ``__next__`` stores the advanced position as its last act before
 ``return`` (on CPython >= 3.11 no interrupt is delivered between those two bytecodes; on 3.9
 and 3.10 a ``try`` puts the old position back), and a batch received is published in one store
 with the cursor that follows it. Work done before a store that an interrupt cut short is done
@@ -30,11 +31,9 @@ dirty stream is closed and read again from the cursor.
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, SessionNotFound, TurnNotFound
-from ..errors import TurnStalled
+from ..errors import HarnessError, ProtocolError
 from ..wire import rpcs
 from ..wire.parts import (
     ApprovalAnswer,
@@ -51,35 +50,24 @@ from ..wire.parts import (
     UserMessage,
     part_from_dict,
 )
-from .connection import END, Connection, Stream, StreamClosed
+from .channel import SessionChannel
+from .foreign import ForeignBridge
 from .interactive import RecordedAnswer, RequestRef, TurnApprovals
 from .interactive import answer as _answer
 from .interactive import say as _say
-from .foreign import ForeignBridge, ForeignBridgeGone
-from .resend import FIRST_BACKOFF, MAX_BACKOFF
-
-if TYPE_CHECKING:
-    from .session import Session
+from .read_state import CHECKPOINT_EVERY, Checkpoint, Cursor, ReadState
+from .turn_source import TurnSource
 
 __all__ = ["Turn"]
+
+# ReadState's own constructor, without the keyword handling of a NamedTuple's __new__ (the
+# per-part path: about a third of its cost).
+_new_state = tuple.__new__
 
 log = logging.getLogger("bridge_client")
 
 
-_CHECKPOINT = 16  # values converted between two checkpoints of a batch's conversion
-
-
-class _Received(NamedTuple):
-    """Where the read of a turn stands (the reading thread's; replaced whole, never mutated)."""
-
-    batch: int  # the number of the batch in Turn._st (one more per batch received)
-    offset: int  # where the next ReadTurn starts: parts received (not only yielded) count
-    after_step: int  # the afterStep of the next ReadTurn
-    steps: int  # complete steps received
-    done: bool  # turn-finish received
-
-
-class Turn:
+class Turn(TurnSource):
     """The parts of one turn, as an iterator. Get one from ``Session.turn()`` or
     ``Session.continue_turn()``.
 
@@ -108,62 +96,26 @@ class Turn:
 
     def __init__(
         self,
-        session: "Session",
+        channel: SessionChannel,
         *,
         session_id: str,
         turn_id: str,
         prompt: str,
         after_step: int = 0,
-        link: Optional["ForeignBridge"] = None,
+        link: Optional[ForeignBridge] = None,
     ) -> None:
-        self._session = session
-        # The bridge of other options that runs this turn (C14), or None for the session's own.
-        self._link = link
-        self.id = turn_id
-        self.prompt = prompt
-        self._session_id = session_id
-        self._state: Optional[TurnState] = None
-        self.status: Optional[str] = None
-        self._cancel_requested = False
-        # The read state, replaced in one store (see the module docstring): (the parts of the
-        # last batch received, how many of them were yielded, steps yielded, turn-finish
-        # yielded, turn-start yielded, the cursor, text chunks yielded).
-        self._st: Tuple[List[Part], int, int, Optional[TurnFinish], bool, _Received, int] = (
-            [], 0, after_step, None, False, _Received(0, 0, after_step, after_step, False), 0
+        super().__init__(
+            channel, session_id=session_id, turn_id=turn_id, prompt=prompt, after_step=after_step, link=link
         )
-        # Values taken from the stream and being converted: (their batch number, the values,
-        # the parts converted so far), and a checkpoint of that conversion (batch number, parts
-        # kept, values used, offset, steps, done) every _CHECKPOINT parts: after an interrupt
-        # the conversion goes on from the checkpoint, it never starts over.
-        self._raw: Optional[Tuple[int, List[Any], List[Part]]] = None
-        self._checkpoint: Tuple[int, int, int, int, int, bool] = (-1, 0, 0, 0, 0, False)
-        self._stream: Optional[Stream] = None
-        self._stream_conn: Optional[Connection] = None
-        # Streams opened for this turn and not closed (an interrupted open leaves one here).
-        self._opened: List[Stream] = []
-        # True from a take() on the stream until its values are published: values an interrupt
-        # cut off in between are read again from the cursor over a new stream.
-        self._dirty = False
-        # Set by suspend() (any thread); the reading thread honours it (StopIteration).
-        self._suspended = False
-        self._instance: Optional[str] = None
-        self._exhausted = False
-        self._lost_since: Optional[float] = None
-        # When the bridge first restarted since the last step completed (the crash-loop bound).
-        self._restarted_since: Optional[float] = None
-        # The text of the text deltas yielded: their strings (only the first _st[6] count: one
+        # The text of the text deltas yielded: their strings (only the first _st.texts count: one
         # more may be a leftover of an interrupted __next__), and the runs of one (step,
         # attempt) as (step, attempt, position of its first string), for step-reset. No part
         # object is kept for text().
         self._texts: List[str] = []
         self._runs: List[Tuple[Optional[int], int, int]] = []
         self._adopted_state = False  # a bridge of other options gave this session a new state
-        self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
-        # The store generation of the turn state continue_turn() was given (B10), until a
-        # turn-start says which log is read.
-        self._known_generation: Optional[str] = None
         # Approval requests seen, and those the approve= policy has still to answer.
-        self._approvals = TurnApprovals(getattr(session._opts, "approve", None))
+        self._approvals = TurnApprovals(getattr(channel.options, "approve", None))
         self._due = self._approvals.due
 
     # ------------------------------------------------------------------ public
@@ -179,17 +131,17 @@ class Turn:
     def steps(self) -> int:
         """Complete steps yielded so far (``int``; includes steps skipped by
         ``continue_turn(steps=k)``)."""
-        return self._st[2]
+        return self._st.steps
 
     @property
     def finish(self) -> Optional[TurnFinish]:
         """The ``turn-finish`` part once yielded, else ``None``."""
-        return self._st[3]
+        return self._st.finish
 
     @property
     def done(self) -> bool:
         """True once ``turn-finish`` was yielded."""
-        return self._exhausted or self._st[3] is not None
+        return self._exhausted or self._st.finish is not None
 
     def __iter__(self) -> "Turn":
         # A new loop over the turn reads on, also after a suspend from another thread (C11).
@@ -214,19 +166,19 @@ class Turn:
         if self._due:  # requests yielded before: the approve= policy answers them now
             self._approvals.run_policy(self)
         st = self._st
-        parts, taken = st[0], st[1]
+        # One unpacking of the ReadState, in its field order (the per-part path).
+        parts, taken, steps, finish, started, rx, ntext = st
         if taken >= len(parts):
-            if st[5].done or self._exhausted:
+            if rx.done or self._exhausted:
                 self._end()
-            with self._session._reading(self):
+            with self._channel.reading(self):
                 self._fill()
             st = self._st
-            parts, taken = st[0], st[1]
+            parts, taken, steps, finish, started, rx, ntext = st
             if taken >= len(parts):
                 self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
         part = parts[taken]
-        steps, finish, started, rx, ntext = st[2], st[3], st[4], st[5], st[6]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
         kind = type(part)  # exact types (part_from_dict builds them)
         if kind is TextDelta:
@@ -239,7 +191,7 @@ class Turn:
             steps += 1
         else:
             steps, finish, started, ntext = self._account(part, steps, finish, started, ntext)
-        new = (parts, taken + 1, steps, finish, started, rx, ntext)
+        new = _new_state(ReadState, (parts, taken + 1, steps, finish, started, rx, ntext))
         try:
             self._st = new  # the part is yielded: nothing may run between this store and return
             return part
@@ -251,12 +203,12 @@ class Turn:
         """Every part was yielded: close the read and raise ``StopIteration``."""
         self._exhausted = True
         self._close_stream()
-        self._session._forget_turn(self)
+        self._channel.forget_turn(self)
         if self._adopted_state:
             # The session's own bridge opens the session again from the newer state on
             # its next connection (C07, C14).
             self._adopted_state = False
-            self._session._drop()
+            self._channel.drop()
         raise StopIteration
 
     def suspend(self) -> TurnState:
@@ -270,7 +222,7 @@ class Turn:
         """
         self._suspended = True  # before the close: a reader that opens a stream meanwhile sees it
         self._close_stream()
-        self._session._forget_turn(self)
+        self._channel.forget_turn(self)
         log.debug("turn %s suspended after %d steps", self.id, self.steps)
         return self.state
 
@@ -293,8 +245,16 @@ class Turn:
             if self.status is None:
                 return None
         payload = {"sessionId": self._session_id, "turnId": self.id}
-        value = self._session._call(rpcs.CANCEL_TURN, payload, link=self._link)
-        return StartTurnResult.from_dict(value)
+        return StartTurnResult.from_dict(self._call(rpcs.CANCEL_TURN, payload))
+
+    def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
+        """Send a request about this turn to its bridge (resent within the window when safe)."""
+        return self._channel.call(rpc, payload, link=self._link)
+
+    def _unyielded(self) -> List[Part]:
+        """The parts received and not yet yielded (the reading thread's; never reads)."""
+        st = self._st
+        return st.parts[st.yielded :]
 
     # ------------------------------------------------------------------ interactive turns
 
@@ -366,7 +326,7 @@ class Turn:
         It never reads: iterate the turn to its end first (``for part in turn: ...``) for the
         whole text. Before the first part is yielded it is ``""``.
         """
-        return "".join(self._texts[: self._st[6]])
+        return "".join(self._texts[: self._st.texts])
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -389,291 +349,25 @@ class Turn:
     def _start(self) -> None:
         """Send ``StartTurn`` and receive ``turn-start`` (called by the session)."""
         self._fill()
-        parts = self._st[0]
+        parts = self._st.parts
         if not parts:
             raise HarnessError(f"turn {self.id} was suspended before it started")
         if self._state is None:
             raise ProtocolError(f"turn {self.id}: the first part is {parts[0].type}, not turn-start")
 
-    def _bridge_instance(self) -> Optional[str]:
-        """The instance id of the bridge this turn is read from now (``None``: not connected)."""
-        return self._link.instance if self._link is not None else self._session.instance
-
-    def _bridge_generation(self) -> Optional[str]:
-        """The store generation of the bridge this turn is read from now (``None``: unknown)."""
-        hello = self._link._hello if self._link is not None else self._session._hello
-        return hello.generation if hello is not None else None
-
-    def _check_generation(self) -> None:
-        """B10: the bridge's store is of another generation than the one that holds this
-        turn's log (it was emptied, damaged or replaced): never splice the two logs. The turn
-        is read from the start of that store's log (a fresh run from the prompt, under a new
-        ``turn-start``), as for a bridge of other options that is gone."""
-        known = self._state.generation if self._state is not None else self._known_generation
-        now = self._bridge_generation()
-        if known is None or now is None or known == now:
-            return
-        log.warning(
-            "turn %s: the bridge's store is of another generation (%s; the turn's log was in %s): "
-            "its log is gone, so the turn runs again from its prompt, under a new turn-start",
-            self.id,
-            now,
-            known,
-        )
-        self._set_cursor(offset=0, after_step=0, steps=0, done=False)
-
-    def _start_turn(self, conn: Connection) -> None:
-        payload = {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt}
-        try:
-            value = conn.call(rpcs.START_TURN.tag, payload, timeout=self._session._opts.request_timeout)
-        except (SessionNotFound, TurnNotFound) as exc:
-            if self._link is None:
-                raise
-            raise ForeignBridgeGone(f"bridge {self._link.bridge_id} no longer has the turn: {exc}") from exc
-        result = StartTurnResult.from_dict(value)
-        if self._link is not None and result.status == "started":
-            # The turn's bridge had lost it and started it afresh under its options: stop that
-            # copy and run the turn in this session's own bridge (C14).
-            try:
-                conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
-                          timeout=self._session._opts.request_timeout)
-            except HarnessError as exc:
-                log.debug("turn %s: cancelling the fresh copy failed: %s", self.id, exc)
-            raise ForeignBridgeGone(f"bridge {self._link.bridge_id} no longer had the turn")
-        if self._instance is not None and result.status == "started":
-            # The bridge had no record of the turn (its state was lost): it runs afresh
-            # from its prompt, and the reader sees the new log from its turn-start (C14).
-            log.debug("turn %s: runs again from its prompt", self.id)
-            self._set_cursor(offset=0, after_step=0, steps=0)
-        self.status = result.status
-        self._instance = self._bridge_instance()
-        if self._cancel_requested:
-            self._cancel_requested = False
-            conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
-                      timeout=self._session._opts.request_timeout)
-
-    def _open(self, conn: Connection) -> Stream:
-        """Open ``ReadTurn`` on ``conn`` from where the read stands (C09, C13)."""
-        if self._instance != self._bridge_instance():
-            if self._instance is not None:
-                log.debug("turn %s: bridge restarted, starting the turn again", self.id)
-                self._check_restart_bound()
-                rx = self._st[5]
-                self._set_cursor(after_step=rx.steps)
-            self._check_generation()
-            self._start_turn(conn)
-        rx = self._st[5]
-        # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
-        return conn.stream(
-            rpcs.READ_TURN.tag,
-            {
-                "sessionId": self._session_id,
-                "turnId": self.id,
-                "offset": rx.offset,
-                "afterStep": rx.after_step,
-            },
-            holder=self._opened,
-        )
-
-    def _set_cursor(self, **changes: Any) -> None:
-        """Replace fields of the cursor (one store; only between batches)."""
-        st = self._st
-        self._st = st[:5] + (st[5]._replace(**changes), st[6])
-
-    def _check_restart_bound(self) -> None:
-        """The crash-loop bound: a bridge that restarts again and again while no step of the
-        turn completes gets ``resend_window`` seconds from its first restart, then the read
-        raises ``BridgeUnavailable`` (C15). The parts a restart writes (``step-reset``, the
-        repeated step's start) are not progress, so they do not restart the window.
-        """
-        now = time.monotonic()
-        if self._restarted_since is None:
-            self._restarted_since = now
-            return
-        spent = now - self._restarted_since
-        if spent > self._session._opts.resend_window:
-            if self._link is not None:
-                self._link.close()
-            raise self._session._unavailable(
-                ConnectionLost(
-                    f"the bridge restarted again and again for {spent:.1f} s "
-                    f"while no step of turn {self.id} completed"
-                )
-            )
-
-    def _run_again_here(self, why: BaseException) -> None:
-        """C14: the turn's bridge of other options is gone: run the turn again from its prompt
-        in the session's own bridge; the reader gets a new ``turn-start`` naming it."""
-        link, self._link = self._link, None
-        log.info("turn %s: %s; running it again from its prompt in its session's bridge", self.id, why)
-        if link is not None:
-            link.close()
-        self._session_id = self._session.id
-        st = self._st
-        steps = st[2] if st[4] else 0
-        rx = st[5]._replace(offset=0, after_step=0, steps=0, done=False)
-        self._st = (st[0], st[1], steps, st[3], st[4], rx, st[6])
-        self._instance = None
-        self._restarted_since = self._lost_since = None
-
-    def _fill(self) -> None:
-        """Receive at least one part into the buffer, reconnecting as needed."""
-        link = self._link
-        if link is None:
-            self._fill_parts()
-        else:
-            with link.use():  # a read in progress is use of the turn's bridge connection (C06)
-                self._fill_parts()
-
-    def _fill_parts(self) -> None:
-        session = self._session
-        stall = session._opts.turn_stall_timeout
-        waiting_since = time.monotonic()  # the stall bound counts parts, never keepalive frames
-        while self._st[1] >= len(self._st[0]):
-            raw = self._raw
-            if raw is not None:
-                if raw[0] > self._st[5].batch:  # not yet published
-                    self._convert(raw)
-                self._raw = None
-                continue
-            stream = self._stream
-            if stream is not None and self._dirty:
-                # An interrupt cut a take() short: read again from the cursor (C09).
-                self._stream = self._stream_conn = None
-                stream.close()
-                stream = None
-            if stream is None:
-                for old in self._opened[:]:  # streams an interrupt left open
-                    old.close()
-                    self._opened.remove(old)
-                self._dirty = False
-                window = session._opts.resend_window
-                if self._lost_since is not None:
-                    window -= time.monotonic() - self._lost_since
-                conn_box: List[Connection] = []
-
-                def open_on(conn: Connection) -> Stream:
-                    conn_box[:] = [conn]  # noqa: B023 (called within this pass of the loop)
-                    return self._open(conn)
-
-                try:
-                    stream = session._with_connection(open_on, window=window, link=self._link)
-                except ForeignBridgeGone as exc:
-                    self._run_again_here(exc)
-                    continue
-                self._stream, self._stream_conn = stream, conn_box[0]
-            if self._suspended:
-                # suspend() from another thread, which may have missed this new stream.
-                self._close_stream()
-                return
-            try:
-                self._dirty = True
-                if stall is None:
-                    values = stream.take()
-                else:
-                    values = stream.take(max(stall - (time.monotonic() - waiting_since), 0.0))
-            except TimeoutError:
-                self._dirty = False
-                raise self._stalled(time.monotonic() - waiting_since) from None
-            except StreamClosed:
-                # Another thread suspended the turn or released the session: stop reading,
-                # and leave the connection alone (a release may still be using it).
-                self._dirty = False
-                self._forget_stream(stream)
-                session._check_open()
-                return
-            except ConnectionLost as exc:
-                self._dirty = False
-                log.debug(
-                    "turn %s: connection lost at offset %d, resuming: %s", self.id, self._st[5].offset, exc
-                )
-                now = time.monotonic()
-                if self._lost_since is None:
-                    self._lost_since = now
-                conn = self._stream_conn
-                self._forget_stream(stream)
-                if self._link is not None:
-                    self._link.drop(conn)
-                else:
-                    session._drop(conn)
-                if now - self._lost_since > session._opts.resend_window:
-                    # Connections open but every read drops at once (a bridge that answers each
-                    # with a defect, say): the window bounds that too (C08, C15).
-                    if self._link is not None:
-                        self._link.close()
-                    raise session._unavailable(exc) from exc
-                continue
-            except (SessionNotFound, TurnNotFound) as exc:
-                self._dirty = False
-                if self._link is None:
-                    raise
-                self._forget_stream(stream)
-                self._run_again_here(exc)
-                continue
-            except Overloaded as exc:
-                # The bridge serves as many reads as it can (B09): read again after a pause,
-                # within the resend window, on the same connection.
-                self._dirty = False
-                self._forget_stream(stream)
-                now = time.monotonic()
-                if self._lost_since is None:
-                    self._lost_since = now
-                if now - self._lost_since > session._opts.resend_window:
-                    raise
-                self._overloaded = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._overloaded * 2))
-                log.debug(
-                    "turn %s: bridge overloaded, reading again in %.2f s: %s", self.id, self._overloaded, exc
-                )
-                session._closing.wait(self._overloaded)
-                session._check_open()
-                continue
-            if values is END:
-                self._dirty = False
-                self._forget_stream(stream)
-                if not self._st[5].done:
-                    raise ProtocolError(f"turn {self.id}: the stream ended before turn-finish")
-                return
-            self._raw = (self._st[5].batch + 1, values, [])  # type: ignore[assignment]
-            self._dirty = False
-
-    def _stalled(self, seconds: float) -> TurnStalled:
-        """C20: the driver sent no part within ``turn_stall_timeout``. The read ends (its
-        stream is closed; the turn keeps running in its bridge and stays the session's
-        current turn, so ``cancel_turn()`` reaches it); iterating again reads on."""
-        self._close_stream()
-        offset = self._st[5].offset
-        log.info("turn %s: no part for %.1f s after offset %d; the read ends (turn_stall_timeout)",
-                 self.id, seconds, offset)
-        return TurnStalled(
-            f"turn {self.id}: the driver sent no part for {seconds:.1f} s after part {offset} "
-            f"(turn_stall_timeout is {self._session._opts.turn_stall_timeout:g} s); the turn goes on "
-            "in its bridge: iterate it again, continue_turn(error.state), or cancel_turn()",
-            state=self._state,
-            seconds=seconds,
-        )
-
-    def _forget_stream(self, stream: Stream) -> None:
-        """The stream ended: it is no longer this turn's."""
-        if self._stream is stream:
-            self._stream = self._stream_conn = None
-        try:
-            self._opened.remove(stream)
-        except ValueError:
-            pass
-
     def _convert(self, raw: Tuple[int, List[Any], List[Part]]) -> None:
         """Convert values taken from the stream to parts and publish them as the next batch.
 
         Parts converted are appended to ``raw``'s list, with a checkpoint of the cursor every
-        ``_CHECKPOINT`` parts (one store): after an interrupt the conversion goes on from the
+        ``CHECKPOINT_EVERY`` parts (one store): after an interrupt the conversion goes on from the
         last checkpoint (the parts after it are converted again), never from the start, so
         even a stream of interrupts cannot keep a big batch from getting through. Publishing
         is one store of ``Turn._st``.
         """
         seq, values, parts = raw
-        rx = self._st[5]
+        rx = self._st.cursor
         mark = self._checkpoint
-        if mark[0] == seq:
+        if mark.batch == seq:
             _, kept, pos, offset, steps, done = mark
             del parts[kept:]
         else:
@@ -697,8 +391,8 @@ class Turn:
             elif kind is TurnFinish:
                 done = True
             append(part)
-            if not pos % _CHECKPOINT:
-                self._checkpoint = (seq, len(parts), pos, offset, steps, done)
+            if not pos % CHECKPOINT_EVERY:
+                self._checkpoint = Checkpoint(seq, len(parts), pos, offset, steps, done)
         if parts:
             self._lost_since = None
             self._overloaded = 0.0
@@ -706,7 +400,7 @@ class Turn:
             self._restarted_since = None
         st = self._st
         # One store publishes the batch and the cursor after it (the old batch was all yielded).
-        self._st = (parts, 0, st[2], st[3], st[4], _Received(seq, offset, rx.after_step, steps, done), st[6])
+        self._st = st._replace(parts=parts, yielded=0, cursor=Cursor(seq, offset, rx.after_step, steps, done))
 
     def _account(
         self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool, ntext: int
@@ -731,8 +425,8 @@ class Turn:
             self._approvals.seen(part)
         elif isinstance(part, SessionStateChanged):
             # Only this session's own state (a continued turn may belong to another session).
-            if part.state.session_id == self._session.id:
-                self._session._state = part.state
+            if part.state.session_id == self._channel.id:
+                self._channel.state = part.state
                 if self._link is not None:
                     self._adopted_state = True
         elif isinstance(part, TurnFinish):
@@ -748,14 +442,3 @@ class Turn:
                 self._approvals.seen(part)
             started = True
         return steps, finish, started, ntext
-
-    def _close_stream(self) -> None:
-        """Stop reading: close the stream, and the connection to a bridge of other options."""
-        stream, self._stream, self._stream_conn = self._stream, None, None
-        if stream is not None:
-            stream.close()
-        for other in list(self._opened):  # any thread may call this: close, never remove
-            other.close()
-        link = self._link
-        if link is not None:
-            link.close()

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -82,16 +81,8 @@ from typing import Any, Dict, List, Optional
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .acp_parts import UpdateMapper, ask_permission, taken_messages
-from .acp_rpc import (
-    AUTH_REQUIRED,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
-    AcpConnection,
-    AgentExited,
-    RpcError,
-)
+from .acp_fs import serve_fs
+from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 
 __all__ = ["AcpDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT", "PROTOCOL_VERSION"]
@@ -396,7 +387,7 @@ class AcpDriver:
             agent.conn.respond(request_id, {"outcome": self._permission(ctx, mapper, params)})
         elif method in ("fs/read_text_file", "fs/write_text_file") and self.fs:
             try:
-                agent.conn.respond(request_id, _fs(method, params))
+                agent.conn.respond(request_id, serve_fs(method, params))
             except RpcError as exc:
                 agent.conn.respond_error(request_id, exc.code, exc.message)
         else:
@@ -470,48 +461,6 @@ class AcpDriver:
 
 def _stop_reason(result: Any) -> Any:
     return result.get("stopReason") if isinstance(result, dict) else None
-
-
-def _fs(method: str, params: Dict[str, Any]) -> Any:
-    """Serve ``fs/read_text_file`` or ``fs/write_text_file``. Raises :class:`RpcError`."""
-    path = params.get("path")
-    if not isinstance(path, str) or not path:
-        raise RpcError(INVALID_PARAMS, "path must be a non-empty string")
-    path = os.path.join(os.getcwd(), path)  # an absolute path stays as it is
-    try:
-        if method == "fs/read_text_file":
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            line, limit = params.get("line"), params.get("limit")
-            if isinstance(line, int) or isinstance(limit, int):
-                lines = text.splitlines(keepends=True)
-                start = max(line - 1, 0) if isinstance(line, int) else 0
-                end = start + limit if isinstance(limit, int) and limit >= 0 else None
-                text = "".join(lines[start:end])
-            return {"content": text}
-        content = params.get("content")
-        if not isinstance(content, str):
-            raise RpcError(INVALID_PARAMS, "content must be a string")
-        folder = os.path.dirname(path) or "."
-        os.makedirs(folder, exist_ok=True)
-        try:
-            mode = os.stat(path).st_mode & 0o7777  # an existing file keeps its mode
-        except FileNotFoundError:
-            mode = 0o644
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".acp-write-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return None
-    except FileNotFoundError:
-        raise RpcError(RESOURCE_NOT_FOUND, f"no such file: {path}") from None
-    except OSError as exc:
-        raise RpcError(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
 
 
 def make_driver(options: Any) -> AcpDriver:

@@ -90,18 +90,19 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
+from .cli_install import find_cli, sandbox_isolated
 from .cli_process import (
+    CLIRuns,
     CLIStartError,
     Event,
     JsonLinesProcess,
-    find_cli,
     join_text,
-    sandbox_isolated,
+    keep_session_id,
+    resume_point,
     summarize,
 )
 from .stream_control import StreamControl, initialize_request
@@ -135,10 +136,7 @@ class _Mapper:
         self.streamed = False  # the open step was opened by a message_start stream event
 
     def _session_id(self, sid: Any) -> None:
-        if isinstance(sid, str) and sid:
-            data = self.ctx.state.data
-            if not isinstance(data, dict) or data.get("session_id") != sid:
-                self.ctx.set_state({"session_id": sid})
+        keep_session_id(self.ctx, "session_id", sid)
 
     def _open(self, message_id: Optional[str]) -> None:
         if self.ctx.step is not None and message_id is not None and message_id == self.message_id:
@@ -273,8 +271,7 @@ class StreamJsonDriver:
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
         self.partial: bool = options.get("include_partial_messages", True)
-        self._lock = threading.Lock()
-        self._running: Set[JsonLinesProcess] = set()
+        self._runs = CLIRuns()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no CLI session yet)."""
@@ -300,12 +297,7 @@ class StreamJsonDriver:
             ``stop`` with the result's usage; ``error`` when the CLI reports one, cannot be
             started, or exits before its ``result`` message; ``cancelled`` after a cancel.
         """
-        data = ctx.state.data
-        session_id = data.get("session_id") if isinstance(data, dict) else None
-        session_id = session_id if isinstance(session_id, str) and session_id else None
-        prompt = ctx.prompt
-        if ctx.completed_steps > 0 and session_id:
-            prompt = self.continue_prompt
+        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         message = {
             "type": "user",
             "message": {"role": "user", "content": prompt},
@@ -321,8 +313,6 @@ class StreamJsonDriver:
             proc = JsonLinesProcess(argv, os.getcwd(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
-        with self._lock:
-            self._running.add(proc)
         mapper = _Mapper(self, ctx)
         control = StreamControl(
             ctx,
@@ -341,40 +331,24 @@ class StreamJsonDriver:
                 return False
             return mapper.on_event(event) and control.finished_at_result()
 
-        try:
-            interrupt = {
-                "type": "control_request",
-                "request_id": "bridge-cancel",
-                "request": {"subtype": "interrupt"},
-            }
-            how = proc.pump(
-                ctx.cancelled,
-                on_event,
-                lambda: proc.write(json.dumps(interrupt) + "\n"),
-                self.interrupt_grace,
-                idle=control.idle if self.supports_messages else None,
-            )
-            if how == "done":
-                proc.finish(self.interrupt_grace)
-            elif how == "eof":
-                code = proc.wait(self.interrupt_grace)
-                proc.stop()
-                if not ctx.cancelled.is_set():
-                    mapper.close_step()
-                    status = f"status {code}" if code is not None else "its output closed"
-                    tail = proc.stderr_tail()
-                    return TurnResult(
-                        "error",
-                        error=f"{self.label} exited ({status}) before its result message"
-                        + (f": {summarize(tail)}" if tail else "")
-                        + self.error_hint(tail or ""),
-                    )
-        except BaseException:
-            proc.stop()
-            raise
-        finally:
-            with self._lock:
-                self._running.discard(proc)
+        interrupt = {
+            "type": "control_request",
+            "request_id": "bridge-cancel",
+            "request": {"subtype": "interrupt"},
+        }
+        early = self._runs.run(
+            proc,
+            ctx.cancelled,
+            on_event,
+            self.interrupt_grace,
+            interrupt=lambda: proc.write(json.dumps(interrupt) + "\n"),
+            idle=control.idle if self.supports_messages else None,
+        )
+        if early is not None:
+            mapper.close_step()
+            tail = early.stderr_tail
+            error = early.error(self.label, "its result message", tail) + self.error_hint(tail)
+            return TurnResult("error", error=error)
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
@@ -387,10 +361,7 @@ class StreamJsonDriver:
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            proc.stop()
+        self._runs.stop_all()
 
 
 class ClaudeCodeDriver(StreamJsonDriver):

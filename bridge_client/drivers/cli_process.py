@@ -14,9 +14,9 @@ goes on in the next bridge while the abandoned CLI could still be working. Every
 therefore listed with a keeper process (:mod:`bridge_client.drivers.keeper`), which SIGKILLs
 the groups still listed when the bridge's end of its pipe closes, however the bridge died.
 
-:func:`find_cli` finds the program: the ``executable`` option as given, else the program on
-``PATH``, else the copy the template installed into the sandbox's private prefix
-(``<state root>/agents/<package>@<version>``, see the *Drivers* guide, :doc:`drivers/index`).
+:class:`CLIRuns` is a CLI driver's turn loop around it (pump the events, let the CLI exit after
+its final event, stop one whose output ended early); where the program comes from is
+:mod:`.cli_install`.
 """
 
 from __future__ import annotations
@@ -25,25 +25,26 @@ import collections
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence
+from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..bridge.driver import child_environ, process_group_ended, process_group_started
+from ..bridge.driver import TurnContext, child_environ, process_group_ended, process_group_started
 from .keeper import ProcessKeeper
 
 __all__ = [
     "JsonLinesProcess",
+    "CLIRuns",
+    "EarlyExit",
     "Event",
     "cli_env",
     "CLIStartError",
     "summarize",
     "join_text",
-    "find_cli",
-    "sandbox_isolated",
+    "resume_point",
+    "keep_session_id",
 ]
 
 _STDERR_LINES = 20
@@ -52,51 +53,6 @@ _EOF = object()
 
 _KEEPER: Optional[ProcessKeeper] = None
 _KEEPER_LOCK = threading.Lock()
-
-
-def find_cli(program: str, package: str, version: str, executable: Optional[str]) -> str:
-    """The program to run for a CLI driver.
-
-    Args:
-        program: the CLI's program name (``claude``).
-        package, version: its npm package and the version the template installs.
-        executable: the driver's ``executable`` option (``None`` when not given).
-
-    Returns:
-        ``executable`` when given (never looked up further); else ``program`` when it is on
-        ``PATH``; else the program in the private prefix when installed there; else
-        ``program`` itself (starting it then fails with a clear :class:`CLIStartError`).
-    """
-    if executable:
-        return executable
-    if shutil.which(program):
-        return program
-    from ..sandbox.npm import private_prefix  # only when it is not on PATH
-    from . import STATE_DIR  # set by the bridge program (<state root>/bridges/<bridge id>)
-
-    if STATE_DIR:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
-        candidate = os.path.join(private_prefix(root, package, version), "node_modules", ".bin", program)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return program
-
-
-def sandbox_isolated() -> bool:
-    """Whether the bridge's sandbox is isolated from the user's machine (a container; not a
-    ``LocalSandbox``), as the template recorded under the state root. Only there may a driver
-    skip the agent's own permission checks by default. ``False`` when unknown (no record, or
-    outside a bridge)."""
-    from . import STATE_DIR
-
-    if not STATE_DIR:
-        return False
-    root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
-    try:
-        with open(os.path.join(root, "agents", "sandbox.json"), encoding="utf-8") as f:
-            return json.load(f).get("isolated") is True
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _keeper() -> ProcessKeeper:
@@ -376,6 +332,100 @@ class JsonLinesProcess:
                     stream.close()
                 except OSError:
                     pass
+
+
+class EarlyExit(NamedTuple):
+    """A CLI whose stdout ended before its final event (and not after a cancel).
+
+    Attributes:
+        code: its exit status, or ``None`` when it had not exited within the grace period.
+        stderr_tail: the last lines it wrote to stderr (may be empty).
+    """
+
+    code: Optional[int]
+    stderr_tail: str
+
+    def error(self, label: str, before: str, tail: str) -> str:
+        """The turn's error: ``"<label> exited (status 1) before <before>: <tail>"``."""
+        status = f"status {self.code}" if self.code is not None else "its output closed"
+        return f"{label} exited ({status}) before {before}" + (f": {summarize(tail)}" if tail else "")
+
+
+class CLIRuns:
+    """The runs of one CLI driver (a CLI process per turn): :meth:`run` pumps a run's events
+    to its end, and :meth:`stop_all` kills the runs still going (the bridge is shutting down)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Set[JsonLinesProcess] = set()
+
+    def run(
+        self,
+        proc: JsonLinesProcess,
+        cancelled: threading.Event,
+        on_event: Callable[[Event], bool],
+        grace: float,
+        *,
+        interrupt: Optional[Callable[[], object]] = None,
+        idle: Optional[Callable[[], bool]] = None,
+    ) -> Optional[EarlyExit]:
+        """Pump ``proc``'s events to ``on_event`` (see :meth:`JsonLinesProcess.pump`), then end
+        the CLI: after its final event it gets ``grace`` seconds to exit; a CLI whose output
+        ended first is stopped. Anything raised (the bridge stopping) stops it too.
+        ``interrupt`` is the CLI's own way to stop on a cancel (default: SIGINT to its
+        process group, as Ctrl-C would).
+
+        Returns:
+            ``None`` when the run ended with its final event or a cancel; an
+            :class:`EarlyExit` when its output ended first.
+        """
+        with self._lock:
+            self._running.add(proc)
+        try:
+            if interrupt is None:
+                interrupt = lambda: proc.signal_group(signal.SIGINT)  # noqa: E731
+            how = proc.pump(cancelled, on_event, interrupt, grace, idle=idle)
+            if how == "done":
+                proc.finish(grace)
+            elif how == "eof":
+                code = proc.wait(grace)
+                proc.stop()
+                if not cancelled.is_set():
+                    return EarlyExit(code, proc.stderr_tail())
+            return None
+        except BaseException:
+            proc.stop()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+
+    def stop_all(self) -> None:
+        """Kill every running CLI's process group."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            proc.stop()
+
+
+def resume_point(ctx: TurnContext, key: str, continue_prompt: str) -> Tuple[Optional[str], str]:
+    """The CLI session a run resumes (the session state's ``key``, when a non-empty string)
+    and its prompt: ``continue_prompt`` for a turn cut by a restart after completed steps of
+    that session, else the turn's own prompt."""
+    data = ctx.state.data
+    session_id = data.get(key) if isinstance(data, dict) else None
+    session_id = session_id if isinstance(session_id, str) and session_id else None
+    prompt = continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+    return session_id, prompt
+
+
+def keep_session_id(ctx: TurnContext, key: str, session_id: Any) -> None:
+    """Store the CLI's session id (a non-empty string) as the session state ``{key: id}``,
+    unless the state holds it already."""
+    if isinstance(session_id, str) and session_id:
+        data = ctx.state.data
+        if not isinstance(data, dict) or data.get(key) != session_id:
+            ctx.set_state({key: session_id})
 
 
 def summarize(text: Any, limit: int = 300) -> str:

@@ -62,14 +62,14 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, sandbox_isolated, summarize
+from .cli_install import find_cli, sandbox_isolated
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
+from .cli_process import keep_session_id, resume_point, summarize
 
 __all__ = ["CodexDriver", "make_driver"]
 
@@ -103,10 +103,7 @@ class _Mapper:
             return False
         kind = ev.get("type")
         if kind == "thread.started":
-            tid = ev.get("thread_id")
-            data = ctx.state.data
-            if isinstance(tid, str) and tid and not (isinstance(data, dict) and data.get("thread_id") == tid):
-                ctx.set_state({"thread_id": tid})
+            keep_session_id(ctx, "thread_id", ev.get("thread_id"))
         elif kind == "turn.completed":
             self.close_step()
             self.usage = ev.get("usage")
@@ -211,8 +208,7 @@ class CodexDriver:
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
-        self._lock = threading.Lock()
-        self._running: Set[JsonLinesProcess] = set()
+        self._runs = CLIRuns()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"thread_id": null}`` (no Codex thread yet)."""
@@ -240,43 +236,19 @@ class CodexDriver:
             ``stop`` with the turn's usage; ``error`` for ``turn.failed``, a CLI that cannot
             be started, or one that exits before the end of its turn; ``cancelled``.
         """
-        data = ctx.state.data
-        thread_id = data.get("thread_id") if isinstance(data, dict) else None
-        thread_id = thread_id if isinstance(thread_id, str) and thread_id else None
-        prompt = self.continue_prompt if ctx.completed_steps > 0 and thread_id else ctx.prompt
+        thread_id, prompt = resume_point(ctx, "thread_id", self.continue_prompt)
         try:
             proc = JsonLinesProcess(self.argv(thread_id), os.getcwd(), prompt)
         except CLIStartError as exc:
             return TurnResult(
                 "error", error=f"{exc} (is the Codex CLI installed? the codex template installs it)"
             )
-        with self._lock:
-            self._running.add(proc)
         mapper = _Mapper(ctx)
-        try:
-            how = proc.pump(
-                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
-            )
-            if how == "done":
-                proc.finish(self.interrupt_grace)
-            elif how == "eof":
-                code = proc.wait(self.interrupt_grace)
-                proc.stop()
-                if not ctx.cancelled.is_set():
-                    mapper.close_step("error")
-                    status = f"status {code}" if code is not None else "its output closed"
-                    tail = proc.stderr_tail() or mapper.last_error
-                    return TurnResult(
-                        "error",
-                        error=f"codex exited ({status}) before the end of its turn"
-                        + (f": {summarize(tail)}" if tail else ""),
-                    )
-        except BaseException:
-            proc.stop()
-            raise
-        finally:
-            with self._lock:
-                self._running.discard(proc)
+        early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
+        if early is not None:
+            mapper.close_step("error")
+            tail = early.stderr_tail or mapper.last_error or ""
+            return TurnResult("error", error=early.error("codex", "the end of its turn", tail))
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
@@ -286,10 +258,7 @@ class CodexDriver:
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            proc.stop()
+        self._runs.stop_all()
 
 
 def make_driver(options: Any) -> CodexDriver:

@@ -73,25 +73,14 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import socket
-import threading
-import urllib.parse
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
-
-import requests
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_when_event_set,
-    wait_exponential,
-)
+from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
-from .cli_process import summarize
+from .openai_http import ChatEndpoint, _Cut, _Fatal, byte_lines, sse_data
+from .openai_http import _abort, _arriving  # noqa: F401 - read here by tests
+from .openai_stream import _Answer, apply_chunk, read_answer
+from .openai_stream import _flush  # noqa: F401 - read here by tests
 from .stream_control import approval_title
 from .tools import TOOL_SPECS, run_tool
 
@@ -102,119 +91,6 @@ DEFAULT_SYSTEM = (
     "files and to run commands; paths are relative to the workspace. When the task is done, "
     "answer with a short summary and no tool call."
 )
-
-_CONNECT_TIMEOUT = 10.0
-
-
-def _cause(exc: BaseException) -> str:
-    """``"ConnectionError ([Errno 111] Connection refused)"``: the error's type and, when a
-    system error lies under it (urllib3 wraps the socket's), that error's errno and text."""
-    todo: List[BaseException] = [exc]
-    seen: set[int] = set()
-    while todo:
-        err = todo.pop(0)
-        if id(err) in seen:
-            continue
-        seen.add(id(err))
-        if isinstance(err, OSError) and isinstance(err.errno, int) and err.strerror:
-            return f"{type(exc).__name__} ([Errno {err.errno}] {err.strerror})"
-        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
-        todo += [e for e in linked if isinstance(e, BaseException)]
-    return type(exc).__name__
-
-
-def _unresolved(exc: BaseException) -> Optional[str]:
-    """The resolver's message when the error under ``exc`` is a host name that does not
-    resolve (``socket.gaierror``), else ``None``: such an error ends the turn at once, as a
-    wrong URL, instead of being retried like a busy server."""
-    todo: List[BaseException] = [exc]
-    seen: set[int] = set()
-    while todo:
-        err = todo.pop(0)
-        if id(err) in seen:
-            continue
-        seen.add(id(err))
-        if isinstance(err, socket.gaierror):
-            return str(err.strerror or err)
-        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
-        todo += [e for e in linked if isinstance(e, BaseException)]
-    return None
-
-
-class _Retryable(Exception):
-    """A failure worth another try: a connection error, a timeout, 429 or 5xx."""
-
-    def __init__(self, message: str, retry_after: Optional[float] = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class _Fatal(Exception):
-    """A failure that ends the turn (a 4xx other than 429, an answer that is not a stream)."""
-
-
-class _Cut(Exception):
-    """The stream ended before the answer was complete."""
-
-
-class _Answer(NamedTuple):
-    """One model call's answer: its text, tool calls ``[(id, name, arguments text)]``,
-    finish reason and usage."""
-
-    text: str
-    tool_calls: List[Tuple[str, str, str]]
-    finish_reason: str
-    usage: Any
-
-
-def sse_data(lines: Iterator[bytes]) -> Iterator[str]:
-    """The ``data`` of each server-sent event in ``lines`` (one line each, without newlines),
-    as the SSE standard reads them: ``data:`` fields of one event joined by newlines, an
-    event ending at a blank line, comments (``:``) and other fields skipped.
-
-    Yields:
-        Each event's data text (``[DONE]`` included).
-    """
-    data: List[str] = []
-    for raw in lines:
-        line = raw.decode("utf-8", "replace")
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
-
-
-def _retry_after(response: requests.Response) -> Optional[float]:
-    value = response.headers.get("Retry-After")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _error_message(response: requests.Response) -> str:
-    """The endpoint's own message (``error.message`` of the JSON body), else the body's start."""
-    try:
-        body = response.json()
-    except ValueError:
-        return summarize(response.text or response.reason or "")
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return summarize(err["message"])
-        if isinstance(err, str):
-            return summarize(err)
-        if body.get("message"):
-            return summarize(body["message"])
-    return summarize(json.dumps(body))
 
 
 class OpenAIChatDriver:
@@ -245,7 +121,14 @@ class OpenAIChatDriver:
         self.command_timeout: float = float(options.get("command_timeout", 300.0))
         self.max_output: int = options.get("max_output", 20000)
         self.include_usage: bool = options.get("include_usage", True)
-        self._http = requests.Session()
+        self._endpoint = ChatEndpoint(
+            self.base_url,
+            self.api_key_env,
+            self.max_retries,
+            self.backoff_initial,
+            self.backoff_max,
+            self.request_timeout,
+        )
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"messages": []}`` (the conversation, without the system prompt)."""
@@ -374,357 +257,16 @@ class OpenAIChatDriver:
             body["temperature"] = self.temperature
         return body
 
-    def _open(self, ctx: TurnContext, messages: List[Any]) -> Optional[requests.Response]:
-        """POST the request with retries (tenacity); return the streaming response, or ``None``
-        when cancelled. Raises :class:`_Fatal`."""
-        headers = {"Accept": "text/event-stream"}
-        key = self._key(ctx)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = self._request(messages)
-
-        def attempt() -> requests.Response:
-            if ctx.cancelled.is_set():  # cancelled during the backoff: no new request
-                raise _Retryable("cancelled")
-            try:
-                response = self._http.post(
-                    f"{self.base_url}/chat/completions",
-                    json=body,
-                    headers=headers,
-                    stream=True,
-                    timeout=(_CONNECT_TIMEOUT, self.request_timeout),
-                )
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                unresolved = _unresolved(exc)
-                if unresolved is not None:
-                    host = urllib.parse.urlsplit(self.base_url).hostname or self.base_url
-                    raise _Fatal(
-                        f"the host name {host!r} of {self.base_url} does not resolve ({unresolved}): "
-                        "check base_url, or the sandbox's DNS"
-                    ) from None
-                raise _Retryable(f"cannot reach {self.base_url}: {_cause(exc)}") from None
-            except requests.RequestException as exc:
-                raise _Fatal(f"request to {self.base_url} failed: {exc}") from None
-            if response.status_code == 429 or response.status_code >= 500:
-                message = f"{response.status_code} {response.reason}: {_error_message(response)}"
-                after = _retry_after(response)
-                response.close()
-                raise _Retryable(message, after)
-            if response.status_code >= 400:
-                message = _error_message(response)
-                response.close()
-                hint = (
-                    f" (is {self.api_key_env} set in the sandbox?)"
-                    if response.status_code in (401, 403)
-                    else ""
-                )
-                raise _Fatal(
-                    f"model endpoint answered {response.status_code} {response.reason}: {message}{hint}"
-                )
-            return response
-
-        exponential = wait_exponential(multiplier=self.backoff_initial, max=self.backoff_max)
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            after = exc.retry_after if isinstance(exc, _Retryable) else None
-            return min(self.backoff_max, after) if after is not None else float(exponential(state))
-
-        def announce(state: RetryCallState) -> None:
-            # A data part per retry, so that a client shows why the turn is quiet.
-            exc = state.outcome.exception() if state.outcome else None
-            seconds = state.next_action.sleep if state.next_action else 0.0
-            ctx.data(
-                "openai-retry",
-                f"{exc}; try {state.attempt_number + 1} of {self.max_retries + 1} in {seconds:.3g} s",
-            )
-
-        retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, _Retryable) and not ctx.cancelled.is_set()),
-            stop=stop_after_attempt(self.max_retries + 1) | stop_when_event_set(ctx.cancelled),
-            wait=wait,
-            before_sleep=announce,
-            sleep=lambda seconds: _pause(ctx.cancelled, seconds),
-            reraise=True,
-        )
-        try:
-            response = retrying(attempt)
-        except _Retryable as exc:
-            if ctx.cancelled.is_set():
-                return None
-            raise _Fatal(f"model endpoint failed after {self.max_retries + 1} tries: {exc}") from None
-        if ctx.cancelled.is_set():
-            response.close()
-            return None
-        return response
-
     def _call(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
-        """One model call, streamed into the open step. Raises :class:`_Cut`, :class:`_Fatal`.
-
-        The stream is read by a reader thread that queues its events; this thread emits them
-        and watches the cancel event, so a cancel returns at once even while the read
-        blocks (the socket is shut down to end that read; the reader then exits by itself).
-        """
-        response = self._open(ctx, messages)
+        """One model call, streamed into the open step (:func:`.openai_stream.read_answer`).
+        Raises :class:`_Cut`, :class:`_Fatal`."""
+        response = self._endpoint.open(ctx, self._request(messages), self._key(ctx))
         if response is None:
             return None
-        events: "queue.Queue[Tuple[str, Any]]" = queue.Queue()
-        reader = threading.Thread(
-            target=_read_stream, args=(response, events), name="openai-stream", daemon=True
-        )
-        reader.start()
-        text: List[str] = []
-        calls: Dict[int, List[str]] = {}
-        finish: Optional[str] = None
-        usage: Any = None
-        carry: Optional[Tuple[str, Any]] = None
-        while True:
-            if ctx.cancelled.is_set():
-                _abort(response)
-                return None
-            if carry is not None:
-                (kind, value), carry = carry, None
-            else:
-                try:
-                    kind, value = events.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-            if kind == "end":
-                break
-            if kind == "cut":
-                reader.join(1.0)
-                raise _Cut(value)
-            # The chunks already queued behind this one (one network read often holds several)
-            # go to the log as one batch of text deltas (ctx.texts): the same parts, one hand-off.
-            batch = [value]
-            while True:
-                try:
-                    more = events.get_nowait()
-                except queue.Empty:
-                    break
-                if more[0] != "chunk":
-                    carry = more  # "end" or "cut": handled on the next pass
-                    break
-                batch.append(more[1])
-            pending: List[str] = []
-            try:
-                for value in batch:
-                    self._apply(ctx, value, text, calls, pending)
-                _flush(ctx, pending)
-            except Exception:  # a malformed chunk, or ctx refused a part
-                try:  # the deltas before the bad chunk reach the log, as one at a time would
-                    _flush(ctx, pending)
-                except Exception:
-                    pass
-                _abort(response)
-                raise
-            except BaseException:  # the bridge is stopping
-                _abort(response)
-                raise
-            for value in batch:
-                if value.get("usage"):
-                    usage = value["usage"]
-                for choice in value.get("choices") or []:
-                    if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get(
-                        "finish_reason"
-                    ):
-                        finish = str(choice["finish_reason"])
-        reader.join(1.0)
-        if finish is None:
-            raise _Cut("the stream ended before a finish_reason")
-        tool_calls = [
-            (parts[0] or f"call_{ctx.step}_{i}", parts[1], parts[2])
-            for i, parts in sorted(calls.items())
-            if parts[1]
-        ]
-        return _Answer("".join(text), tool_calls, finish, usage)
+        return read_answer(ctx, response)
 
-    @staticmethod
-    def _apply(
-        ctx: TurnContext,
-        chunk: Dict[str, Any],
-        text: List[str],
-        calls: Dict[int, List[str]],
-        pending: Optional[List[str]] = None,
-    ) -> None:
-        """Emit one chunk's deltas (choice 0) and join its tool-call fragments into ``calls``.
-        With ``pending``, text deltas are added to it (the caller emits them with
-        :func:`_flush`) and any other part flushes it first, so the order stays the stream's."""
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(delta.get(key), str) and delta[key]:
-                    if pending:
-                        _flush(ctx, pending)
-                    ctx.reasoning(delta[key])
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                text.append(delta["content"])
-                if pending is None:
-                    ctx.text(delta["content"])
-                else:
-                    pending.append(delta["content"])
-            for frag in delta.get("tool_calls") or []:
-                _add_fragment(calls, frag)
-
-
-def _flush(ctx: TurnContext, pending: List[str]) -> None:
-    """Emit the text deltas gathered in ``pending`` (one ``ctx.text``, or one ``ctx.texts``
-    for several) and empty it."""
-    if len(pending) == 1:
-        ctx.text(pending[0])
-    elif pending:
-        ctx.texts(pending)
-    pending.clear()
-
-
-def _read_stream(response: requests.Response, events: "queue.Queue[Tuple[str, Any]]") -> None:
-    """The reader thread: queue ``("chunk", dict)`` for each JSON chunk, then ``("end", None)``
-    after ``[DONE]`` or the end of the body, or ``("cut", why)`` when the stream breaks or
-    carries an error object. A server that ignored ``stream: true`` and answered with one JSON
-    completion is read as a single chunk."""
-    try:
-        if response.headers.get("Content-Type", "").split(";")[0].strip() == "application/json":
-            events.put(("chunk", _as_chunk(response.json())))
-            events.put(("end", None))
-            return
-        for payload in sse_data(byte_lines(_arriving(response))):
-            if payload.strip() == "[DONE]":
-                break
-            try:
-                chunk = json.loads(payload)
-            except ValueError:
-                continue  # a keep-alive or a vendor line that is not JSON
-            if not isinstance(chunk, dict):
-                continue
-            if chunk.get("error"):
-                err = chunk["error"]
-                events.put(
-                    (
-                        "cut",
-                        f"error in stream: {summarize(err.get('message') if isinstance(err, dict) else err)}",
-                    )
-                )
-                return
-            events.put(("chunk", chunk))
-        events.put(("end", None))
-    except Exception as exc:  # requests/urllib3 errors, a socket shut down by a cancel
-        events.put(("cut", f"{type(exc).__name__}: {summarize(exc, 120)}"))
-    finally:
-        try:
-            response.close()
-        except Exception:
-            pass
-
-
-def _arriving(response: requests.Response) -> Iterator[bytes]:
-    """The body's bytes as they arrive. urllib3 2's ``read1`` returns what one read of the
-    socket gives, chunked or not; ``iter_content(None)`` would wait for the whole body of a
-    stream that is not chunked. With urllib3 1.26 (no ``read1``), ``iter_content(None)`` is
-    the best there is: its chunked reads still yield each chunk as it comes."""
-    read1 = getattr(response.raw, "read1", None)
-    if read1 is None:
-        yield from response.iter_content(chunk_size=None)
-        return
-    while True:
-        data = read1(65536, decode_content=True)
-        if not data:
-            return
-        yield data
-
-
-def _as_chunk(completion: Any) -> Dict[str, Any]:
-    """A whole ``chat.completion`` (not streamed) as one stream chunk: ``message`` becomes the
-    ``delta`` (tool calls numbered by ``index``), with its ``finish_reason`` and ``usage``.
-
-    Raises:
-        ValueError: not a completion (the step is then run again, as for a cut stream).
-    """
-    if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
-        raise ValueError("a JSON answer that is not a chat completion")
-    choices = []
-    for choice in completion["choices"]:
-        if not isinstance(choice, dict):
-            continue
-        delta = dict(choice.get("message") or {})
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(calls) if isinstance(c, dict)]
-        choices.append(
-            {"index": choice.get("index", 0), "delta": delta, "finish_reason": choice.get("finish_reason")}
-        )
-    return {"choices": choices, "usage": completion.get("usage")}
-
-
-def _abort(response: requests.Response) -> None:
-    """Best effort: shut the stream's socket down so a blocked read ends now (cancel).
-
-    The socket is urllib3's connection's, or, for a response that ends when the server closes
-    (http.client then hands the socket over to the response), the one under the response's
-    file. Closing the response instead would block on the reader's buffer lock.
-    """
-    raw = response.raw
-    candidates = [
-        getattr(getattr(raw, "_connection", None), "sock", None),
-        getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None),
-    ]
-    for sock in candidates:
-        if isinstance(sock, socket.socket):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            return
-
-
-def _pause(cancelled: threading.Event, seconds: float) -> None:
-    """Tenacity's sleep: wait ``seconds``, cut short by a cancel."""
-    cancelled.wait(seconds)
-
-
-def byte_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    r"""Split a byte stream into lines (without ``\n``, ``\r\n`` or ``\r``), as they arrive.
-
-    ``requests``' own ``iter_lines`` splits each chunk on its own and yields an extra blank
-    line when a ``\r\n`` falls across two chunks, which would end a server-sent event
-    early; this keeps a trailing ``\r`` until the next chunk says what follows it.
-    """
-    buffer = b""
-    for chunk in chunks:
-        if not chunk:
-            continue
-        buffer += chunk
-        while True:
-            found = [i for i in (buffer.find(b"\n"), buffer.find(b"\r")) if i >= 0]
-            if not found:
-                break
-            cut = min(found)
-            if buffer[cut] == 0x0D and cut + 1 == len(buffer):
-                break  # a CR at the end: wait to see whether LF follows
-            line, width = buffer[:cut], 2 if buffer[cut : cut + 2] == b"\r\n" else 1
-            buffer = buffer[cut + width :]
-            yield line
-    if buffer:
-        yield buffer.rstrip(b"\r")
-
-
-def _add_fragment(calls: Dict[int, List[str]], frag: Any) -> None:
-    """Join one ``delta.tool_calls[]`` fragment into ``calls[index] = [id, name, arguments]``."""
-    if not isinstance(frag, dict):
-        return
-    index = frag.get("index", len(calls))
-    if not isinstance(index, int):
-        return
-    entry = calls.setdefault(index, ["", "", ""])
-    if isinstance(frag.get("id"), str) and frag["id"]:
-        entry[0] = frag["id"]
-    function = frag.get("function") or {}
-    if isinstance(function, dict):
-        if isinstance(function.get("name"), str) and function["name"] and not entry[1]:
-            entry[1] = function["name"]
-        if isinstance(function.get("arguments"), str):
-            entry[2] += function["arguments"]
+    # Kept as the driver's: a chunk's deltas into the step (tests call it).
+    _apply = staticmethod(apply_chunk)
 
 
 def _denied(ctx: TurnContext, call_id: str, name: str, args: Any) -> Optional[str]:

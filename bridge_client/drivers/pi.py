@@ -54,14 +54,14 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from .cli_process import CLIStartError, Event, JsonLinesProcess, find_cli, join_text, summarize
+from .cli_install import find_cli
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
+from .cli_process import keep_session_id, resume_point, summarize
 
 __all__ = ["PiDriver", "make_driver"]
 
@@ -93,11 +93,7 @@ class _Mapper:
             return False
         kind = ev.get("type")
         if kind == "session":
-            sid = ev.get("id")
-            data = ctx.state.data
-            known = isinstance(data, dict) and data.get("session_id") == sid
-            if isinstance(sid, str) and sid and not known:
-                ctx.set_state({"session_id": sid})
+            keep_session_id(ctx, "session_id", ev.get("id"))
         elif kind == "turn_start":
             self.close_step()
             self._open()
@@ -174,8 +170,7 @@ class PiDriver:
         self.extra_args: List[str] = list(options.get("extra_args") or [])
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
-        self._lock = threading.Lock()
-        self._running: Set[JsonLinesProcess] = set()
+        self._runs = CLIRuns()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no pi session yet)."""
@@ -203,41 +198,17 @@ class PiDriver:
             ``stop`` with the model calls' usage; ``error`` when the model call failed, the
             CLI cannot be started, or it exits before ``agent_end``; ``cancelled``.
         """
-        data = ctx.state.data
-        session_id = data.get("session_id") if isinstance(data, dict) else None
-        session_id = session_id if isinstance(session_id, str) and session_id else None
-        prompt = self.continue_prompt if ctx.completed_steps > 0 and session_id else ctx.prompt
+        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
             proc = JsonLinesProcess(self.argv(session_id), os.getcwd(), prompt)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
-        with self._lock:
-            self._running.add(proc)
         mapper = _Mapper(ctx)
-        try:
-            how = proc.pump(
-                ctx.cancelled, mapper.on_event, lambda: proc.signal_group(signal.SIGINT), self.interrupt_grace
-            )
-            if how == "done":
-                proc.finish(self.interrupt_grace)
-            elif how == "eof":
-                code = proc.wait(self.interrupt_grace)
-                proc.stop()
-                if not ctx.cancelled.is_set():
-                    mapper.close_step()
-                    status = f"status {code}" if code is not None else "its output closed"
-                    tail = proc.stderr_tail() or mapper.error
-                    return TurnResult(
-                        "error",
-                        error=f"pi exited ({status}) before the end of its run"
-                        + (f": {summarize(tail)}" if tail else ""),
-                    )
-        except BaseException:
-            proc.stop()
-            raise
-        finally:
-            with self._lock:
-                self._running.discard(proc)
+        early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
+        if early is not None:
+            mapper.close_step()
+            tail = early.stderr_tail or mapper.error or ""
+            return TurnResult("error", error=early.error("pi", "the end of its run", tail))
         mapper.close_step()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
@@ -248,10 +219,7 @@ class PiDriver:
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            proc.stop()
+        self._runs.stop_all()
 
 
 def make_driver(options: Any) -> PiDriver:

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional
 
 from ..driver_options import check_agent_options
 from .claude_code import StreamJsonDriver
-from .cli_process import sandbox_isolated
+from .cli_install import sandbox_isolated
 
 __all__ = ["QwenDriver", "make_driver"]
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
-import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from ..errors import SandboxGone, TemplateError
-from ..template import TemplateStep
-from .base import ExecResult, Sandbox
+from .base import Sandbox
+from .template_step import TemplateStep, announce_install, output_tail
 
 __all__ = [
     "NpmCliStep",
@@ -47,7 +46,6 @@ AGENT_CLIS = {
 """Driver name to (what, program, npm package, version): the versions proven with each
 driver (the *Drivers* page, ``drivers/index``), which the template installs."""
 
-_TAIL_BYTES = 2000
 
 # Runs argv while holding a lock file (flock, where the sandbox has it), unless `ready` (a
 # shell test) says another installer finished while this one waited: two hosts that find the
@@ -65,15 +63,6 @@ def private_prefix(state_root: str, package: str, version: str) -> str:
     """The private npm prefix of ``package`` at ``version`` in a sandbox without isolation:
     ``<state_root>/agents/<package>@<version>`` (the ``/`` of a scope becomes ``+``)."""
     return posixpath.join(state_root, "agents", f"{package.replace('/', '+')}@{version}")
-
-
-def announce_install(what: str, where: str) -> None:
-    """Say on stderr, in one line, that ``what`` is being installed into ``where``."""
-    print(f"bridge-client: installing {what} into {where}", file=sys.stderr, flush=True)
-
-
-def _tail(result: ExecResult) -> str:
-    return (result.stdout + result.stderr)[-_TAIL_BYTES:].decode("utf-8", "replace").strip()
 
 
 @dataclass(frozen=True)
@@ -165,13 +154,13 @@ class NpmCliStep(TemplateStep):
                 f"{self.name}: cannot run npm: not found (install Node.js and npm there, "
                 f"or {self.name} itself)",
                 step=self.name,
-                output=_tail(done),
+                output=output_tail(done),
             )
         if not done.ok:
             raise TemplateError(
                 f"installing {self.name} failed (exit {done.exit_code}): {shlex.join(argv)}",
                 step=self.name,
-                output=_tail(done),
+                output=output_tail(done),
             )
         check: Sequence[str] = ("test", "-x", private) if private else self.check
         if not self._ok(sandbox, check):

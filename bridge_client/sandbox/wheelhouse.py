@@ -33,8 +33,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import __version__
 from ..errors import SandboxGone, TemplateError
-from ..template import TemplateStep
 from .base import ExecResult, Sandbox
+from .template_step import TemplateStep, announce_install, output_tail
 
 __all__ = ["WheelStep", "Target", "wheel_cache_dir", "build_wheelhouse"]
 
@@ -64,10 +64,6 @@ _LOCKED_INSTALL = (
     "        sys.exit(0)\n"
     "    sys.exit(subprocess.call([sys.executable] + sys.argv[3:]))\n"
 )
-
-
-def _tail(result: ExecResult) -> str:
-    return (result.stdout + result.stderr)[-2000:].decode("utf-8", "replace").strip()
 
 
 def wheel_cache_dir() -> str:
@@ -364,7 +360,7 @@ class WheelStep(TemplateStep):
             raise TemplateError(
                 f"{self.python!r} in the sandbox is not a working Python (exit {probe.exit_code})",
                 step=_STEP,
-                output=_tail(probe),
+                output=output_tail(probe),
             ) from None
         if target.version < (3, 9):
             raise TemplateError(
@@ -397,7 +393,6 @@ class WheelStep(TemplateStep):
         if pip is None:
             raise TemplateError("no pip wheel was fetched for the sandbox", step=_STEP)
         extra = f"[{','.join(self.extras)}]" if self.extras else ""
-        from .npm import announce_install  # one line on stderr for every install
 
         announce_install(
             f"{_DIST}{extra}=={__version__} (pip, from {len(wheels)} wheels copied into {folder})",
@@ -426,7 +421,7 @@ class WheelStep(TemplateStep):
             raise TemplateError(
                 f"installing {_DIST}{extra} in the sandbox failed (pip exit {installed.exit_code})",
                 step=_STEP,
-                output=_tail(installed),
+                output=output_tail(installed),
             )
         if not self._installed(sandbox):
             raise TemplateError(

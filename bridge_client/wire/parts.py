@@ -12,14 +12,20 @@ asked for (:mod:`._schema`): neither the bridge nor a reading host loads them.
 
 A new part type is a frozen dataclass under ``@_part(type, *fields)`` (see the existing ones):
 the decorator gives it slots and registers it.
+
+This module is the wire values' public home: the states and RPC results (:mod:`.values`), the
+base class (:mod:`.slotted`) and the field checks (:mod:`.decode`) live apart and are
+re-exported here.
 """
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Set, Tuple, Type, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from ..errors import ProtocolError
+from .decode import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, REVISION_HEADROOM
+from .decode import _any, _bool, _Decoder, _get, _int, _opt_int, _opt_str, _str, _str_list
+from .slotted import _JSON_VALUE, _json_text, _slotted, _Value
+from .values import PROTOCOL_VERSION, TURN_STATUSES, HelloResult, SessionState, StartTurnResult, TurnState
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -53,339 +59,13 @@ __all__ = [
     "part_from_dict",
 ]
 
-PROTOCOL_VERSION = 1
-"""The protocol version this package speaks (see :doc:`protocol`)."""
-
 FINISH_REASONS = ("stop", "cancelled", "error", "max-steps")
 """The ``finishReason`` values of ``turn-finish`` (see :doc:`protocol`, "Values")."""
 
-TURN_STATUSES = ("started", "running", "continued", "finished")
-"""The ``status`` values of ``StartTurn`` and ``CancelTurn`` results."""
-
 T = TypeVar("T")
-
-_JSON_VALUE_OPTIONS: Dict[str, Any] = {}
-"""dataclasses-json's options of a field that holds any JSON value; :mod:`._schema` fills in
-its marshmallow field (``Raw``) when it first builds a schema (dataclasses-json mistakes bare
-``Any`` for Optional)."""
-
-_JSON_VALUE = {"dataclasses_json": _JSON_VALUE_OPTIONS}
-"""Field metadata for any JSON value."""
-
-
-def _frozen_setattr(self: Any, name: str, value: Any) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-
-def _frozen_delattr(self: Any, name: str) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def _slotted(cls: Type[T]) -> Type[T]:
-    """Remake a frozen dataclass with ``__slots__`` for its own fields (what ``dataclass(slots=True)``
-    does on Python 3.10+): no ``__dict__`` per object, faster attributes. Defaults live on in
-    the generated ``__init__``."""
-    inherited: Set[str] = set()
-    for base in cls.__mro__[1:]:
-        inherited.update(getattr(base, "__slots__", ()))
-    own = tuple(f.name for f in dataclasses.fields(cls) if f.name not in inherited)  # type: ignore[arg-type]
-    body = dict(cls.__dict__)
-    for name in own:
-        body.pop(name, None)
-    body.pop("__dict__", None)
-    body.pop("__weakref__", None)
-    body["__slots__"] = own
-    # The dataclass's own frozen __setattr__ names the old class in super(): replace it.
-    body["__setattr__"] = _frozen_setattr
-    body["__delattr__"] = _frozen_delattr
-    maker: Any = type(cls)
-    new: Type[T] = maker(cls.__name__, cls.__bases__, body)
-    new.__qualname__ = cls.__qualname__
-    return new
-
-
-# ----------------------------------------------------------------------------- field checks
-
-
-def _get(d: Mapping[str, Any], key: str, where: str) -> Any:
-    try:
-        return d[key]
-    except KeyError:
-        raise ProtocolError(f"{where}.{key} is missing") from None
-    except TypeError:
-        raise ProtocolError(f"{where} must be a JSON object") from None
-
-
-def _str(d: Mapping[str, Any], key: str, where: str) -> str:
-    value = _get(d, key, where)
-    if not isinstance(value, str):
-        raise ProtocolError(f"{where}.{key} must be a string")
-    return value
-
-
-def _opt_str(d: Mapping[str, Any], key: str, where: str) -> Optional[str]:
-    value = d.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ProtocolError(f"{where}.{key} must be a string or null")
-    return value
-
-
-MAX_SAFE_INTEGER = 2**53 - 1
-"""The largest integer every JSON peer reads exactly (JavaScript's Number.MAX_SAFE_INTEGER);
-offsets, steps, attempts and revisions must stay at or below it."""
-
-REVISION_HEADROOM = 2**32
-"""Revisions a session must have room for: ``OpenSession`` refuses a state whose revision is
-above ``MAX_SAFE_INTEGER - REVISION_HEADROOM`` (it could not change for long)."""
-
-MAX_OPEN_REVISION = MAX_SAFE_INTEGER - REVISION_HEADROOM
-"""The highest revision ``OpenSession`` accepts."""
-
-
-def _int(d: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int:
-    value = _get(d, key, where)
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_SAFE_INTEGER:
-        raise ProtocolError(f"{where}.{key} must be an integer from {minimum} to 2**53-1")
-    return value
-
-
-def _opt_int(d: Mapping[str, Any], key: str, where: str) -> Optional[int]:
-    value = d.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SAFE_INTEGER:
-        raise ProtocolError(f"{where}.{key} must be an integer from 0 to 2**53-1, or null")
-    return value
-
-
-def _bool(d: Mapping[str, Any], key: str, where: str) -> bool:
-    value = _get(d, key, where)
-    if not isinstance(value, bool):
-        raise ProtocolError(f"{where}.{key} must be a boolean")
-    return value
-
-
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{where} must be a JSON object")
-    return value
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-class _Value:
-    """Shared JSON methods: ``to_json`` gives compact text, ``from_json`` checks fields,
-    ``schema()`` gives a marshmallow schema."""
-
-    __slots__ = ()
-
-    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:  # pragma: no cover - overridden
-        """Return the value as its camelCase JSON object."""
-        raise NotImplementedError
-
-    @classmethod
-    def schema(cls, **options: Any) -> Any:
-        """A marshmallow schema of this type with camelCase keys, made by dataclasses-json
-        (imported now, on first use): ``dump`` gives the same object as :meth:`to_dict`,
-        ``load`` builds the value. Takes marshmallow's ``Schema`` options (``only``,
-        ``exclude``, ``many``, ``partial``, ...) and ``infer_missing``."""
-        from ._schema import schema_of
-
-        return schema_of(cls, **options)
-
-    def __getstate__(self) -> List[Any]:
-        """Pickle support for the slotted, frozen dataclasses: their field values in order."""
-        return [getattr(self, f.name) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
-
-    def __setstate__(self, state: Any) -> None:
-        if isinstance(state, dict):  # pickled by a release without slots: its __dict__
-            for f in dataclasses.fields(self):  # type: ignore[arg-type]
-                if f.name in state:
-                    object.__setattr__(self, f.name, state[f.name])
-            return
-        for f, value in zip(dataclasses.fields(self), state):  # type: ignore[arg-type]
-            object.__setattr__(self, f.name, value)
-
-    def to_json(self, **_: Any) -> str:
-        """Return the value as compact camelCase JSON text."""
-        return _json_text(self.to_dict())
-
-    @classmethod
-    def from_json(cls: Type[T], s: Any, **_: Any) -> T:
-        """Parse JSON text and check every field.
-
-        Raises:
-            ProtocolError: not JSON, or a field is missing or of the wrong type.
-        """
-        try:
-            value = json.loads(s)
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
-        except RecursionError:
-            raise ProtocolError(f"{cls.__name__}: nested too deeply") from None
-        return cls.from_dict(value)  # type: ignore[attr-defined, no-any-return]
-
-
-# ----------------------------------------------------------------------------- states
-
-
-@_slotted
-@dataclass(frozen=True)
-class SessionState(_Value):
-    """What the bridge last gave for a session: ``{sessionId, revision, data}``.
-
-    Attributes:
-        session_id: the session's id.
-        revision: grows by one at every change the bridge makes; the higher one wins in ``OpenSession``.
-        data: the driver's own JSON (enough to start the session again in a fresh bridge).
-    """
-
-    session_id: str
-    revision: int
-    data: Any = field(metadata=_JSON_VALUE)
-
-    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return ``{"sessionId", "revision", "data"}``."""
-        return {"sessionId": self.session_id, "revision": self.revision, "data": self.data}
-
-    @classmethod
-    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "SessionState":
-        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
-        d = _obj(kvs, "SessionState")
-        return cls(_str(d, "sessionId", "SessionState"), _int(d, "revision", "SessionState"), d.get("data"))
-
-
-@_slotted
-@dataclass(frozen=True)
-class TurnState(_Value):
-    """Enough for any host to continue a turn: what ``turn-start`` carries.
-
-    ``{protocol, agentId, bridgeId, sessionId, turnId, prompt, startedAt, generation}``;
-    ``startedAt`` is an ISO 8601 UTC timestamp. ``generation`` names the bridge store that
-    holds the turn's log (``None`` in states written before stores had one). Safe to store and
-    move between hosts.
-    """
-
-    protocol: int
-    agent_id: str
-    bridge_id: str
-    session_id: str
-    turn_id: str
-    prompt: str
-    started_at: str
-    generation: Optional[str] = None
-
-    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
-        d: Dict[str, Any] = {
-            "protocol": self.protocol,
-            "agentId": self.agent_id,
-            "bridgeId": self.bridge_id,
-            "sessionId": self.session_id,
-            "turnId": self.turn_id,
-            "prompt": self.prompt,
-            "startedAt": self.started_at,
-        }
-        d["generation"] = self.generation
-        return d
-
-    @classmethod
-    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "TurnState":
-        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
-        d = _obj(kvs, "TurnState")
-        w = "TurnState"
-        return cls(
-            _int(d, "protocol", w, 1),
-            _str(d, "agentId", w),
-            _str(d, "bridgeId", w),
-            _str(d, "sessionId", w),
-            _str(d, "turnId", w),
-            _str(d, "prompt", w),
-            _str(d, "startedAt", w),
-            _opt_str(d, "generation", w),
-        )
-
-
-@_slotted
-@dataclass(frozen=True)
-class HelloResult(_Value):
-    """The answer to ``Hello``: who answers on this port (agent id, bridge id, protocol), and
-    the generation of its store (``None`` from a bridge that does not say; see
-    ``TurnState``)."""
-
-    agent_id: str
-    bridge_id: str
-    instance: str
-    protocol: int
-    pid: int
-    started_at: str
-    generation: Optional[str] = None
-
-    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return the camelCase JSON object (``generation`` is ``null`` when unknown)."""
-        d: Dict[str, Any] = {
-            "agentId": self.agent_id,
-            "bridgeId": self.bridge_id,
-            "instance": self.instance,
-            "protocol": self.protocol,
-            "pid": self.pid,
-            "startedAt": self.started_at,
-        }
-        d["generation"] = self.generation
-        return d
-
-    @classmethod
-    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "HelloResult":
-        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
-        d = _obj(kvs, "Hello")
-        w = "Hello"
-        return cls(
-            _str(d, "agentId", w),
-            _str(d, "bridgeId", w),
-            _str(d, "instance", w),
-            _int(d, "protocol", w),
-            _int(d, "pid", w),
-            _str(d, "startedAt", w),
-            _opt_str(d, "generation", w),
-        )
-
-
-@_slotted
-@dataclass(frozen=True)
-class StartTurnResult(_Value):
-    """The answer to ``StartTurn`` and ``CancelTurn``: ``{turnId, status}``."""
-
-    turn_id: str
-    status: str
-
-    def to_dict(self, encode_json: bool = False) -> Dict[str, Any]:
-        """Return ``{"turnId", "status"}``."""
-        return {"turnId": self.turn_id, "status": self.status}
-
-    @classmethod
-    def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "StartTurnResult":
-        """Check and build from a JSON object. Raises :class:`ProtocolError`."""
-        d = _obj(kvs, "TurnStatus")
-        status = _str(d, "status", "TurnStatus")
-        if status not in TURN_STATUSES:
-            raise ProtocolError(f"TurnStatus.status must be one of {', '.join(TURN_STATUSES)}")
-        return cls(_str(d, "turnId", "TurnStatus"), status)
 
 
 # ----------------------------------------------------------------------------- parts
-
-# Each part type: (attribute, JSON key, decoder). Decoders take (dict, key, where).
-_Decoder = Callable[[Mapping[str, Any], str, str], Any]
-
-
-def _any(d: Mapping[str, Any], key: str, where: str) -> Any:
-    return d.get(key)
-
-
-def _required_any(d: Mapping[str, Any], key: str, where: str) -> Any:
-    return _get(d, key, where)
 
 
 def _finish_reason(d: Mapping[str, Any], key: str, where: str) -> str:
@@ -401,13 +81,6 @@ def _turn_state(d: Mapping[str, Any], key: str, where: str) -> TurnState:
 
 def _session_state(d: Mapping[str, Any], key: str, where: str) -> SessionState:
     return SessionState.from_dict(_get(d, key, where))
-
-
-def _str_list(d: Mapping[str, Any], key: str, where: str) -> Tuple[str, ...]:
-    value = _get(d, key, where)
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        raise ProtocolError(f"{where}.{key} must be an array of strings")
-    return tuple(value)
 
 
 def _encode_field(value: Any) -> Any:

@@ -30,7 +30,9 @@ import bridge_client as bc
 import bridge_client.client.connection as connection_mod
 import bridge_client.client.launcher as launcher_mod
 import bridge_client.client.session as session_mod
+import bridge_client.client.stream as stream_mod
 import bridge_client.client.turn as turn_mod
+import bridge_client.client.turn_source as turn_source_mod
 from bridge_client.bridge import identity
 from bridge_client.template import Template
 from host_support import options, session_options, wait_until
@@ -38,6 +40,9 @@ from host_support import options, session_options, wait_until
 pytestmark = pytest.mark.timeout(120)
 
 PROMPT = "abcdefghij"
+
+# The files the read runs in: interrupts land at any of their bytecodes.
+READ_FILES = [turn_mod.__file__, turn_source_mod.__file__, connection_mod.__file__, stream_mod.__file__]
 
 
 def _echo(steps: int, chunks: int, delay: float = 0.0) -> bc.BridgeOptions:
@@ -131,7 +136,7 @@ def test_c09_c11_a_keyboard_interrupt_at_any_bytecode_of_the_read_loses_and_repe
     steps = 10
     with bc.create_session(_echo(steps, 40), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
-        tracer = _InterruptAtBytecodes(seed, [turn_mod.__file__, connection_mod.__file__])
+        tracer = _InterruptAtBytecodes(seed, READ_FILES)
         sys.settrace(tracer)
         try:
             parts = _read_through_interrupts(turn, after=lambda: sys.settrace(tracer))

@@ -56,17 +56,14 @@ def test_c09_c13_keyboard_interrupts_and_a_step_reset_keep_text_exact(sandbox, s
     # Turn.text() keeps strings by slice assignment and rebuilds them at a step-reset: with
     # KeyboardInterrupts at any delivery point of the read and the bridge SIGKILLed in the
     # middle of a step (its attempt discarded, delivered again), no text is lost or doubled.
-    from test_resilience_breaker import _InterruptAtBytecodes, _read_through_interrupts
-
-    import bridge_client.client.connection as connection_mod
-    import bridge_client.client.turn as turn_mod
+    from test_resilience_breaker import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
 
     steps, chunks = 4, 30
     prompt = "abcdefghij"
     opts = options("echo", agent_options={"steps": steps, "chunks": chunks, "delay": 0.004})
     with bc.create_session(opts, session_options(sandbox)) as session:
         turn = session.turn(prompt)
-        tracer = _InterruptAtBytecodes(seed, [turn_mod.__file__, connection_mod.__file__])
+        tracer = _InterruptAtBytecodes(seed, READ_FILES)
         killed = []
         parts: list = []
 

@@ -1,0 +1,432 @@
+"""A session's connection handling: the one object that connects, resends, times out idle
+connections and releases, used by the session, its turns and a turn's bridge of other options.
+
+See :doc:`resilience`. :class:`SessionChannel` connects lazily, opens the session on every new
+connection from the last state the bridge gave, runs a request again over a new connection
+within the resend window, closes an unused connection after ``idle_timeout``, says when the
+bridge cannot be reached (``BridgeUnavailable``), and keeps which turn of the session is being
+read, by which thread. :class:`~.session.Session` owns one;
+:class:`~.turn.Turn` and :class:`~.foreign.ForeignBridge` use it, so arrows point down.
+
+Threads: the caller's threads; one daemon idle-timer thread (``bridge-client-idle-<session>``)
+lives while a connection is open.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Optional, Protocol, TypeVar
+
+from ..errors import (
+    BridgeLaunchError,
+    BridgeUnavailable,
+    ConnectionLost,
+    HarnessError,
+    MayHaveBeenReceived,
+    SandboxGone,
+    SessionReleased,
+    TurnInProgress,
+)
+from ..options import CreateSessionOptions
+from ..wire import rpcs
+from ..wire.parts import HelloResult, SessionState
+from . import forksafe, launcher
+from .connection import Connection
+from .resend import resend_policy
+
+# Where the contract's rules live here: C04 and C07 connect(), C06 use() and the idle timer,
+# C08 with_connection(), C11 reading(), C14 the `link` of with_connection() and call(), C15
+# unavailable().
+
+__all__ = ["SessionChannel", "OtherBridge"]
+
+log = logging.getLogger("bridge_client")
+
+T = TypeVar("T")
+
+
+class OtherBridge(Protocol):
+    """A bridge other than the session's own (a turn's bridge of other options) that a
+    request goes to: what
+    :class:`~.foreign.ForeignBridge` offers the channel."""
+
+    def connect(self, timeout: Optional[float] = None) -> Connection: ...
+
+    def drop(self, conn: Optional[Connection] = None) -> None: ...
+
+    def use(self) -> ContextManager[None]: ...
+
+
+class SessionChannel:
+    """The connection handling of one session (see the module docstring).
+
+    Args:
+        session_id: the session's id; bridge_id: its own bridge's id.
+        plan: how to find or launch that bridge.
+        options: the session's options (timeouts, resend window, environment, approvals).
+        state: the session state to open the session from (``None``: a new session).
+
+    Attributes:
+        id, bridge_id, plan, options: as given.
+        state: the last session state the bridge gave.
+        released: True once the session was released or the bridge became unavailable.
+        closing: set on release, to cut backoff pauses short.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        bridge_id: str,
+        plan: launcher.LaunchPlan,
+        options: CreateSessionOptions,
+        state: Optional[SessionState],
+    ) -> None:
+        self.id = session_id
+        self.bridge_id = bridge_id
+        self.plan = plan
+        self.options = options
+        self.state = state
+        # cond guards the fields below; no network I/O happens while it is held.
+        self.cond = threading.Condition(threading.Lock())
+        self.conn: Optional[Connection] = None
+        self.hello: Optional[HelloResult] = None
+        self._busy = 0
+        self._last_use = time.monotonic()
+        self._idle_thread: Optional[threading.Thread] = None
+        self.released = False
+        self.active_turn: Any = None
+        self._active_owner: Optional[int] = None  # the thread that reads the active turn
+        self._reading_thread: Optional[int] = None
+        # Held while a connection is being made, so that two callers do not launch twice.
+        self._connect_lock = threading.Lock()
+        self.closing = threading.Event()
+        self._ever_connected = False
+        forksafe.track(self)  # a forked child opens its own connection (_after_fork_in_child)
+
+    @property
+    def instance(self) -> Optional[str]:
+        """The instance id of the bridge the current connection reaches (``None`` if none)."""
+        hello = self.hello
+        return hello.instance if hello is not None else None
+
+    # ------------------------------------------------------------------ connection
+
+    def check_open(self) -> None:
+        """Raises: SessionReleased: the session was released."""
+        if self.released:
+            raise SessionReleased(f"session {self.id} was released")
+
+    def connect(self, timeout: Optional[float] = None) -> Connection:
+        """Return the open connection, or make one: find or launch the bridge, then open the
+        session there from the last state. Caller's thread; may block.
+
+        Args:
+            timeout: seconds a launch may wait at most (the rest of a resend window).
+        """
+        with self._connect_lock:
+            self.check_open()
+            conn = self.conn
+            if conn is not None and not conn.closed:
+                self._start_idle_timer()  # (an interrupt may have cut the first start short)
+                return conn
+            # Every connection opened on the way lands in `made` as soon as it exists: whatever
+            # is not handed over (a failure, another bridge, a KeyboardInterrupt at any point)
+            # is closed below, so no reader thread or socket outlives this call.
+            made: List[Connection] = []
+            try:
+                conn, hello = launcher.connect(self.plan, timeout=timeout, holder=made)
+                payload: Dict[str, Any] = {
+                    "sessionId": self.id,
+                    "state": self.state.to_dict() if self.state else None,
+                }
+                env = self.options.env
+                if env:  # on every new connection, so a restarted bridge has it again (C07)
+                    payload["env"] = env.revealed()  # type: ignore[attr-defined]
+                interactive = self.options.interactive_payload()
+                if interactive is not None:  # approvals on: so is every new connection's session
+                    payload["interactive"] = interactive
+                value = conn.call(rpcs.OPEN_SESSION.tag, payload, timeout=self.options.request_timeout)
+                state = SessionState.from_dict(value)
+                with self.cond:
+                    if self.released:
+                        raise SessionReleased(f"session {self.id} was released")
+                    _log_new_generation(self.id, self.bridge_id, self.hello, hello)
+                    self.conn, self.hello, self.state = conn, hello, state
+                    self._last_use = time.monotonic()
+                    self._ever_connected = True
+            finally:
+                _close_all(c for c in made if c is not self.conn)
+            log.debug("session %s opened on bridge %s (instance %s)", self.id, self.bridge_id, hello.instance)
+            self._start_idle_timer()
+            return conn
+
+    def drop(self, conn: Optional[Connection] = None) -> None:
+        """Forget the connection (all of it, or only if it is ``conn``) and close it."""
+        with self.cond:
+            current = self.conn
+            if current is None or (conn is not None and current is not conn):
+                current = None
+            else:
+                self.conn = None
+            self.cond.notify_all()
+        if current is not None:
+            current.close()
+        if conn is not None and conn is not current:
+            conn.close()
+
+    def unavailable(self, exc: BaseException) -> BridgeUnavailable:
+        """The bridge cannot answer: release the session and say so with its state."""
+        with self.cond:
+            self.released = True
+            self.active_turn = None
+        self.closing.set()
+        self.drop()
+        self._stop_idle_timer()
+        return BridgeUnavailable(f"the bridge of session {self.id} cannot be reached: {exc}", self.state)
+
+    def with_connection(
+        self,
+        fn: Callable[[Connection], T],
+        *,
+        resend: bool = True,
+        window: Optional[float] = None,
+        link: Optional[OtherBridge] = None,
+    ) -> T:
+        """Run ``fn(connection)``; on ``ConnectionLost`` drop that connection and run it again
+        on a new one, within the resend window. With ``resend=False`` a drop after the
+        connection was made raises :class:`MayHaveBeenReceived`.
+
+        Args:
+            fn: what to do on the connection.
+            resend: whether ``fn`` may be run again after a drop.
+            window: seconds of resending (default ``resend_window``).
+            link: the bridge of another session's options to use instead of the session's own.
+
+        Raises:
+            BridgeUnavailable: the window ran out or the sandbox is gone.
+            SessionReleased: the session was released meanwhile.
+            ForeignBridgeGone: ``link``'s bridge is gone.
+        """
+        self.check_open()
+        window = self.options.resend_window if window is None else max(window, 0.0)
+        policy = resend_policy(window, self.closing)
+        started = time.monotonic()
+        connect: Callable[..., Connection] = self.connect if link is None else link.connect
+        drop: Callable[[Connection], None] = self.drop if link is None else link.drop
+
+        def attempt() -> T:
+            # Reconnecting, a launch may use what is left of the window, never more; the first
+            # launch of a session gets its whole launch_timeout.
+            left = max(window - (time.monotonic() - started), 0.05) if self._ever_connected else None
+            try:
+                conn = connect(timeout=left)
+            except BridgeLaunchError as exc:
+                if not self._ever_connected:
+                    raise  # the first launch failed: the options or the sandbox are wrong
+                # A bridge that answered before cannot be reached now (C15): keep trying
+                # within the window.
+                first_line = str(exc).splitlines()[0]
+                raise ConnectionLost(f"no bridge answers: {first_line}") from exc
+            try:
+                return fn(conn)
+            except ConnectionLost as exc:
+                drop(conn)
+                if not resend:
+                    raise MayHaveBeenReceived(
+                        f"the connection dropped; the request may have arrived: {exc}"
+                    ) from exc
+                log.debug("session %s: connection lost, resending: %s", self.id, exc)
+                raise
+
+        try:
+            return policy(attempt)
+        except ConnectionLost as exc:
+            if self.released:
+                raise SessionReleased(f"session {self.id} was released") from exc
+            raise self.unavailable(exc) from exc
+        except SandboxGone as exc:
+            raise self.unavailable(exc) from exc
+
+    def call(self, rpc: rpcs.Rpc, payload: Any, link: Optional[OtherBridge] = None) -> Any:
+        """Send a request that does not stream and return its ``Success`` value (to ``link``'s
+        bridge when given)."""
+        timeout = self.options.request_timeout
+        with self.use(), (link.use() if link is not None else contextlib.nullcontext()):
+            return self.with_connection(
+                lambda conn: conn.call(rpc.tag, payload, timeout=timeout), resend=rpc.resend, link=link
+            )
+
+    def release(self) -> Optional[SessionState]:
+        """Close the session in the bridge when it can, close the connection, stop the idle
+        timer, and return the last session state. Idempotent; never raises for a bridge
+        that cannot be reached."""
+        with self.cond:
+            already = self.released
+            self.released = True
+            turn, self.active_turn = self.active_turn, None
+        self.closing.set()
+        if turn is not None:
+            turn._close_stream()
+        conn = self.conn
+        if not already and conn is not None and not conn.closed:
+            try:
+                value = conn.call(
+                    rpcs.CLOSE_SESSION.tag, {"sessionId": self.id}, timeout=self.options.request_timeout
+                )
+                self.state = SessionState.from_dict(value)
+            except HarnessError as exc:
+                log.debug("session %s: CloseSession failed: %s", self.id, exc)
+        self.drop()
+        self._stop_idle_timer()
+        return self.state
+
+    # ------------------------------------------------------------------ use and the turn read
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[None]:
+        """Count a request or a read in progress as use of the connection (the idle timer
+        waits while any is)."""
+        with self.cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self._busy -= 1
+                self._last_use = time.monotonic()
+                self.cond.notify_all()
+
+    @contextlib.contextmanager
+    def reading(self, turn: Any) -> Iterator[None]:
+        """Make ``turn`` the session's current turn while the caller's thread reads it.
+
+        Raises:
+            SessionReleased: the session was released.
+            TurnInProgress: another thread is reading a turn of this session right now.
+        """
+        me = threading.get_ident()
+        with self.cond:
+            self.check_open()
+            if self._reading_thread is not None and self._reading_thread != me:
+                raise TurnInProgress(f"another thread is reading a turn of session {self.id}")
+            previous = self.active_turn
+            if (
+                previous is not None
+                and previous is not turn
+                and not previous.done
+                and self._active_owner != me
+            ):
+                raise TurnInProgress(
+                    f"turn {previous.id} of session {self.id} belongs to another thread: let it finish, "
+                    "or call session.suspend_turn() first"
+                )
+            self.active_turn = turn
+            self._active_owner = me
+            outer = self._reading_thread is None
+            self._reading_thread = me
+        if previous is not None and previous is not turn:
+            previous._close_stream()  # the other turn is suspended: it keeps running (C11)
+        try:
+            with self.use():
+                yield
+        finally:
+            if outer:
+                with self.cond:
+                    self._reading_thread = None
+
+    def forget_turn(self, turn: Any) -> None:
+        """``turn`` is no longer the session's current turn (if it was)."""
+        with self.cond:
+            if self.active_turn is turn:
+                self.active_turn = None
+                self._active_owner = None
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (called by :mod:`.forksafe`): the parent's connection, threads
+        and locks are not this process's. Forget the connection (its own hook closed this
+        process's copy of the socket), and make new locks; the next use opens a connection of
+        the child's own, and a turn being read resumes from its offset (C09)."""
+        self.cond = threading.Condition(threading.Lock())
+        self._connect_lock = threading.Lock()
+        self.conn = None
+        self._busy = 0
+        self._idle_thread = None
+        self._reading_thread = None
+
+    # ------------------------------------------------------------------ idle timer
+
+    def _start_idle_timer(self) -> None:
+        with self.cond:
+            if self._idle_thread is not None and self._idle_thread.is_alive():
+                return
+            thread = threading.Thread(
+                target=self._idle_loop, name=f"bridge-client-idle-{self.id[:8]}", daemon=True
+            )
+            self._idle_thread = thread
+        thread.start()
+
+    def _stop_idle_timer(self) -> None:
+        with self.cond:
+            thread = self._idle_thread
+            self._idle_thread = None
+            self.cond.notify_all()
+        # A thread whose start() an interrupt cut short may never have run: nothing to join.
+        if thread is not None and thread is not threading.current_thread() and thread.ident is not None:
+            thread.join(timeout=5.0)
+
+    def _idle_loop(self) -> None:
+        """Close the connection once it has gone unused for ``idle_timeout`` seconds (C06).
+        Ends when the connection is gone or the session released."""
+        me = threading.current_thread()
+        timeout = self.options.idle_timeout
+        with self.cond:
+            while self._idle_thread is me and self.conn is not None and not self.released:
+                if self._busy:
+                    self.cond.wait()
+                    continue
+                remaining = self._last_use + timeout - time.monotonic()
+                if remaining > 0:
+                    self.cond.wait(remaining)
+                    continue
+                conn, self.conn = self.conn, None
+                log.debug("session %s: idle for %g s, closing connection", self.id, timeout)
+                break
+            else:
+                conn = None
+            if self._idle_thread is me:
+                self._idle_thread = None
+        if conn is not None:
+            conn.close()
+
+
+def _log_new_generation(
+    session_id: str, bridge_id: str, old: Optional[HelloResult], new: HelloResult
+) -> None:
+    """Say so when the bridge's store is not the one this session used before (B10): it was
+    damaged, emptied or lost writes, and the bridge started a fresh one (its log names the old
+    file). The session goes on from this host's session state (C07)."""
+    if old is None or old.generation is None or new.generation is None or old.generation == new.generation:
+        return
+    log.warning(
+        "session %s: bridge %s has a new store (generation %s, was %s): its earlier store was "
+        "damaged or lost writes (see its bridge.log); the session goes on from this host's state, "
+        "and a turn of the old store runs again from its prompt",
+        session_id,
+        bridge_id,
+        new.generation,
+        old.generation,
+    )
+
+
+def _close_all(conns: Iterable[Connection]) -> None:
+    """Close every connection, even when a KeyboardInterrupt arrives meanwhile (raised after)."""
+    interrupted: Optional[BaseException] = None
+    for conn in list(conns):
+        try:
+            conn.close()
+        except BaseException as exc:  # noqa: B036 - close the rest first
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
