@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import ApprovalConflict, ApprovalExpired, ApprovalNotFound, BadRequest, TurnNotRunning
 from ..wire.parts import UserMessage
-from .driver import Decision
+from .driver_types import Decision
 from .store import Op, Store, StoredPart, Ticket, allow_always_op, messages_taken_op
 
 __all__ = ["TurnInteraction", "AlwaysAllowed", "Append", "INTERACTIVE_TYPES"]

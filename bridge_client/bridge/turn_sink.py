@@ -1,0 +1,201 @@
+"""Parts into the store: the :class:`~bridge_client.bridge.driver.TurnSink` of one run of a
+turn, and the appends of the bridge's own parts.
+
+Hot path: a driver's part is encoded once (:func:`~bridge_client.bridge.store.part_text`)
+and that one string is the SQLite segment's content, the in-memory log's entry, and what
+a Chunk carries; appending it takes the turn's lock only (no store lock, no object per part
+beyond the string and its ``(step, attempt, type)``). A lone part is committed in the
+emitting thread; a burst is handed to the store's writer (group commit): see
+:data:`_INLINE_GAP`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from ..wire.parts import SessionState
+from .store import MAX_PENDING, Meta, Op, Store, StoreError, Ticket, _encode_str, _utf8_checked
+from .store import part_text, text_parts
+from .turn_life import _Abandoned
+from .turn_log import Turn
+
+__all__ = ["append_part", "wait_room", "RunSink"]
+
+_monotonic = time.monotonic
+
+FinishStep = Callable[[Turn, int, int, str, Any], None]
+SetState = Callable[[Turn, Any, Optional[int], int], SessionState]
+
+
+def append_part(
+    store: Store,
+    turn: Turn,
+    kind: str,
+    step: Optional[int],
+    attempt: int,
+    fields: Dict[str, Any],
+    extra: Sequence[Op] = (),
+    force: bool = False,
+) -> Tuple[int, Ticket]:
+    """Append one part (and ``extra`` ops, in the same transaction); return
+    ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
+    and _Abandoned when the bridge is shutting down. ``force``: the manager's own end of
+    an abandoned turn (written although its driver may write no more)."""
+    buffer = turn.buffer
+    assert buffer is not None
+    with turn.append_lock:
+        if turn.abandoned and not force:
+            raise _Abandoned()
+        index = turn.next_index
+        text = part_text(kind, index, step, attempt, fields)
+        try:
+            pending = buffer.add(index, text, (step, attempt, kind), extra)
+        except StoreError:
+            turn.abandoned = True
+            raise _Abandoned() from None
+        turn.next_index = index + 1
+        if kind == "step-start" and step is not None:
+            turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+    if pending >= MAX_PENDING:
+        wait_room(store, turn)
+    return index, buffer.ticket(index)
+
+def wait_room(store: Store, turn: Turn) -> None:
+    """Back-pressure: wait until the writer took the turn's buffered parts (raises
+    _Abandoned when the store failed or closed meanwhile). Called without the turn's lock."""
+    assert turn.buffer is not None
+    try:
+        store.wait_room(turn.buffer)
+    except StoreError:
+        with turn.append_lock:
+            turn.abandoned = True
+        raise _Abandoned() from None
+
+
+_INLINE_GAP = 0.001
+"""Seconds since a driver's previous part after which its part is committed in its own thread
+(:meth:`~bridge_client.bridge.store.Store.commit_here`): a paced stream's lone delta goes to the
+log and to its readers without a thread hand-off. A driver that emits faster hands its parts to
+the store's writer, which commits what queued meanwhile together (group commit). Neither way
+waits for company."""
+
+_BURST_MEMORY = 0.05
+"""Seconds a driver that emitted faster than :data:`_INLINE_GAP` keeps handing its parts to the
+writer: a fast driver that the scheduler paused (a loaded machine) must not start committing
+each part itself, blocked on the disk, when it goes on."""
+
+
+class RunSink:
+    """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
+
+    def __init__(self, turn: Turn, store: Store, finish_step: FinishStep, set_state: SetState) -> None:
+        self._turn = turn
+        assert turn.buffer is not None
+        self._buffer = turn.buffer
+        self._store = store
+        self._finish_step = finish_step
+        self._set_state = set_state
+        self._last = 0.0  # monotonic end of the previous emit
+        self._fast = float("-inf")  # monotonic time of the last emit that came within _INLINE_GAP
+        # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
+        self._key: Tuple[str, Optional[int], int] = ("", None, 0)
+        self._head = self._tail = ""
+        self._meta: Meta = (None, 0, "")
+
+    def _commit(self) -> None:
+        """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
+        now = _monotonic()
+        if now - self._last < _INLINE_GAP:
+            self._fast = now
+        if now - self._fast < _BURST_MEMORY:
+            self._store.wake_writer()
+        elif self._store.commit_here():
+            now = _monotonic()
+        self._last = now
+
+    def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:
+        """See :meth:`TurnSink.emit <bridge_client.bridge.driver.TurnSink.emit>`."""
+        turn = self._turn
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            text = part_text(kind, index, step, attempt, fields)
+            try:
+                pending = self._buffer.add(index, text, (step, attempt, kind), (), False)
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+            if kind == "step-start" and step is not None:
+                turn.max_attempt[step] = max(turn.max_attempt.get(step, 0), attempt)
+        self._commit()
+        if pending >= MAX_PENDING:
+            wait_room(self._store, turn)
+        return index
+
+    def emit_text(self, kind: str, step: Optional[int], attempt: int, text: str) -> int:
+        """Append one part of a text kind, ``{"text": text}``; return its index (the per-delta
+        path of a streaming driver: :meth:`emit` without the dict and the general encoding).
+        Raises ValueError for a lone surrogate (nothing is appended then)."""
+        turn = self._turn
+        key = (kind, step, attempt)
+        if key != self._key:
+            self._key = key
+            self._head = '{"type":"%s","index":' % kind
+            where = "null" if step is None else "%d" % step
+            self._tail = ',"step":%s,"attempt":%d,"text":' % (where, attempt)
+            self._meta = (step, attempt, kind)
+        if not text.isascii():
+            _utf8_checked(text)
+        encoded = _encode_str(text)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            index = turn.next_index
+            try:
+                pending = self._buffer.add(
+                    index, self._head + str(index) + self._tail + encoded + "}", self._meta, (), False
+                )
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = index + 1
+        self._commit()
+        if pending >= MAX_PENDING:
+            wait_room(self._store, turn)
+        return index
+
+    def emit_texts(self, kind: str, step: int, attempt: int, texts: Sequence[str]) -> int:
+        """Append several parts of one text kind (``text-delta`` or ``reasoning-delta``) at once,
+        each ``{"text": t}``; return the index of the first. See
+        :meth:`TurnSink.emit_texts <bridge_client.bridge.driver.TurnSink.emit_texts>`."""
+        turn = self._turn
+        meta: Meta = (step, attempt, kind)
+        with turn.append_lock:
+            if turn.abandoned:
+                raise _Abandoned()
+            first = turn.next_index
+            encoded = text_parts(kind, first, step, attempt, texts)
+            try:
+                pending = self._buffer.add_many(first, encoded, [meta] * len(encoded), False)
+            except StoreError:
+                turn.abandoned = True
+                raise _Abandoned() from None
+            turn.next_index = first + len(encoded)
+        self._commit()
+        if pending >= MAX_PENDING:
+            wait_room(self._store, turn)
+        return first
+
+    def next_attempt(self, step: int) -> int:
+        """See :meth:`TurnSink.next_attempt <bridge_client.bridge.driver.TurnSink.next_attempt>`."""
+        return self._turn.max_attempt.get(step, 0) + 1
+
+    def finish_step(self, step: int, attempt: int, finish_reason: str, usage: Any) -> None:
+        """See :meth:`TurnSink.finish_step <bridge_client.bridge.driver.TurnSink.finish_step>`."""
+        self._finish_step(self._turn, step, attempt, finish_reason, usage)
+
+    def set_state(self, data: Any, step: Optional[int], attempt: int) -> SessionState:
+        """See :meth:`TurnSink.set_state <bridge_client.bridge.driver.TurnSink.set_state>`."""
+        return self._set_state(self._turn, data, step, attempt)
