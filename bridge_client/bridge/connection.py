@@ -1,0 +1,342 @@
+"""One WebSocket connection of the bridge: it reads frames (in websockets' handler thread),
+hands requests to the dispatch (:mod:`bridge_client.bridge.dispatch`), opens the ReadTurn
+streams (:mod:`bridge_client.bridge.read_stream`) within their bounds, and sends every frame
+through one send lock, with the at-once send (:meth:`Connection.try_send`) that lets a turn's
+or the store's thread send a Chunk without waiting on the peer.
+
+A bad frame is answered alone and never ends the connection.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import struct
+import termios
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.sync.server import ServerConnection
+
+from ..errors import Overloaded, RpcError
+from ..wire.frames import (
+    Ack,
+    Defect,
+    Eof,
+    Exit,
+    Failure,
+    FrameError,
+    Interrupt,
+    Ping,
+    Pong,
+    Request,
+    RequestId,
+    encode,
+    host_message,
+    parse_frame,
+)
+from .dispatch import Dispatcher, die, fail, frame_text
+from .read_stream import ReadStream
+from .turns import TurnManager
+
+__all__ = ["Connection", "FastAckConnection", "INLINE_BYTES", "ServerView"]
+
+log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+
+
+class ServerView(Protocol):
+    """What a connection uses of its :class:`~bridge_client.bridge.server.BridgeServer` (a
+    protocol, so that the import points from the server down to its connections only)."""
+
+    manager: TurnManager
+    dispatcher: Dispatcher
+    silence_timeout: float
+    send_timeout: float
+    max_streams: int
+    max_streams_per_connection: int
+
+    def take_stream(self) -> bool:
+        """Count a new ReadTurn stream in the bridge's total; False when at ``max_streams``."""
+
+    def give_stream(self) -> None:
+        """A stream counted by :meth:`take_stream` ended."""
+
+
+INLINE_BYTES = 64 * 1024
+"""Largest Chunk (characters of JSON) that a thread other than the stream's own sends itself."""
+
+_OUTQ = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ on Linux: bytes not yet sent
+
+
+def _room(fd: int, size: int) -> bool:
+    """True when ``size`` more bytes fit in the socket's send queue without a wait, as far as
+    can be told cheaply (the bytes queued plus ``size`` stay within :data:`INLINE_BYTES`)."""
+    if _OUTQ is None or fd < 0:
+        return True  # pragma: no cover - no way to tell: the send timeout still bounds it
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return False
+    return bool(queued + size <= INLINE_BYTES)
+
+
+class FastAckConnection(ServerConnection):
+    """websockets' server connection, with Acks handled in the thread that reads the socket
+    (``ack_hook``, set by :class:`Connection`): a stream's next Chunk goes out without waking
+    the connection's own thread. Every other frame goes the usual way."""
+
+    ack_hook: Optional[Callable[[bytes], bool]] = None
+
+    def process_event(self, event: Any) -> None:
+        hook = self.ack_hook
+        if (
+            hook is not None
+            and type(event) is Frame
+            and event.fin
+            and event.opcode is Opcode.TEXT
+            and len(event.data) < 256
+            and bytes(event.data[:13]) == b'{"_tag":"Ack"'
+            and hook(bytes(event.data))
+        ):
+            return
+        super().process_event(event)
+
+
+_STREAM_JOIN_TIMEOUT = 2.0  # seconds a closed connection waits for its streams' threads in all
+
+
+def _key(request_id: RequestId) -> Tuple[type, RequestId]:
+    # Ids keep their JSON type: 1 and "1" are different requests.
+    return (type(request_id), request_id)
+
+
+class Connection:
+    """One WebSocket connection: reads frames (in the websockets handler thread) and answers.
+
+    ``_streams`` (the in-flight ReadTurns, by request id) is guarded by ``_lock``; every send
+    goes through ``_send_lock``.
+    """
+
+    def __init__(self, server: ServerView, ws: ServerConnection, number: int) -> None:
+        self.server = server
+        self.number = number
+        self._ws = ws
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._streams: Dict[Tuple[type, RequestId], ReadStream] = {}
+        self._closed = False
+        self._sending_since: Optional[float] = None  # monotonic start of the send under way
+        try:
+            self._fd = ws.socket.fileno()
+        except (AttributeError, OSError):  # pragma: no cover
+            self._fd = -1
+
+    # ------------------------------------------------------------------ sending
+
+    def send_blocked(self, after: float = 0.5) -> bool:
+        """True when a send has been under way for ``after`` seconds or more (the peer does
+        not read): a polite close would wait for it."""
+        since = self._sending_since
+        return since is not None and time.monotonic() - since >= after
+
+    def send(self, text: str) -> bool:
+        """Send one text frame; return False when the connection is closed. A send that the
+        socket does not take within the server's ``send_timeout`` drops the connection."""
+        with self._send_lock:
+            return self._send_locked(text)
+
+    def try_send(self, text: str) -> Optional[bool]:
+        """Send one text frame only if it goes at once: no other send under way, a frame of at
+        most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
+        what is queued there (so the calling thread, which may be a turn's or the store's,
+        does not wait on a peer). Returns ``None`` when it did not send (send it with
+        :meth:`send` from a thread that may wait), else as :meth:`send`."""
+        if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
+            return None
+        try:
+            if not _room(self._fd, len(text)):
+                return None
+            return self._send_locked(text)
+        finally:
+            self._send_lock.release()
+
+    def _send_locked(self, text: str) -> bool:
+        self._sending_since = time.monotonic()
+        try:
+            self._ws.send(text)
+            return True
+        except ConnectionClosed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out
+                log.warning(
+                    "connection %d: a send did not complete within %g s (the peer does not "
+                    "read); connection dropped",
+                    self.number,
+                    self.server.send_timeout,
+                )
+            return False
+        finally:
+            self._sending_since = None
+
+    def fast_ack(self, data: bytes) -> bool:
+        """Handle an Ack frame in the thread that read it from the socket (websockets' own),
+        sparing the hand-off to this connection's thread. Returns False for anything that is
+        not a well-formed Ack (the connection's thread then reads it as usual)."""
+        try:
+            message = host_message(json.loads(data))
+        except (ValueError, FrameError):
+            return False
+        if not isinstance(message, Ack):
+            return False
+        try:
+            self._message(message)
+        except Exception:  # a bug here must not end the connection's reading (B08)
+            log.exception("connection %d: handling an Ack failed", self.number)
+        return True
+
+    def send_exit(self, request_id: RequestId, value: Any) -> None:
+        """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
+        try:
+            text = encode(Exit(request_id, value))
+            text.encode("utf-8")  # a lone surrogate would fail inside websockets and drop the connection
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            log.error("connection %d: cannot encode the answer to %r: %s", self.number, request_id, exc)
+            text = encode(Exit(request_id, die(f"the answer cannot be encoded: {exc}")))
+        self.send(text)
+
+    def send_fail(self, request_id: RequestId, error: Dict[str, Any]) -> None:
+        """Answer with a typed error (``Fail``)."""
+        self.send_exit(request_id, fail(error))
+
+    def send_die(self, request_id: RequestId, message: str) -> None:
+        """Answer with a defect (``Die``): a bad request or a bug, for this request alone."""
+        self.send_exit(request_id, die(message))
+
+    def send_defect(self, message: str) -> None:
+        """Report a frame that no request can be blamed for (B08); the connection stays."""
+        self.send(encode(Defect(frame_text(message))))
+
+    # ------------------------------------------------------------------ reading
+
+    def serve(self) -> None:
+        """Read and answer frames until the connection closes, then stop its streams."""
+        try:
+            while True:
+                try:
+                    data = self._ws.recv(timeout=self.server.silence_timeout)
+                except TimeoutError:
+                    log.warning(
+                        "connection %d: no frame for %s s, closing it",
+                        self.number,
+                        self.server.silence_timeout,
+                    )
+                    self._ws.close(1001, "silent for too long")
+                    break
+                except ConnectionClosed:
+                    break
+                self._frame(data)
+        finally:
+            with self._lock:
+                self._closed = True
+                streams = list(self._streams.values())
+            for stream in streams:
+                stream.stop("closed")
+            deadline = time.monotonic() + _STREAM_JOIN_TIMEOUT
+            for stream in streams:
+                stream.join(max(0.0, deadline - time.monotonic()))
+
+    def _frame(self, data: Any) -> None:
+        try:
+            objects = parse_frame(data)
+        except FrameError as exc:
+            self.send_defect(str(exc))
+            return
+        for obj in objects:
+            try:
+                message = host_message(obj)
+            except FrameError as exc:
+                if exc.request_id is not None:
+                    self.send_die(exc.request_id, str(exc))
+                else:
+                    self.send_defect(str(exc))
+                continue
+            try:
+                self._message(message)
+            except Exception as exc:  # a bug here must not end the connection (B08)
+                log.exception("connection %d: handling %r failed", self.number, message)
+                if isinstance(message, Request):
+                    self.send_die(message.id, f"{type(exc).__name__}: {exc}")
+                else:
+                    self.send_defect(f"{type(exc).__name__}: {exc}")
+
+    def _message(self, message: Any) -> None:
+        if isinstance(message, Request):
+            self._request(message)
+        elif isinstance(message, Ping):
+            self.send(encode(Pong()))
+        elif isinstance(message, Ack):
+            stream = self._stream(message.request_id)
+            if stream is not None:
+                stream.ack()
+        elif isinstance(message, Interrupt):
+            stream = self._stream(message.request_id)
+            if stream is not None:
+                stream.stop("interrupt")
+        elif isinstance(message, Eof):
+            pass  # Effect clients may send it; nothing to do
+
+    def _stream(self, request_id: RequestId) -> Optional[ReadStream]:
+        with self._lock:
+            return self._streams.get(_key(request_id))
+
+    def forget(self, stream: ReadStream) -> None:
+        """Remove a finished stream from the in-flight requests (before its Exit goes out),
+        and from the bridge's count of streams."""
+        with self._lock:
+            if self._streams.get(_key(stream.request_id)) is not stream:
+                return
+            del self._streams[_key(stream.request_id)]
+        self.server.give_stream()
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(self, request: Request) -> None:
+        if self._stream(request.id) is not None:
+            self.send_die(request.id, f"request id {request.id!r} is already in flight on this connection")
+            return
+        decoded = self.server.dispatcher.decode(request)
+        if isinstance(decoded, Failure):  # an unknown RPC, a payload of the wrong shape
+            self.send_exit(request.id, decoded)
+            return
+        rpc, args = decoded
+        if rpc.stream:
+            self._read_turn(request.id, **args)
+            return
+        self.send_exit(request.id, self.server.dispatcher.call(rpc, args, self.number))
+
+    def _read_turn(
+        self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int
+    ) -> None:
+        try:
+            turn = self.server.manager.find_turn(session_id, turn_id)
+        except RpcError as exc:
+            self.send_fail(request_id, exc.to_wire())
+            return
+        stream = ReadStream(self, request_id, turn, offset, after_step)
+        with self._lock:
+            if self._closed:
+                return
+            if len(self._streams) >= self.server.max_streams_per_connection:
+                busy = f"{len(self._streams)} streams are open on this connection, the most it may have"
+            elif not self.server.take_stream():
+                busy = f"{self.server.max_streams} streams are open in this bridge, the most it serves"
+            else:
+                busy = ""
+                self._streams[_key(request_id)] = stream
+        if busy:
+            self.send_fail(request_id, Overloaded(f"{busy}: try again later", turnId=turn_id).to_wire())
+            return
+        stream.start()
