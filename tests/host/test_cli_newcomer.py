@@ -351,6 +351,10 @@ def test_ctrl_c_while_the_command_loads_is_not_a_traceback(tmp_path):
         """
         import os, signal, sys
 
+        # As on a terminal: a runner started in the background (bash `&`) passes SIGINT on
+        # ignored, and Python then keeps it ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         class Finder:
             def find_spec(self, name, path=None, target=None):
                 if "bridge_client.cli" in sys.modules and name.startswith("bridge_client."):
