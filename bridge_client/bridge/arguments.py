@@ -1,4 +1,4 @@
-"""The bridge program's command line: ``--driver`` and the bounds (B08, B09), parsed and
+"""The bridge program's command line: ``--driver`` and the bounds, parsed and
 checked, and handed on as keywords.
 """
 from __future__ import annotations

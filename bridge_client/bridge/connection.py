@@ -216,7 +216,7 @@ class Connection:
         self.send_exit(request_id, die(message))
 
     def send_defect(self, message: str) -> None:
-        """Report a frame that no request can be blamed for (B08); the connection stays."""
+        """Report a frame that no request can be blamed for; the connection stays."""
         self.send(encode(Defect(frame_text(message))))
 
     # ------------------------------------------------------------------ reading

@@ -45,7 +45,7 @@ def rpc_handlers(manager: TurnManager, hello: Callable[[], Dict[str, Any]]) -> D
 
 def check_unicode(payload: Any) -> None:
     """Refuse strings the store cannot keep: JSON may carry a lone surrogate (``"\\ud800"``),
-    which is not valid Unicode (B08: a typed failure, not a dead writer).
+    which is not valid Unicode (a typed failure, not a dead writer).
 
     Raises:
         BadRequest: the payload holds a lone surrogate.

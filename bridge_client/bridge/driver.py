@@ -6,7 +6,7 @@ Pure Python: no sockets, no store, no websockets. The bridge's turn runner
 calls :meth:`Driver.run_turn` in the turn's own thread, whether or not a host reads the turn.
 
 Where the pieces live (every name below is importable from here, as drivers and
-docs/writing-a-driver.md do): :class:`TurnContext` in ``bridge/context.py`` (its steps'
+the *Writing a driver* guide do): :class:`TurnContext` in ``bridge/context.py`` (its steps'
 table in ``bridge/step_moves.py``), the values and sink interfaces in ``bridge/driver_types.py``, the
 process-group and child-environment helpers in ``bridge/child_process.py``.
 

@@ -1,4 +1,4 @@
-"""The bridge's idle watcher (B06): the bridge exits after ``idle_timeout`` seconds with no
+"""The bridge's idle watcher: the bridge exits after ``idle_timeout`` seconds with no
 connection open and no turn running."""
 from __future__ import annotations
 

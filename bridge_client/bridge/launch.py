@@ -1,4 +1,4 @@
-"""The bridge program's start-up checks (C17, C21): the state directory named by
+"""The bridge program's start-up checks: the state directory named by
 ``BRIDGE_CLIENT_STATE_DIR`` and its files (this user's own, mode 0600, no symlinks), the launch
 file and the token in it, and the driver the launch names.
 
@@ -43,7 +43,7 @@ class Launch(NamedTuple):
 def _check_state_dir(path: str) -> None:
     """Refuse a state directory that is a symlink, another user's, or writable by others:
     whoever could write it could plant the files we read (the token), or read what we write
-    (the store) (C17, C21).
+    (the store).
 
     Raises:
         LaunchError: it is not this user's own folder.
@@ -135,7 +135,7 @@ def load_driver(spec: str, agent_options: Any) -> "Driver":
 
 
 def state_dir() -> str:
-    """Read the state directory from the environment and check it and its files (C21);
+    """Read the state directory from the environment and check it and its files;
     remove every ``BRIDGE_CLIENT_*`` variable from the environment."""
     state = os.environ.get(identity.STATE_DIR_ENV, "")
     # Children (the shell driver's commands) must never see our variables (the token's dir).

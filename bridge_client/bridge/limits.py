@@ -1,4 +1,4 @@
-"""The bridge's bounds on work (B08, B09): the frame size, the silences and send times a peer
+"""The bridge's bounds on work: the frame size, the silences and send times a peer
 is allowed, and how many connections, handshakes, ReadTurn streams and running turns it takes
 at once, from the open-files and task limits of the process.
 

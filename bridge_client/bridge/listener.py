@@ -1,4 +1,4 @@
-"""The bridge's listening socket and the bounds on its TCP connections (B08): an ``accept``
+"""The bridge's listening socket and the bounds on its TCP connections: an ``accept``
 that rides out a shortage of files or memory and refuses connections beyond the limits with
 HTTP 503, the gate that counts connections and unfinished handshakes, and the send timeout
 every accepted socket gets.
@@ -80,7 +80,7 @@ class RateLimitedWarning:
 
 
 class ConnectionGate:
-    """Bounds the bridge's TCP connections (B08): at most ``max_connections`` at once (each
+    """Bounds the bridge's TCP connections: at most ``max_connections`` at once (each
     costs two threads and a few files), of which at most ``max_handshakes`` still in their
     opening handshake. A connection beyond ``max_handshakes`` drops the oldest unfinished
     handshake (shut down, so its thread ends at once); one beyond ``max_connections`` when
@@ -167,7 +167,7 @@ def refuse(sock: socket.socket) -> None:
 
 
 class ListeningSocket(socket.socket):
-    """The bridge's listening socket (B08). websockets' ``serve_forever`` stops for good on any
+    """The bridge's listening socket. websockets' ``serve_forever`` stops for good on any
     ``OSError`` from ``accept()``; this ``accept`` rides out a shortage of files or memory
     (EMFILE, ENFILE, ENOBUFS, ENOMEM: a pause, then again), refuses connections beyond the
     :class:`ConnectionGate`'s limits without starting a thread for them, and raises only

@@ -1,6 +1,6 @@
 """The state directory's two locks: the start lock (a bridge that finds another one
 starting waits, in the kernel, until that one listens) and the lock that makes one bridge the
-only one on its state directory (B02, C05).
+only one on its state directory.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def take_start_lock(state: str) -> Optional[int]:
 
 
 def take_lock(state: str) -> Optional[int]:
-    """B02: take the state directory's lock; ``None`` when another bridge holds it."""
+    """Take the state directory's lock; ``None`` when another bridge holds it."""
     path = os.path.join(state, identity.LOCK_FILE)
     try:
         # No-follow: a planted symlink would have us truncate its target below.

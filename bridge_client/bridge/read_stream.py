@@ -1,10 +1,10 @@
-"""The ReadTurn stream sender (B03, B04): a turn's committed parts from an offset, sent as
+"""The ReadTurn stream sender: a turn's committed parts from an offset, sent as
 Chunks with one Chunk in flight until the host's Ack (back-pressure), and the Exit right after
 ``turn-finish``, by whichever thread makes progress (the connection's, a committing turn's,
 websockets' reader after an Ack), with a thread of its own only once a send must wait.
 
 It sends through its connection (:class:`StreamConnection`, which
-:class:`~bridge_client.bridge.connection.Connection` is); see docs/design-notes.md, issue 15.
+:class:`~bridge_client.bridge.connection.Connection` is); see the *Design notes*, issue 15.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The running bridge program: the store, the turn manager and the server it is made of,
-the listening file it writes and keeps (C04, C05) and removes on the way out (B01), the
+the listening file it writes, keeps and removes on the way out, the
 signals that stop it, and its shutdown (once, from any thread).
 
 The server side (``server``, ``store``, ``turns``, websockets) is imported only when a
@@ -184,7 +184,7 @@ class RunningBridge:
     def _keep_listening(self, listening: identity.ListeningInfo) -> None:
         """Rewrite listening.json when it no longer names this instance (removed, damaged):
         hosts find the bridge only through it, and the lock keeps any other bridge from
-        writing it (C04, C05)."""
+        writing it."""
         expected = listening.to_json().encode("utf-8")
         while not self._stopped.wait(_LISTENING_CHECK):
             if self._stopping:
@@ -202,7 +202,7 @@ class RunningBridge:
                 log.error("cannot write %s: %s", self.listening_path, exc.strerror or exc)
 
     def _remove_listening(self) -> None:
-        """B01: remove listening.json, only when it still names this instance."""
+        """Remove listening.json, only when it still names this instance."""
         try:
             data = identity.optional_read(self.listening_path)
         except OSError:  # not a regular file of ours (UntrustedFile): not ours to remove

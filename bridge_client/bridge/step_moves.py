@@ -1,5 +1,5 @@
 """A :class:`~bridge_client.bridge.context.TurnContext`'s steps as one table of states and
-moves (STYLE.md rule 2): a driver is outside a step, inside one, or done (``run_turn``
+moves (as h11 keeps its own): a driver is outside a step, inside one, or done (``run_turn``
 returned); a move the table lacks is a driver bug and raises ``RuntimeError``.
 """
 from __future__ import annotations

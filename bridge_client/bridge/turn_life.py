@@ -1,5 +1,5 @@
-"""A turn's life in the bridge as one table of states and moves (STYLE.md rule 2, as h11's
-``_state.py``), and the exception that ends a driver's run of a turn.
+"""A turn's life in the bridge as one table of states and moves (as h11 keeps
+its own in ``_state.py``), and the exception that ends a driver's run of a turn.
 
 States (:attr:`TurnLife.state`) and what ``StartTurn``/``CancelTurn`` report
 (:attr:`TurnLife.status`):
@@ -103,5 +103,5 @@ class TurnLife:
 
 class _Abandoned(BaseException):
     """Raised into a turn's thread when the bridge shuts down (or its store failed): the turn
-    is left unfinished in the store, to be continued after a restart (B05). A BaseException
+    is left unfinished in the store, to be continued after a restart. A BaseException
     so that a driver's ``except Exception`` does not swallow it."""
