@@ -54,6 +54,8 @@ class Sizes:
         paced_rate: deltas per second of each paced stream.
         many_sessions: sessions created at once in the many-cold rows.
         many_runs: runs of each many-cold row (the spread is over them).
+        many_one_only: run only the many-cold row on one sandbox (not the one that starts
+            ``many_sessions`` bridges, which loads a shared machine for seconds).
         wheel_runs: cold starts of each kind in the wheel cold-start row.
     """
 
@@ -72,6 +74,7 @@ class Sizes:
     paced_rate: int = 200
     many_sessions: int = 100
     many_runs: int = 3
+    many_one_only: bool = False
     wheel_runs: int = 5
 
     @classmethod
