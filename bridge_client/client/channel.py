@@ -95,6 +95,9 @@ class SessionChannel:
         self._busy = 0
         self._last_use = time.monotonic()
         self._idle_thread: Optional[threading.Thread] = None
+        # The idle timer waits with no deadline (while busy): only then must the end of a use
+        # wake it; else it wakes at its deadline and looks at _last_use (no wake per read).
+        self._idle_parked = False
         self.released = False
         self.active_turn: Any = None
         self._active_owner: Optional[int] = None  # the thread that reads the active turn
@@ -296,7 +299,8 @@ class SessionChannel:
             with self.cond:
                 self._busy -= 1
                 self._last_use = time.monotonic()
-                self.cond.notify_all()
+                if self._idle_parked and not self._busy:
+                    self.cond.notify_all()
 
     @contextlib.contextmanager
     def reading(self, turn: Any) -> Iterator[None]:
@@ -353,6 +357,7 @@ class SessionChannel:
         self.conn = None
         self._busy = 0
         self._idle_thread = None
+        self._idle_parked = False
         self._reading_thread = None
 
     # ------------------------------------------------------------------ idle timer
@@ -384,7 +389,11 @@ class SessionChannel:
         with self.cond:
             while self._idle_thread is me and self.conn is not None and not self.released:
                 if self._busy:
-                    self.cond.wait()
+                    self._idle_parked = True
+                    try:
+                        self.cond.wait()
+                    finally:
+                        self._idle_parked = False
                     continue
                 remaining = self._last_use + timeout - time.monotonic()
                 if remaining > 0:

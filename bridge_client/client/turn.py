@@ -48,8 +48,8 @@ from ..wire.parts import (
     TurnStart,
     TurnState,
     UserMessage,
-    part_from_dict,
 )
+from ..wire.part_batch import parts_from_dicts
 from .channel import SessionChannel
 from .foreign import ForeignBridge
 from .interactive import RecordedAnswer, RequestRef, TurnApprovals
@@ -180,7 +180,7 @@ class Turn(TurnSource):
                 raise StopIteration  # suspended from another thread: reading stops (C11)
         part = parts[taken]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
-        kind = type(part)  # exact types (part_from_dict builds them)
+        kind = type(part)  # exact types (parts_from_dicts builds them)
         if kind is TextDelta:
             self._texts[ntext:] = (part.text,)  # type: ignore[attr-defined]
             runs = self._runs
@@ -376,23 +376,30 @@ class Turn(TurnSource):
         count = len(values)
         append = parts.append
         while pos < count:
-            part = part_from_dict(values[pos])
-            pos += 1
-            if part.index < offset:
-                continue  # already received (a resend overlapped)
-            offset = part.index + 1
-            kind = type(part)  # exact types (part_from_dict builds them): see __next__
-            if kind is StepFinish:
-                steps += 1
-            elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
-                if self._state is not None and part.turn.turn_id != self.id:
-                    raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
-                self._state = part.turn
-            elif kind is TurnFinish:
-                done = True
-            append(part)
-            if not pos % CHECKPOINT_EVERY:
-                self._checkpoint = Checkpoint(seq, len(parts), pos, offset, steps, done)
+            # One segment, up to the next checkpoint: built in one call, then accounted.
+            stop = min(count, pos - pos % CHECKPOINT_EVERY + CHECKPOINT_EVERY)
+            built, run = parts_from_dicts(values, pos, stop)
+            if run and built[0].index >= offset:
+                # Deltas in order, all new (the stream's common case): nothing to look at per part.
+                parts.extend(built)
+                offset = built[-1].index + 1
+            else:
+                for part in built:
+                    if part.index < offset:
+                        continue  # already received (a resend overlapped)
+                    offset = part.index + 1
+                    kind = type(part)  # exact types (parts_from_dicts builds them): see __next__
+                    if kind is StepFinish:
+                        steps += 1
+                    elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
+                        if self._state is not None and part.turn.turn_id != self.id:
+                            raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
+                        self._state = part.turn
+                    elif kind is TurnFinish:
+                        done = True
+                    append(part)
+            pos = stop
+            self._checkpoint = Checkpoint(seq, len(parts), pos, offset, steps, done)
         if parts:
             self._lost_since = None
             self._overloaded = 0.0
