@@ -379,7 +379,7 @@ class SessionChannel:
 
     def idle_look(self) -> Optional[float]:
         """The idle watcher's look (its thread): close the connection once it has gone unused
-        for ``idle_timeout`` seconds (C06). Returns when to look again (``time.monotonic()``),
+        for ``idle_timeout`` seconds. Returns when to look again (``time.monotonic()``),
         or ``None`` when the connection is gone, the session released, or it was closed now."""
         timeout = self.options.idle_timeout
         with self.cond:
