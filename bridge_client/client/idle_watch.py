@@ -27,6 +27,8 @@ log = logging.getLogger("bridge_client")
 
 THREAD_NAME = "bridge-client-idle-watch"
 
+_LONGEST_WAIT = 3600.0  # seconds; an idle_timeout of inf must not overflow the lock's wait
+
 
 class Watched(Protocol):
     """What the watcher looks at (a session's channel)."""
@@ -118,7 +120,7 @@ class IdleWatch:
                 now = time.monotonic()
                 if due > now:
                     self._wake_at = due
-                    self._cond.wait(due - now)
+                    self._cond.wait(min(due - now, _LONGEST_WAIT))
                     self._wake_at = None
                     continue
                 heapq.heappop(self._heap)

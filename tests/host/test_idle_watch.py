@@ -89,3 +89,15 @@ def test_a_watcher_whose_thread_cannot_start_watches_nothing_and_starts_with_the
     item = _Item([])
     watch.watch(item, time.monotonic())
     assert wait_until(lambda: item.looks == 1 and watch._thread is None, timeout=5)
+
+
+def test_an_endless_idle_timeout_does_not_stop_the_watcher_for_the_others():
+    watch = idle_watch.IdleWatch()
+    endless = _Item([])
+    soon = _Item([])
+    watch.watch(endless, float("inf"))
+    watch.watch(soon, time.monotonic() + 0.02)
+    assert wait_until(lambda: soon.looks == 1, timeout=5)
+    assert watch._thread is not None and watch._thread.is_alive() and endless.looks == 0
+    watch.forget(endless)
+    assert wait_until(lambda: watch._thread is None, timeout=5)
