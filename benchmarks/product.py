@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 BATCH = 256
-"""Values per Chunk: the bridge's bound (``bridge_client.bridge.turns.MAX_CHUNK_VALUES``)."""
+"""Values per Chunk of the transport baseline (the bridge's bound before issue 15's per-part
+work; the bridge now sends up to ``bridge_client.bridge.turns.MAX_CHUNK_VALUES``, about 64 KiB,
+when parts wait)."""
 
 
 # ----------------------------------------------------------------------------- helpers
