@@ -15,7 +15,7 @@ def _bare_turn() -> Any:
     t = object.__new__(Turn)
     t._suspended, t._due, t._exhausted = False, None, False
     t._st, t._checkpoint, t._state, t.id = ReadState.first(0), NO_CHECKPOINT, None, "t"
-    t._texts, t._runs = [], []
+    t._texts, t._runs, t._pos = [], [], (None, 0, 0)
     t._lost_since = t._restarted_since = None
     t._overloaded = 0.0
     return t
