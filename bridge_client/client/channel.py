@@ -95,9 +95,6 @@ class SessionChannel:
         self._busy = 0
         self._last_use = time.monotonic()
         self._idle_thread: Optional[threading.Thread] = None
-        # The idle timer waits with no deadline (while busy): only then must the end of a use
-        # wake it; else it wakes at its deadline and looks at _last_use (no wake per read).
-        self._idle_parked = False
         self.released = False
         self.active_turn: Any = None
         self._active_owner: Optional[int] = None  # the thread that reads the active turn
@@ -298,9 +295,8 @@ class SessionChannel:
         finally:
             with self.cond:
                 self._busy -= 1
+                # No wake-up of the idle timer: it looks at _last_use at its deadline.
                 self._last_use = time.monotonic()
-                if self._idle_parked and not self._busy:
-                    self.cond.notify_all()
 
     @contextlib.contextmanager
     def reading(self, turn: Any) -> Iterator[None]:
@@ -357,7 +353,6 @@ class SessionChannel:
         self.conn = None
         self._busy = 0
         self._idle_thread = None
-        self._idle_parked = False
         self._reading_thread = None
 
     # ------------------------------------------------------------------ idle timer
@@ -389,11 +384,9 @@ class SessionChannel:
         with self.cond:
             while self._idle_thread is me and self.conn is not None and not self.released:
                 if self._busy:
-                    self._idle_parked = True
-                    try:
-                        self.cond.wait()
-                    finally:
-                        self._idle_parked = False
+                    # A connection in use is not closed: look again a whole timeout later (the
+                    # end of a use wakes nobody; a wake per read of a turn cost a thread switch).
+                    self.cond.wait(timeout)
                     continue
                 remaining = self._last_use + timeout - time.monotonic()
                 if remaining > 0:
