@@ -386,7 +386,7 @@ class SessionChannel:
                 if self._busy:
                     # A connection in use is not closed: look again a whole timeout later (the
                     # end of a use wakes nobody; a wake per read of a turn cost a thread switch).
-                    self.cond.wait(timeout)
+                    self.cond.wait(min(timeout, 86400.0))  # (wait() takes no infinite timeout)
                     continue
                 remaining = self._last_use + timeout - time.monotonic()
                 if remaining > 0:
