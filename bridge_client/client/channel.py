@@ -297,6 +297,7 @@ class SessionChannel:
         finally:
             with self.cond:
                 self._busy -= 1
+                # No wake-up of the idle timer: it looks at _last_use at its deadline.
                 self._last_use = time.monotonic()
 
     @contextlib.contextmanager

@@ -15,7 +15,7 @@ def _bare_turn() -> Any:
     t = object.__new__(Turn)
     t._suspended, t._due, t._exhausted = False, None, False
     t._st, t._checkpoint, t._state, t.id = ReadState.first(0), NO_CHECKPOINT, None, "t"
-    t._texts, t._runs = [], []
+    t._texts, t._runs, t._pos = [], [], (None, 0, 0)
     t._lost_since = t._restarted_since = None
     t._overloaded = 0.0
     return t
@@ -53,3 +53,20 @@ def test_a_gap_in_the_indexes_goes_part_by_part_and_keeps_them_all():
     kept = [0, 1, 2, 40, 41] + list(range(42, CHECKPOINT_EVERY)) + list(range(500, 500 + CHECKPOINT_EVERY))
     assert [p.index for p in got] == kept
     assert t._checkpoint.used == len(values) and t._st.cursor.offset == 500 + CHECKPOINT_EVERY
+
+
+def test_text_and_the_parts_left_are_exact_between_deltas_and_other_parts():
+    # Text deltas move only Turn._pos; text(), the parts not yet yielded and the steps agree
+    # with what was yielded at every point, across a step-finish and into the next batch.
+    t = _bare_turn()
+    finish = {"type": "step-finish", "index": 5, "step": 0, "attempt": 1, "finishReason": "stop",
+              "usage": None}
+    t._convert((1, [_delta(i, "abcde"[i]) for i in range(5)] + [finish, _delta(6, "f")], []))
+    seen = []
+    for expected in ("a", "ab", "abc", "abcd", "abcde", "abcde", "abcdef"):
+        seen.append(t.__next__())
+        assert t.text() == expected
+        assert [p.index for p in t._unyielded()] == list(range(len(seen), 7))
+    assert t.steps == 1 and t._yielded()[1] == 7
+    got = _publish(t, [_delta(7, "g"), _delta(8, "h")])
+    assert [p.index for p in seen + got] == list(range(9)) and t.text() == "abcdefgh"

@@ -192,7 +192,8 @@ def test_c11_suspend_from_another_thread_while_the_reader_fills_its_buffer_loses
     sandbox, monkeypatch
 ):
     steps = 10
-    with bc.create_session(_echo(steps, 100), session_options(sandbox)) as session:
+    # 4,000+ parts: more than the first reads can take at once (a Chunk carries up to 1,024).
+    with bc.create_session(_echo(steps, 400), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
         calls, suspended = [0], []
 
