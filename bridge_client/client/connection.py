@@ -29,7 +29,7 @@ from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
-from . import forksafe, handshake, transport
+from . import forksafe, transport
 from .connection_life import ConnectionLife, Event, State
 from .stream import END, Pending, Stream, StreamClosed
 
@@ -137,16 +137,16 @@ class Connection:
         headers = [f"{name}: {value}" for name, value in endpoint.headers]
         headers.append(f"Authorization: Bearer {token.reveal()}")
         try:
-            # Verification on, CA bundle, proxies: websocket-client's own options; a direct
-            # ws:// connection reads the upgrade's answer in one go (see handshake).
-            self._ws = handshake.create_connection(
+            # Verification on, CA bundle, proxies: websocket-client's own options.
+            how = transport.connect_options(endpoint.url, ca_bundle)
+            self._ws = websocket.create_connection(
                 endpoint.url,
-                transport.connect_options(endpoint.url, ca_bundle),
                 timeout=open_timeout,
                 header=headers,
                 skip_utf8_validation=True,  # Python's UTF-8 codec still rejects bad text
                 enable_multithread=True,
                 suppress_origin=True,
+                **how,
             )
         except ssl.SSLCertVerificationError as exc:
             raise UntrustedEndpoint(f"{endpoint.url}: {exc.verify_message or exc}") from None
