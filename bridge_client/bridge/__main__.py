@@ -32,6 +32,12 @@ __all__ = ["main", "load_driver", "LaunchError"]
 
 log = logging.getLogger("bridge_client.bridge")
 
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread of the bridge holds the GIL while another waits for it (CPython's default
+is 0.005). A driver emitting fast keeps the GIL busy, and the thread that takes a reader's Ack
+(and sends its next Chunk) would wait up to the default 5 ms for it each time: a backlog's
+Chunks then go out at the GIL's pace, not the reader's."""
+
 
 def _configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
@@ -57,6 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         failed; 2 a launch problem.
     """
     args = parse(argv)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     _configure_logging()
     notice = notice_fd()
     start: Optional[int] = None

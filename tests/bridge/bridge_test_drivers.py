@@ -91,3 +91,20 @@ class StubbornDriver:
 
 def make_stubborn(options: Any) -> StubbornDriver:
     return StubbornDriver(float((options or {}).get("hold", 3.0)))
+
+
+class SwitchIntervalDriver:
+    """Says the bridge process's GIL switch interval (``sys.getswitchinterval()``), in seconds."""
+
+    agent_id = "switch"
+
+    def run_turn(self, ctx: TurnContext) -> None:
+        import sys
+
+        ctx.start_step()
+        ctx.text(repr(sys.getswitchinterval()))
+        ctx.finish_step()
+
+
+def make_switch(options: Any) -> SwitchIntervalDriver:
+    return SwitchIntervalDriver()

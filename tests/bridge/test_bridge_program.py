@@ -232,3 +232,17 @@ def test_healthz_and_401_do_not_count_as_connections_for_idle(make_bridge):
     with urllib.request.urlopen(f"http://127.0.0.1:{bridge.info.port}/healthz", timeout=5) as r:
         assert json.loads(r.read())["protocol"] == 1
     assert bridge.wait(10) == 0
+
+
+def test_the_bridge_hands_the_gil_over_within_half_a_millisecond(make_bridge, sid, tid):
+    # A fast driver must not keep the thread that takes a reader's Ack waiting the default
+    # 5 ms for the GIL: the bridge program sets a shorter switch interval.
+    from bridge_client.bridge.__main__ import SWITCH_INTERVAL
+    from bridge_harness import text_of
+
+    bridge = make_bridge(driver="bridge_test_drivers:make_switch", agent_id="switch")
+    with bridge.connect() as c:
+        c.open(sid)
+        c.start(sid, tid, "say")
+        parts, _, _ = c.read(sid, tid)
+    assert float(text_of(parts)) == pytest.approx(SWITCH_INTERVAL) and SWITCH_INTERVAL < 0.005
