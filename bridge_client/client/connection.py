@@ -193,7 +193,22 @@ class Connection:
             RpcError: the bridge answered with a typed failure.
             ProtocolError: the bridge answered with a defect.
         """
-        pending = self._send_request(tag, payload, stream=False)
+        return self.answer(self.request(tag, payload), tag, timeout)
+
+    def request(self, tag: str, payload: Any) -> Pending:
+        """Send a request that does not stream without waiting for its answer (so that another
+        request can follow it at once); take the answer with :meth:`answer`, or call
+        :meth:`forget` when nobody will.
+
+        Raises:
+            ConnectionLost: the connection is already closed or dropped while sending.
+            ProtocolError: the payload cannot be encoded as JSON text.
+        """
+        return self._send_request(tag, payload, stream=False)
+
+    def answer(self, pending: Pending, tag: str, timeout: Optional[float] = None) -> Any:
+        """Wait for the answer to a request sent by :meth:`request`: as :meth:`call` (the same
+        ``timeout``, return value and errors)."""
         try:
             with pending.cond:
                 done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
@@ -206,6 +221,12 @@ class Connection:
             self.close()
             raise ConnectionLost(f"{tag}: no answer within {timeout} s")
         return self._finish(pending, outcome)  # type: ignore[arg-type]
+
+    def forget(self, pending: Pending) -> None:
+        """Nobody will wait for the answer to a request sent by :meth:`request`: drop it from
+        the requests in flight (its answer, if it comes, is ignored)."""
+        with self._lock:
+            self._pending.pop(pending.id, None)
 
     def stream(self, tag: str, payload: Any, holder: Optional[List[Stream]] = None) -> Stream:
         """Send a streaming request and return its :class:`Stream`.
