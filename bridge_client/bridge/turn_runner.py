@@ -230,7 +230,10 @@ class TurnRunner(SessionRegistry):
         try:
             turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
             row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
-            _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
+            # Not committed yet: the writer, woken once the driver's thread is let go, commits
+            # it with what the driver emits meanwhile (TurnManager.start_turn).
+            _, ticket = append_part(self._store, turn, "turn-start", None, 1, {"turn": turn_state}, (row,),
+                                    wake=False)
             self._turns[turn_id] = turn
             self._launch(turn, 0, [], checkpoint, launch)
         finally:

@@ -36,11 +36,13 @@ def append_part(
     fields: Dict[str, Any],
     extra: Sequence[Op] = (),
     force: bool = False,
+    wake: bool = True,
 ) -> Tuple[int, Ticket]:
     """Append one part (and ``extra`` ops, in the same transaction); return
     ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
     and _Abandoned when the bridge is shutting down. ``force``: the manager's own end of
-    an abandoned turn (written although its driver may write no more)."""
+    an abandoned turn (written although its driver may write no more). ``wake=False``: the
+    caller has the part committed itself (``Store.wait``) or wakes the writer later."""
     buffer = turn.buffer
     assert buffer is not None
     with turn.append_lock:
@@ -49,7 +51,7 @@ def append_part(
         index = turn.next_index
         text = part_text(kind, index, step, attempt, fields)
         try:
-            pending = buffer.add(index, text, (step, attempt, kind), extra)
+            pending = buffer.add(index, text, (step, attempt, kind), extra, wake)
         except StoreError:
             turn.abandoned = True
             raise _Abandoned() from None
@@ -95,7 +97,9 @@ class RunSink:
         self._store = store
         self._finish_step = finish_step
         self._set_state = set_state
-        self._last = 0.0  # monotonic end of the previous emit
+        # Monotonic end of the previous emit; the run's start counts as one, so that what a
+        # driver emits at once joins the commit of the turn's start (see TurnManager.start_turn).
+        self._last = _monotonic()
         self._fast = float("-inf")  # monotonic time of the last emit that came within _INLINE_GAP
         # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
         self._key: Tuple[str, Optional[int], int] = ("", None, 0)

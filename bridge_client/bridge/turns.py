@@ -131,7 +131,10 @@ class TurnManager(TurnRunner):
                 status = "continued"
             self._evict()
         if ticket is not None:
-            self._store.wait(ticket, self._commit_timeout)
+            # A new turn's start is committed by the writer, woken now: the parts its driver
+            # emits at once (its thread runs already) go into the same transaction, so that a
+            # first part costs one commit, not two. The answer still waits for the commit.
+            self._store.wait(ticket, self._commit_timeout, here=status != "started")
         return {"turnId": turn_id, "status": status}
 
     def find_turn(self, session_id: str, turn_id: str) -> Turn:
