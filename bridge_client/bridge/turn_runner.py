@@ -28,6 +28,7 @@ from .store import Op, Store, Ticket, checkpoint_op, finish_op, json_text, sessi
 from .turn_life import NEW, RUNNING, _Abandoned
 from .turn_log import Turn, _progress, _Progress
 from .turn_sink import RunSink, append_part, wait_room
+from .turn_threads import TurnThreads
 
 __all__ = ["TurnRunner", "iso_now", "STEP_RESET_REASON", "CANCEL_GRACE", "MAX_RUNNING_TURNS"]
 
@@ -115,6 +116,9 @@ class TurnRunner(SessionRegistry):
         self.cancel_grace = cancel_grace
         self.max_running = max(1, max_running)
         self._grace_watch = GraceWatcher(self._abandon)
+        # A turn's thread: one that ran an earlier turn when one waits (no thread start on the
+        # way to the first part), else a new one.
+        self._threads = TurnThreads(self._run_job)
         self._turns: Dict[str, Turn] = {}
         self._finished: "OrderedDict[str, None]" = OrderedDict()
         self._running = 0
@@ -307,11 +311,8 @@ class TurnRunner(SessionRegistry):
                 turnId=turn.id,
             )
         launch = _Launch(threading.Event(), [])
-        thread = threading.Thread(
-            target=self._run_launched, args=(turn, launch), name=f"bridge-turn-{turn.id}", daemon=True
-        )
         try:
-            thread.start()
+            thread = self._threads.start((turn, launch), f"bridge-turn-{turn.id}")
         except RuntimeError as exc:  # "can't start new thread": out of tasks or memory
             log.warning("turn %s: cannot start its thread (%s): answered Overloaded", turn.id, exc)
             raise Overloaded(
@@ -319,6 +320,9 @@ class TurnRunner(SessionRegistry):
             ) from None
         launch.box.append(thread)
         return launch
+
+    def _run_job(self, job: Tuple[Turn, "_Launch"]) -> None:
+        self._run_launched(*job)
 
     def _run_launched(self, turn: Turn, launch: "_Launch") -> None:
         launch.ready.wait()
@@ -404,11 +408,13 @@ class TurnRunner(SessionRegistry):
 
     # ------------------------------------------------------------------ the cancel grace
 
-    def _abandon(self, turn: Turn, thread: threading.Thread) -> None:
-        """The cancel grace of ``turn`` ran out: if the same run still runs, end the turn as
-        ``cancelled`` here, abandon the driver's thread and kill its reported process groups."""
+    def _abandon(self, turn: Turn, run: object) -> None:
+        """The cancel grace of ``turn`` ran out: if the same run (``run``: its context) still
+        runs, end the turn as ``cancelled`` here, abandon the driver's thread and kill its
+        reported process groups. (A run is named by its context, not its thread: a thread
+        runs one turn after another.)"""
         with self._lock:
-            if self._closing or turn.life.state != RUNNING or turn.thread is not thread:
+            if self._closing or turn.life.state != RUNNING or turn.ctx is not run:
                 return
             with turn.append_lock:
                 if turn.abandoned:

@@ -175,8 +175,8 @@ class TurnManager(TurnRunner):
                 turn.cancelled.set()
                 if turn.interaction is not None:
                     turn.interaction.wake()  # a driver waiting for an answer denies it (cancel)
-                if turn.thread is not None:
-                    self._grace_watch.watch(turn, turn.thread, self.cancel_grace)
+                if turn.ctx is not None:
+                    self._grace_watch.watch(turn, turn.ctx, self.cancel_grace)
             elif turn.status == "orphan":
                 session = self._get_session(session_id)
                 self._reset_open_step(turn, session)
@@ -258,6 +258,7 @@ class TurnManager(TurnRunner):
             self._closing = True
             turns = [t for t in self._turns.values() if t.status == "running"]
         self._grace_watch.close()
+        self._threads.close()  # idle turn threads end; busy ones once their turn returns
         for turn in turns:
             with turn.append_lock:
                 turn.abandoned = True
