@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 from websockets.sync.server import ServerConnection, serve
@@ -21,7 +21,9 @@ from host_support import options, session_options
 
 pytestmark = pytest.mark.timeout(60)
 
-HELLO = {"agentId": "echo", "instance": "i-1", "protocol": 1, "pid": 4242, "startedAt": "2026-01-01T00:00:00.000Z"}
+HELLO = {
+    "agentId": "echo", "instance": "i-1", "protocol": 1, "pid": 4242, "startedAt": "2026-01-01T00:00:00.000Z",
+}
 
 
 def _exit(request_id: Any, value: Any) -> str:
@@ -53,12 +55,15 @@ def turn_parts(session_id: str, turn_id: str, prompt: str, text: str, bridge_id:
     ]
 
 
+Play = Callable[["ScriptedBridge", ServerConnection, Any], None]
+
+
 class ScriptedBridge:
     """Answers Hello and OpenSession; hands every other request to ``play(bridge, ws,
     message)``. ``received`` lists the requests in arrival order, ``waiting`` holds StartTurn
     requests a test answers later."""
 
-    def __init__(self, session: bc.Session, play: Callable[["ScriptedBridge", ServerConnection, Any], None]) -> None:
+    def __init__(self, session: bc.Session, play: "Play") -> None:
         self.session = session
         self.play = play
         self.received: List[Dict[str, Any]] = []
@@ -109,7 +114,9 @@ def scripted(sandbox) -> Iterator[Callable[..., ScriptedBridge]]:
         )
         bridge = ScriptedBridge(session, play)
         made.append(bridge)
-        info = identity.ListeningInfo(1, "echo", session.bridge_id, "127.0.0.1", bridge.port, 4242, "i-1", "x")
+        info = identity.ListeningInfo(
+            1, "echo", session.bridge_id, "127.0.0.1", bridge.port, 4242, "i-1", "x"
+        )
         state_dir = identity.state_dir(sandbox.state_root, session.bridge_id)
         identity.secure_write(os.path.join(state_dir, identity.LISTENING_FILE), info.to_json().encode())
         return bridge
@@ -161,7 +168,8 @@ def test_c09_turn_conflict_never_yields_the_pipelined_streams_parts(scripted):
             ws.send(_chunk(message["id"], bridge.parts(message["payload"]["turnId"], "other", "NOT YOURS")))
             ws.send(_exit(message["id"], None))
             start = bridge.start  # type: ignore[attr-defined]
-            error = {"_tag": "TurnConflict", "message": "another prompt", "turnId": start["payload"]["turnId"]}
+            turn_id = start["payload"]["turnId"]
+            error = {"_tag": "TurnConflict", "message": "another prompt", "turnId": turn_id}
             ws.send(_fail(start["id"], error))
 
     bridge = scripted(play)
@@ -297,7 +305,8 @@ def test_c08_c09_a_drop_between_start_turn_and_read_turn_resumes_exactly(scripte
             with bridge.lock:
                 first = not getattr(bridge, "started", False)
                 bridge.started = True  # type: ignore[attr-defined]
-            ws.send(_exit(message["id"], {"turnId": payload["turnId"], "status": "started" if first else "running"}))
+            status = "started" if first else "running"
+            ws.send(_exit(message["id"], {"turnId": payload["turnId"], "status": status}))
         elif message["tag"] == "ReadTurn":
             with bridge.lock:
                 dropped = getattr(bridge, "dropped", False)
