@@ -196,26 +196,21 @@ class Connection:
         return self.answer(self.request(tag, payload), tag, timeout)
 
     def request(self, tag: str, payload: Any) -> Pending:
-        """Send a request that does not stream without waiting for its answer (so that another
-        request can follow it at once); take the answer with :meth:`answer`, or call
-        :meth:`forget` when nobody will.
-
-        Raises:
-            ConnectionLost: the connection is already closed or dropped while sending.
-            ProtocolError: the payload cannot be encoded as JSON text.
-        """
-        return self._send_request(tag, payload, stream=False)
+        """Send a request that does not stream and return at once (so that another can follow
+        it before its answer); take the answer with :meth:`answer`, or drop it with
+        :meth:`forget`. Raises as :meth:`call` does before it waits."""
+        pending, data = self._register(tag, payload, stream=False)
+        self._transmit(data)
+        return pending
 
     def answer(self, pending: Pending, tag: str, timeout: Optional[float] = None) -> Any:
-        """Wait for the answer to a request sent by :meth:`request`: as :meth:`call` (the same
-        ``timeout``, return value and errors)."""
+        """Wait for the answer to a :meth:`request`, as :meth:`call` does (same errors)."""
         try:
             with pending.cond:
                 done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
                 outcome = pending.outcome
         except BaseException:  # KeyboardInterrupt: nobody waits for the answer any more
-            with self._lock:
-                self._pending.pop(pending.id, None)
+            self.forget(pending)
             raise
         if not done:
             self.close()
@@ -223,8 +218,7 @@ class Connection:
         return self._finish(pending, outcome)  # type: ignore[arg-type]
 
     def forget(self, pending: Pending) -> None:
-        """Nobody will wait for the answer to a request sent by :meth:`request`: drop it from
-        the requests in flight (its answer, if it comes, is ignored)."""
+        """Nobody waits for a :meth:`request`'s answer: drop it (a late answer is ignored)."""
         with self._lock:
             self._pending.pop(pending.id, None)
 
@@ -305,11 +299,6 @@ class Connection:
                 sock.close()  # closes the descriptor only; no close_notify, no shutdown
             except OSError:
                 pass
-
-    def _send_request(self, tag: str, payload: Any, stream: bool) -> Pending:
-        pending, data = self._register(tag, payload, stream)
-        self._transmit(data)
-        return pending
 
     def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[Pending, bytes]:
         """Encode a request and enter it in the pending table (nothing sent yet)."""
