@@ -60,6 +60,11 @@ class Driver(Protocol):
     Optional methods, looked up with ``getattr``:
         ``initial_state() -> JSON``: the ``data`` of a new session (``None`` without it).
         ``close() -> None``: called once when the bridge shuts down (stop child processes).
+        ``session_closed(session_id: str) -> None``: called after ``CloseSession`` is
+        recorded, in the RPC's thread: free what the driver keeps for that session (an agent
+        process). The session's running turns go on; a turn of it may still come later (the
+        session may be opened again, or a turn continued), so keep nothing that cannot be
+        made again. An exception is logged, and the close still succeeds.
     """
 
     agent_id: str

@@ -5,6 +5,7 @@ sessions (in memory, else read back from the store). Revisions only grow, up to 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any, Dict, Optional
 
@@ -14,6 +15,8 @@ from .driver import Driver
 from .store import Op, Store, interactive_op, json_text, session_op
 
 __all__ = ["Session", "SessionRegistry"]
+
+log = logging.getLogger("bridge_client.bridge.turns")  # one logger for the turn runtime
 
 _dumps = json_text
 
@@ -163,7 +166,19 @@ class SessionRegistry:
             ticket = self._store.submit(session.op())
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
+        self._tell_driver_closed(session_id)
         return result
+
+    def _tell_driver_closed(self, session_id: str) -> None:
+        # The driver may free what it keeps for the session (an agent process); the close is
+        # recorded already, so a driver's failure here is logged, not the RPC's.
+        hook = getattr(self._driver, "session_closed", None)
+        if hook is None:
+            return
+        try:
+            hook(session_id)
+        except Exception:
+            log.exception("the driver's session_closed(%r) failed", session_id)
 
 
     # ------------------------------------------------------------------ lookups (lock held)

@@ -47,10 +47,11 @@ def add_turn_arguments(p: argparse.ArgumentParser, command: Callable[[argparse.N
 
 
 @contextlib.contextmanager
-def reach_turn(args: argparse.Namespace) -> Iterator[Any]:
+def reach_turn(args: argparse.Namespace, absent: str = "no turn runs there") -> Iterator[Any]:
     """The turn of the state file, read in its own bridge: a new session of this process
     continues it (``StartTurn`` of a running turn only reads it) and is released afterwards;
-    the turn goes on in the bridge.
+    the turn goes on in the bridge unless the caller ended it. ``answer``, ``say`` and
+    ``cancel`` reach a turn this way; ``absent`` ends the message when its bridge is not there.
 
     Raises:
         Failure: the turn's bridge is not in the sandbox (nothing runs there).
@@ -62,7 +63,7 @@ def reach_turn(args: argparse.Namespace) -> Iterator[Any]:
     here = sandbox_label(args.sandbox)
     if not has_bridge(sandbox, state):
         raise Failure(
-            f"the turn's bridge {state.bridge_id} is not in {here}: no turn runs there "
+            f"the turn's bridge {state.bridge_id} is not in {here}: {absent} "
             "(give the turn's --sandbox if it ran elsewhere)"
         )
     folder = identity.state_dir(sandbox.state_root, state.bridge_id)

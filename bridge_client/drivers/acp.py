@@ -142,6 +142,7 @@ class _Slot:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.agent: Optional[_Agent] = None
+        self.closed = False  # the session was closed while a turn ran: stop the agent after it
 
 
 class AcpDriver:
@@ -187,6 +188,8 @@ class AcpDriver:
         finally:
             if slot.agent is not None:
                 slot.agent.last_used = time.monotonic()
+            if slot.closed:
+                self._stop(slot)
             slot.lock.release()
 
     def _run(self, ctx: TurnContext, slot: _Slot) -> TurnResult:
@@ -449,6 +452,21 @@ class AcpDriver:
                     self._stop(slot)
                 finally:
                     slot.lock.release()
+
+    def session_closed(self, session_id: str) -> None:
+        """Stop the session's agent process (now, or when its running turn ends). A later
+        turn of the session starts an agent again and loads its ACP session when the agent
+        can (``session/load``)."""
+        with self._lock:
+            slot = self._slots.pop(session_id, None)
+        if slot is None:
+            return
+        slot.closed = True
+        if slot.lock.acquire(blocking=False):
+            try:
+                self._stop(slot)
+            finally:
+                slot.lock.release()
 
     def close(self) -> None:
         """Stop every agent process (the bridge is shutting down)."""

@@ -248,3 +248,35 @@ def test_c19_acp_agent_sees_its_sessions_env(sandbox, acp_options):
     with again:
         turn, _ = _run(again, "env WHO\ncount")
     assert turn.text() == "WHO=gamma\nprompts=2\n"
+
+
+def test_b09_acp_agent_process_stops_when_its_session_is_closed(sandbox, acp_options):
+    session = bc.create_session(acp_options(), session_options(sandbox))
+    try:
+        first, _ = _run(session, "pid")
+        pid = int(_said(first, "pid"))
+        assert _alive(pid)
+    finally:
+        session.release()  # CloseSession
+    assert wait_until(lambda: not _alive(pid), timeout=5), "the closed session's agent process was stopped"
+    with bc.create_session(acp_options(), session_options(sandbox)) as other:
+        again, _ = _run(other, "pid")
+    assert _said(again, "pid") != str(pid), "another session gets an agent of its own"
+
+
+def test_b09_acp_agent_of_a_session_closed_mid_turn_stops_after_the_turn(sandbox, acp_options):
+    from bridge_client.wire import rpcs
+
+    with bc.create_session(acp_options(), session_options(sandbox)) as session:
+        first, _ = _run(session, "pid")
+        pid = int(_said(first, "pid"))
+        turn = session.turn("hold")
+        for part in turn:
+            if part.type == "reasoning-delta":  # "holding": the agent is in its prompt
+                break
+        session._call(rpcs.CLOSE_SESSION, {"sessionId": session.id})
+        time.sleep(0.3)  # a stop would be at once; the running turn keeps its agent
+        assert _alive(pid), "the running turn's agent was stopped under it"
+        session.cancel_turn()
+        assert list(turn)[-1].finish_reason == "cancelled"
+        assert wait_until(lambda: not _alive(pid), timeout=5), "stopped once the turn ended"
