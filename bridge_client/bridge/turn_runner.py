@@ -28,7 +28,7 @@ from .store import Op, Store, Ticket, checkpoint_op, finish_op, json_text, sessi
 from .turn_life import NEW, RUNNING, _Abandoned
 from .turn_log import Turn, _progress, _Progress
 from .turn_sink import RunSink, append_part, wait_room
-from .turn_threads import TurnThreads
+from .turn_threads import TurnThreads, Worker
 
 __all__ = ["TurnRunner", "iso_now", "STEP_RESET_REASON", "CANCEL_GRACE", "MAX_RUNNING_TURNS"]
 
@@ -82,11 +82,13 @@ def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
 
 
 class _Launch(NamedTuple):
-    """A turn's thread, started and waiting: ``box`` holds the thread, then the context once
-    :meth:`TurnRunner._launch` ran; ``ready`` lets it go (to run, or to end at once)."""
+    """A turn's thread, reserved and waiting: ``box`` holds the thread, then the context once
+    :meth:`TurnRunner._launch` ran; ``ready`` is set, and ``worker`` given its job, when it
+    may go (to run, or to end at once): :meth:`TurnRunner._let_go`."""
 
     ready: threading.Event
     box: List[Any]
+    worker: Worker
 
 
 class TurnRunner(SessionRegistry):
@@ -241,7 +243,7 @@ class TurnRunner(SessionRegistry):
             self._turns[turn_id] = turn
             self._launch(turn, 0, [], checkpoint, launch)
         finally:
-            launch.ready.set()  # the thread runs the turn, or (nothing launched) ends at once
+            self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
         log.info("turn %s started (session %s)", turn_id, session.id)
         return ticket
 
@@ -282,7 +284,7 @@ class TurnRunner(SessionRegistry):
         try:
             return self._continue_with(turn, session, launch)
         finally:
-            launch.ready.set()
+            self._let_go(turn, launch)
 
     def _continue_with(self, turn: Turn, session: Session, launch: "_Launch") -> Optional[Ticket]:
         progress, ticket = self._reset_open_step(turn, session)
@@ -310,16 +312,19 @@ class TurnRunner(SessionRegistry):
                 f"{self._running} turns are running, the most this bridge runs at once: try again later",
                 turnId=turn.id,
             )
-        launch = _Launch(threading.Event(), [])
         try:
-            thread = self._threads.start((turn, launch), f"bridge-turn-{turn.id}")
+            # Reserved now, given its job once the turn is written (_let_go): woken once.
+            worker = self._threads.reserve(f"bridge-turn-{turn.id}")
         except RuntimeError as exc:  # "can't start new thread": out of tasks or memory
             log.warning("turn %s: cannot start its thread (%s): answered Overloaded", turn.id, exc)
             raise Overloaded(
                 f"the bridge cannot start a thread now ({exc}): try again later", turnId=turn.id
             ) from None
-        launch.box.append(thread)
-        return launch
+        return _Launch(threading.Event(), [worker.thread], worker)
+
+    def _let_go(self, turn: Turn, launch: "_Launch") -> None:
+        launch.ready.set()
+        self._threads.go(launch.worker, (turn, launch))
 
     def _run_job(self, job: Tuple[Turn, "_Launch"]) -> None:
         self._run_launched(*job)

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, List, Optional
 
-__all__ = ["TurnThreads", "IDLE_SECONDS", "MAX_IDLE"]
+__all__ = ["TurnThreads", "Worker", "IDLE_SECONDS", "MAX_IDLE"]
 
 log = logging.getLogger("bridge_client.bridge.turns")  # one logger for the turn runtime
 
@@ -28,14 +28,16 @@ IDLE_NAME = "bridge-turn-idle"
 """The name of a turn thread while it waits for a turn."""
 
 
-class _Worker:
-    """One thread of the pool: its next job (``None`` while it has none), and the condition
-    (on the pool's lock) that wakes it alone."""
+class Worker:
+    """One thread of the pool: its next job (``None`` while it has none), whether it is
+    reserved for a job to come (:meth:`TurnThreads.reserve`), and the condition (on the pool's
+    lock) that wakes it alone. ``thread`` is the thread."""
 
-    __slots__ = ("job", "wake", "thread")
+    __slots__ = ("job", "reserved", "wake", "thread")
 
-    def __init__(self, job: Any, lock: threading.Lock) -> None:
-        self.job: Any = job
+    def __init__(self, lock: threading.Lock) -> None:
+        self.job: Any = None
+        self.reserved = True
         self.wake = threading.Condition(lock)
         self.thread: Optional[threading.Thread] = None
 
@@ -57,14 +59,12 @@ class TurnThreads:
         self._idle_seconds = idle_seconds
         self._max_idle = max_idle
         self._lock = threading.Lock()
-        self._idle: List[_Worker] = []  # guarded by _lock; the most recently idle last
+        self._idle: List[Worker] = []  # guarded by _lock; the most recently idle last
         self._closed = False
 
-    def start(self, job: Any, name: str) -> threading.Thread:
-        """Run ``run(job)`` in an idle thread, or in a new one, named ``name`` while it runs.
-
-        Returns:
-            The thread (it may have run other jobs before, and may run others after).
+    def reserve(self, name: str) -> Worker:
+        """A thread for a job given later with :meth:`go`: an idle one, or a new one, named
+        ``name``; it waits for that job (and is woken once, by :meth:`go`).
 
         Raises:
             RuntimeError: no thread is idle and none can be started (``Thread.start``'s).
@@ -72,17 +72,31 @@ class TurnThreads:
         with self._lock:
             if self._idle:
                 worker = self._idle.pop()
-                worker.job = job
-                thread = worker.thread
-                assert thread is not None
-                thread.name = name
-                worker.wake.notify()
-                return thread
-        worker = _Worker(job, self._lock)
+                worker.reserved = True
+                assert worker.thread is not None
+                worker.thread.name = name
+                return worker
+        worker = Worker(self._lock)
         thread = threading.Thread(target=self._loop, args=(worker,), name=name, daemon=True)
         worker.thread = thread
         thread.start()
-        return thread
+        return worker
+
+    def go(self, worker: Worker, job: Any) -> None:
+        """Give a reserved thread its job: it runs ``run(job)`` now."""
+        with self._lock:
+            worker.job = job
+            worker.reserved = False
+            worker.wake.notify()
+
+    def start(self, job: Any, name: str) -> threading.Thread:
+        """Run ``run(job)`` in an idle thread, or in a new one, named ``name`` while it runs
+        (:meth:`reserve` and :meth:`go` at once). Returns the thread (it may have run other
+        jobs before, and may run others after). Raises as :meth:`reserve`."""
+        worker = self.reserve(name)
+        self.go(worker, job)
+        assert worker.thread is not None
+        return worker.thread
 
     @property
     def idle(self) -> int:
@@ -99,7 +113,10 @@ class TurnThreads:
             for worker in idle:
                 worker.wake.notify()
 
-    def _loop(self, worker: _Worker) -> None:
+    def _loop(self, worker: Worker) -> None:
+        with self._lock:
+            while worker.job is None:  # reserved: its first job comes with go()
+                worker.wake.wait()
         while True:
             job, worker.job = worker.job, None
             try:
@@ -110,7 +127,7 @@ class TurnThreads:
             if not self._wait_job(worker):
                 return
 
-    def _wait_job(self, worker: _Worker) -> bool:
+    def _wait_job(self, worker: Worker) -> bool:
         """Wait idle for the next job; False when the thread is to end (closed, too many idle,
         or none came within ``idle_seconds``)."""
         thread = worker.thread
@@ -121,13 +138,16 @@ class TurnThreads:
                 thread.name = IDLE_NAME
             self._idle.append(worker)
             deadline = time.monotonic() + self._idle_seconds
-            while worker.job is None and not self._closed:
+            while worker.job is None:
+                if worker.reserved:  # reserve() took it out of _idle: its job comes with go()
+                    worker.wake.wait()
+                    continue
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if self._closed or left <= 0:
                     break
                 worker.wake.wait(left)
             if worker.job is not None:
-                return True  # start() took it out of _idle
-            if worker in self._idle:
+                return True
+            if worker in self._idle:  # (close() emptied _idle already)
                 self._idle.remove(worker)
             return False

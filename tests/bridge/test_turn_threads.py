@@ -70,7 +70,9 @@ def test_b09_idle_threads_are_bounded_in_number_and_time():
     assert threads.idle == 0
 
 
-def test_b09_close_ends_idle_threads_at_once_and_a_busy_one_after_its_job():
+def test_b09_close_ends_idle_threads_at_once_and_a_busy_one_after_its_job(monkeypatch):
+    failures: List[Any] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
     gate = threading.Event()
     threads = TurnThreads(lambda job: gate.wait(5) if job == "busy" else None, idle_seconds=30.0)
     idle = threads.start("quick", "bridge-turn-quick")
@@ -89,6 +91,26 @@ def test_b09_close_ends_idle_threads_at_once_and_a_busy_one_after_its_job():
     late = threads.start("quick", "bridge-turn-late")  # after close: a new thread, not kept
     late.join(5)
     assert not late.is_alive()
+    assert not failures, failures
+
+
+def test_b09_a_reserved_thread_waits_for_its_job_past_the_idle_time(monkeypatch):
+    failures: List[Any] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    ran = threading.Event()
+    threads = TurnThreads(lambda job: ran.set() if job == "late" else None, idle_seconds=0.1)
+    threads.start("first", "bridge-turn-first")
+    assert _wait(lambda: threads.idle == 1)
+    worker = threads.reserve("bridge-turn-late")  # the idle thread, woken by nothing yet
+    assert threads.idle == 0
+    time.sleep(0.3)  # past idle_seconds: a reserved thread does not end
+    assert worker.thread is not None and worker.thread.is_alive()
+    threads.go(worker, "late")
+    assert ran.wait(5)
+    threads.close()
+    worker.thread.join(5)
+    assert not worker.thread.is_alive()
+    assert not failures, failures
 
 
 def test_b09_a_failed_thread_start_with_no_idle_thread_raises(monkeypatch):
