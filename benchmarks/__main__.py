@@ -66,6 +66,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--commands", type=_positive, help="commands per side in the SWE-ReX comparison")
     p.add_argument("--paced-streams", type=_int_list, help="stream counts of the paced rows, e.g. 1,10,50")
     p.add_argument("--paced-deltas", type=_positive, help="deltas of one paced stream (K=1)")
+    p.add_argument("--paced-normal", action="store_true", default=None,
+                   help="paced rows: also run the bridge with --synchronous NORMAL, after the "
+                        "default FULL and the baseline, and give its figures in the detail line")
     p.add_argument("--many-sessions", type=_positive, help="sessions created at once in the many-cold rows")
     p.add_argument("--many-runs", type=_positive, help="runs of each many-cold row")
     p.add_argument("--json", default=DEFAULT_JSON,
@@ -79,7 +82,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     overrides: Dict[str, Any] = {}
     for name in ("repeats", "parts", "replay_parts", "turns", "cold_runs", "resumes", "recoveries",
                  "sessions", "scale_parts", "commands", "paced_streams", "paced_deltas", "many_sessions",
-                 "many_runs"):
+                 "many_runs", "paced_normal"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = tuple(value) if name in ("sessions", "paced_streams") else value

@@ -52,6 +52,8 @@ class Sizes:
         paced_deltas: deltas of one paced stream at K=1 (fewer per stream at larger K, see
             :func:`benchmarks.paced.stream_deltas`).
         paced_rate: deltas per second of each paced stream.
+        paced_normal: the paced rows also run the bridge with ``--synchronous NORMAL`` (in the
+            same run, after FULL and the baseline; detail line only, the row stays FULL's).
         many_sessions: sessions created at once in the many-cold rows.
         many_runs: runs of each many-cold row (the spread is over them).
         wheel_runs: cold starts of each kind in the wheel cold-start row.
@@ -70,6 +72,7 @@ class Sizes:
     paced_streams: Sequence[int] = (1, 10, 50)
     paced_deltas: int = 5_000
     paced_rate: int = 200
+    paced_normal: bool = False
     many_sessions: int = 100
     many_runs: int = 3
     wheel_runs: int = 5

@@ -14,6 +14,7 @@ put on its ``PYTHONPATH`` for these rows only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -63,9 +64,13 @@ def importable_benchmarks() -> Iterator[None]:
             os.environ["PYTHONPATH"] = saved
 
 
-def paced_options() -> bc.BridgeOptions:
-    """Options of this package's bridge with the paced benchmark driver."""
-    return bc.bridge_options(DRIVER, agent_id=AGENT_ID, bridge_idle_timeout=60.0)
+def paced_options(synchronous: str = "") -> bc.BridgeOptions:
+    """Options of this package's bridge with the paced benchmark driver; ``synchronous``
+    (``FULL`` or ``NORMAL``) is given to the bridge as ``--synchronous`` (default: none, FULL)."""
+    options = bc.bridge_options(DRIVER, agent_id=AGENT_ID, bridge_idle_timeout=60.0)
+    if synchronous:
+        options = dataclasses.replace(options, args=options.args + ("--synchronous", synchronous))
+    return options
 
 
 def stream_deltas(sizes: Sizes, k: int) -> int:
@@ -154,13 +159,15 @@ def _latencies(yields: List[int], emits: Any, what: str) -> List[Tuple[int, floa
     return [(e, (y - e) / 1e6) for y, e in zip(yields, emits)]
 
 
-def product_paced(env: BenchEnv, k: int, n: int, rate: float) -> Dict[str, Any]:
-    """``k`` sessions on one bridge, each streaming ``n`` paced deltas (see the module)."""
-    ws = env.workspace(f"paced{k}")
+def product_paced(env: BenchEnv, k: int, n: int, rate: float, synchronous: str = "") -> Dict[str, Any]:
+    """``k`` sessions on one bridge, each streaming ``n`` paced deltas (see the module);
+    ``synchronous``: the bridge's ``--synchronous`` (default: its own, FULL)."""
+    ws = env.workspace(f"paced{k}{synchronous.lower()}")
     sandbox = bc.LocalSandbox(ws)
     prompt = json.dumps({"n": n, "rate": rate, "text": "abcd", "stamp": True})
     with importable_benchmarks():
-        sessions = [bc.create_session(paced_options(), session_options(sandbox, resend_window=60.0))
+        options = paced_options(synchronous)
+        sessions = [bc.create_session(options, session_options(sandbox, resend_window=60.0))
                     for _ in range(k)]
         try:
             for s in sessions:
@@ -248,6 +255,7 @@ def paced(env: BenchEnv, sizes: Sizes) -> List[Row]:
         product = product_paced(env, k, n, rate)
         baseline = baseline_paced(k, n, rate)
         mine, theirs = _summary(product), _summary(baseline)
+        normal = _summary(product_paced(env, k, n, rate, "NORMAL")) if sizes.paced_normal else None
         pf = figure(f"{k} x {n} deltas of 4 chars at {rate:g}/s, one ctx.text each: bridge CPU", "us/delta",
                     [x["other_cpu_us"] for x in product["windows"]])
         bf = figure(f"{k} x {n} raw websockets frames + ack at {rate:g}/s: server CPU", "us/frame",
@@ -267,7 +275,7 @@ def paced(env: BenchEnv, sizes: Sizes) -> List[Row]:
             target,
             met,
             extra={"streams": k, "deltas_per_stream": n, "rate_per_stream": rate, "product": mine,
-                   "baseline": theirs, "product_windows": product["windows"],
+                   "baseline": theirs, "normal": normal, "product_windows": product["windows"],
                    "baseline_windows": baseline["windows"]},
         ))
     return rows
@@ -341,6 +349,13 @@ def paced_details(rows: Sequence[Row]) -> List[str]:
                 "voluntary switches per delta bridge "
                 f"{p['vcsw_per_delta']:.2f} / server {b['vcsw_per_delta']:.2f}, host "
                 f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}")
+            q = r.extra.get("normal")
+            if q:
+                out.append(
+                    f"{r.name} with --synchronous NORMAL (same run, after FULL and the baseline): "
+                    f"bridge {q['cpu_us_per_delta']:.0f} us/delta (ratio "
+                    f"{b['cpu_us_per_delta'] / q['cpu_us_per_delta']:.2f}), voluntary switches "
+                    f"{q['vcsw_per_delta']:.2f}, p50 {q['p50_ms']:.2f} ms, p99 {q['p99_ms']:.2f} ms")
         if r.name == "per-part" and r.extra:
             pairs = ", ".join(f"{x:.3f}" for x in r.extra["paired_ratios"])
             host, bridge = r.extra["host_cpu_us_per_part"], r.extra["bridge_cpu_us_per_part"]

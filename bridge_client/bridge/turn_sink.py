@@ -75,16 +75,14 @@ def wait_room(store: Store, turn: Turn) -> None:
 
 
 _INLINE_GAP = 0.001
-"""Seconds since a driver's previous part after which its part is committed in its own thread
+"""Seconds between a driver's parts at or above which its part is committed in its own thread
 (:meth:`~bridge_client.bridge.store.Store.commit_here`): a paced stream's lone delta goes to the
-log and to its readers without a thread hand-off. A driver that emits faster hands its parts to
-the store's writer, which commits what queued meanwhile together (group commit). Neither way
-waits for company."""
-
-_BURST_MEMORY = 0.05
-"""Seconds a driver that emitted faster than :data:`_INLINE_GAP` keeps handing its parts to the
-writer: a fast driver that the scheduler paused (a loaded machine) must not start committing
-each part itself, blocked on the disk, when it goes on."""
+log and to its readers without a thread hand-off. A part that comes sooner than this after the
+previous one, or right after one that did, is handed to the store's writer, which commits what
+queued meanwhile together (group commit), so that a fast driver never waits on the disk and a
+fast driver the scheduler paused does not start committing each part itself when it goes on.
+A paced stream that falls behind and emits two deltas at once hands two to the writer, not the
+next 50 ms of its deltas. Neither way waits for company."""
 
 
 class RunSink:
@@ -100,7 +98,7 @@ class RunSink:
         # Monotonic end of the previous emit; the run's start counts as one, so that what a
         # driver emits at once joins the commit of the turn's start (see TurnManager.start_turn).
         self._last = _monotonic()
-        self._fast = float("-inf")  # monotonic time of the last emit that came within _INLINE_GAP
+        self._gap = float("inf")  # seconds from the emit before the previous one to the previous one
         # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
         self._key: Tuple[str, Optional[int], int] = ("", None, 0)
         self._head = self._tail = ""
@@ -109,9 +107,8 @@ class RunSink:
     def _commit(self) -> None:
         """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
         now = _monotonic()
-        if now - self._last < _INLINE_GAP:
-            self._fast = now
-        if now - self._fast < _BURST_MEMORY:
+        gap, self._gap = self._gap, now - self._last
+        if gap < _INLINE_GAP or self._gap < _INLINE_GAP:
             self._store.wake_writer()
         elif self._store.commit_here():
             now = _monotonic()

@@ -99,3 +99,97 @@ def test_b03_commit_here_gives_way_to_a_commit_under_way(tmp_path):
     finally:
         store.close()
     assert store.commit_here() is False  # closed: never commits
+
+
+class _CountingStore:
+    """Wraps a Store: counts the parts committed inline (commit_here) and handed to the writer."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.paths = []
+
+    def commit_here(self):
+        self.paths.append("inline")
+        return self.store.commit_here()
+
+    def wake_writer(self):
+        self.paths.append("writer")
+        self.store.wake_writer()
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_b03_a_paced_stream_that_falls_behind_commits_inline_again_after_two_parts(tmp_path, monkeypatch):
+    # 5 ms apart, then one delta late (two at once), then 5 ms apart again: only the two
+    # that came together (and the one right after them) go to the writer; before issue 15's
+    # fix the next 50 ms of deltas did. A burst keeps going to the writer.
+    from bridge_client.bridge import turn_sink
+    from bridge_client.bridge.turn_log import Turn
+
+    store = Store(str(tmp_path / "bridge.sqlite3"))
+    clock = [100.0]
+    monkeypatch.setattr(turn_sink, "_monotonic", lambda: clock[0])
+    try:
+        turn = Turn("t", "s", "p", None, "running")
+        turn.buffer = store.buffer("t", turn, turn.append_lock, 0)
+        counting = _CountingStore(store)
+        sink = turn_sink.RunSink(turn, counting, None, None)
+        for at in (0.0, 0.005, 0.010, 0.0101, 0.015, 0.020, 0.025, 0.0251, 0.0252, 0.0253, 0.0254):
+            clock[0] = 100.0 + at
+            sink.emit_text("text-delta", 0, 1, "abcd")
+        store.wait(turn.buffer.ticket(10), 10)
+        assert len(turn.texts) == 11  # every part committed and published
+    finally:
+        store.close()
+    assert counting.paths == [
+        "inline", "inline", "inline", "writer", "writer", "inline", "inline",
+        "writer", "writer", "writer", "writer",
+    ]
+    assert [p.index for p in read_parts(str(tmp_path / "bridge.sqlite3"), "t")] == list(range(11))
+
+
+class _CheckingSink:
+    """A SegmentSink that checks, when it is handed committed parts, that they are in the
+    store file (read by a connection of its own): nothing is seen before its commit."""
+
+    def __init__(self, path, turn_id) -> None:
+        self.path = path
+        self.turn_id = turn_id
+        self.texts = []
+        self.missing = []
+
+    def publish_segment(self, texts, metas, marks):
+        self.texts.extend(texts)
+        stored = len(read_parts(self.path, self.turn_id))
+        if stored < len(self.texts):
+            self.missing.append((len(self.texts), stored))
+
+
+def test_b03_parts_of_two_turns_that_queue_during_a_commit_share_the_next_transaction(tmp_path):
+    # Group commit across streams, without a timer: what two turns add while a commit is
+    # under way goes in one transaction (one COMMIT, one fsync) after it, and each turn's
+    # readers see its parts only once that transaction is committed.
+    path = str(tmp_path / "bridge.sqlite3")
+    store = Store(path)
+    commits = []
+    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    sinks = [_CheckingSink(path, "a"), _CheckingSink(path, "b")]
+    locks = [threading.Lock(), threading.Lock()]
+    buffers = [store.buffer(t, sink, lock) for t, sink, lock in zip("ab", sinks, locks)]
+    try:
+        with store._commit_lock:  # a commit under way elsewhere
+            for i in range(3):
+                for buffer, lock in zip(buffers, locks):
+                    with lock:
+                        buffer.add(i, '{"type":"text-delta","index":%d,"text":"x"}' % i, (0, 1, "text-delta"),
+                                   (), False)
+                    assert store.commit_here() is False  # gives way: the part stays queued
+        store.wake_writer()
+        for buffer in buffers:
+            store.wait(buffer.ticket(2), 10)
+    finally:
+        store.close()
+    assert len(commits) == 1
+    assert [len(s.texts) for s in sinks] == [3, 3]
+    assert [s.missing for s in sinks] == [[], []]
