@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -241,7 +242,7 @@ class TurnRunner(SessionRegistry):
             _, ticket = append_part(self._store, turn, "turn-start", None, 1, {"turn": turn_state}, (row,),
                                     wake=False)
             self._turns[turn_id] = turn
-            self._launch(turn, 0, [], checkpoint, launch)
+            self._launch(turn, 0, [], checkpoint, launch, joins_start=True)
         finally:
             self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
         log.info("turn %s started (session %s)", turn_id, session.id)
@@ -335,8 +336,16 @@ class TurnRunner(SessionRegistry):
             self._run(turn, launch.box[1])
 
     def _launch(
-        self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState, launch: "_Launch"
+        self,
+        turn: Turn,
+        completed: int,
+        steps: List[List[Part]],
+        state: SessionState,
+        launch: "_Launch",
+        joins_start: bool = False,
     ) -> None:
+        """Make the run's context (``joins_start``: the turn-start is still to be committed,
+        and what the driver emits at once is handed to that commit). Lock held."""
         session = self._sessions[turn.session_id]
         interaction = turn.interaction or self._new_interaction(turn)
         sink = interaction.begin_run(
@@ -353,7 +362,10 @@ class TurnRunner(SessionRegistry):
             completed_steps=completed,
             steps=steps,
             cancelled=turn.cancelled,
-            sink=RunSink(turn, self._store, self._finish_step, self._set_state),
+            sink=RunSink(
+                turn, self._store, self._finish_step, self._set_state,
+                time.monotonic() if joins_start else None,
+            ),
             env=session.env,
             interactive=sink,
         )

@@ -88,16 +88,20 @@ next 50 ms of its deltas. Neither way waits for company."""
 class RunSink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
-    def __init__(self, turn: Turn, store: Store, finish_step: FinishStep, set_state: SetState) -> None:
+    def __init__(
+        self, turn: Turn, store: Store, finish_step: FinishStep, set_state: SetState,
+        start: Optional[float] = None,
+    ) -> None:
         self._turn = turn
         assert turn.buffer is not None
         self._buffer = turn.buffer
         self._store = store
         self._finish_step = finish_step
         self._set_state = set_state
-        # Monotonic end of the previous emit; the run's start counts as one, so that what a
-        # driver emits at once joins the commit of the turn's start (see TurnManager.start_turn).
-        self._last = _monotonic()
+        # Monotonic end of the previous emit. ``start``: when the run began while its turn-start
+        # is still to be committed; it counts as an emit, so that what the driver emits at once
+        # is handed to that commit (see TurnManager.start_turn), not committed alone.
+        self._last = 0.0 if start is None else start
         self._gap = float("inf")  # seconds from the emit before the previous one to the previous one
         # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
         self._key: Tuple[str, Optional[int], int] = ("", None, 0)
