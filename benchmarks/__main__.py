@@ -71,6 +71,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "default FULL and the baseline, and give its figures in the detail line")
     p.add_argument("--many-sessions", type=_positive, help="sessions created at once in the many-cold rows")
     p.add_argument("--many-runs", type=_positive, help="runs of each many-cold row")
+    p.add_argument("--many-one-only", action="store_true",
+                   help="many-cold: only the one-sandbox row (no run that starts a bridge per session)")
     p.add_argument("--json", default=DEFAULT_JSON,
                    help=f"where to write the results (default {DEFAULT_JSON})")
     return p.parse_args(argv)
@@ -86,6 +88,8 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = tuple(value) if name in ("sessions", "paced_streams") else value
+    if args.many_one_only:
+        overrides["many_one_only"] = True
     return dataclasses.replace(base, **overrides)
 
 

@@ -56,6 +56,8 @@ class Sizes:
             same run, after FULL and the baseline; detail line only, the row stays FULL's).
         many_sessions: sessions created at once in the many-cold rows.
         many_runs: runs of each many-cold row (the spread is over them).
+        many_one_only: run only the many-cold row on one sandbox (not the one that starts
+            ``many_sessions`` bridges, which loads a shared machine for seconds).
         wheel_runs: cold starts of each kind in the wheel cold-start row.
     """
 
@@ -75,6 +77,7 @@ class Sizes:
     paced_normal: bool = False
     many_sessions: int = 100
     many_runs: int = 3
+    many_one_only: bool = False
     wheel_runs: int = 5
 
     @classmethod

@@ -59,7 +59,8 @@ def _many_once(env: BenchEnv, mode: str, n: int) -> Dict[str, Any]:
 
 def many_cold(env: BenchEnv, sizes: Sizes) -> List[Row]:
     """Two rows: ``sizes.many_sessions`` cold sessions at once on one sandbox, and on as many
-    sandboxes, each against a lone cold start; runs alternate lone / one / many."""
+    sandboxes, each against a lone cold start; runs alternate lone / one / many. With
+    ``sizes.many_one_only`` the first row alone (lone / one)."""
     n = sizes.many_sessions
     lone: List[Dict[str, Any]] = []
     one: List[Dict[str, Any]] = []
@@ -67,7 +68,8 @@ def many_cold(env: BenchEnv, sizes: Sizes) -> List[Row]:
     for _ in range(sizes.many_runs):
         lone.append(_many_once(env, "one", 1))
         one.append(_many_once(env, "one", n))
-        many.append(_many_once(env, "many", n))
+        if not sizes.many_one_only:
+            many.append(_many_once(env, "many", n))
     single = figure(
         "one lone cold start (create_session to first part, fresh host process)",
         "ms",
@@ -78,6 +80,8 @@ def many_cold(env: BenchEnv, sizes: Sizes) -> List[Row]:
         ("one sandbox", one, "on one sandbox"),
         ("many sandboxes", many, "one sandbox each"),
     ):
+        if not runs:
+            continue
         product = figure(
             f"{n} sessions created at once from {n} threads, {what}, no bridge yet: "
             "release to the last first part",

@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 BATCH = 256
-"""Values per Chunk: the bridge's bound (``bridge_client.bridge.turns.MAX_CHUNK_VALUES``)."""
+"""Values per Chunk of the transport baseline (the bridge's bound before issue 15's per-part
+work; the bridge now sends up to ``bridge_client.bridge.turns.MAX_CHUNK_VALUES``, about 64 KiB,
+when parts wait)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -350,9 +352,10 @@ def cold_start(env: BenchEnv, sizes: Sizes) -> Row:
 
 def _all_yielded(turn: Turn) -> bool:
     """True when the turn holds no part received but not yet yielded (reads Turn's private
-    read state: ``_st`` is a ReadState; see client/read_state.py)."""
-    st = turn._st
-    return st.yielded >= len(st.parts)
+    read state: ``_yielded()`` gives the ReadState and the parts yielded of it; see
+    client/read_state.py and Turn._pos)."""
+    st, taken, _ = turn._yielded()
+    return taken >= len(st.parts)
 
 
 def _stream_pending(turn: Turn) -> Tuple[Optional[Connection], Any]:

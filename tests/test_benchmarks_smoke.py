@@ -2,6 +2,7 @@
 and reports a figure. Nothing here is timed: speed belongs to the benchmarks themselves."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -82,6 +83,7 @@ def test_sizes_and_bad_arguments():
     paced_args = ["--paced-streams", "1,25", "--paced-deltas", "300", "--many-sessions", "7"]
     sizes = sizes_from(parse_args(paced_args))
     assert sizes.paced_streams == (1, 25) and sizes.paced_deltas == 300 and sizes.many_sessions == 7
+    assert not sizes.many_one_only and sizes_from(parse_args(["--many-one-only"])).many_one_only
     for bad in (["--sessions", "0"], ["--parts", "x"], ["--only", "nope"], ["--quick", "--tiny"],
                 ["--paced-streams", "0"], ["--many-runs", "0"]):
         with pytest.raises(SystemExit):
@@ -136,6 +138,13 @@ def test_many_cold_rows_count_what_the_host_started():
         one.extra["spawned"][0])
     assert many.extra["spawned"] == [n] and many.extra["bridges_logged"][0]["won_lock"] == n
     assert "bridges spawned" in details(rows)
+
+
+def test_many_cold_one_only_runs_the_one_sandbox_row_alone():
+    sizes = dataclasses.replace(Sizes.tiny(), many_one_only=True)
+    rows = run(["many-cold"], sizes, log=lambda _: None)
+    assert [r.name for r in rows] == MULTI_ROW["many-cold"][:1], [r.skipped for r in rows]
+    assert rows[0].extra["spawned"] == [1] and rows[0].ratio and rows[0].ratio > 0
 
 
 def test_wheel_cold_start_runs_from_the_venv_not_the_source_tree():

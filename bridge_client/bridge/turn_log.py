@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
 from ..wire.parts import SessionState
@@ -24,11 +26,13 @@ __all__ = ["Turn", "Reader", "MAX_CHUNK_VALUES", "MAX_CHUNK_BYTES"]
 
 log = logging.getLogger("bridge_client.bridge.turns")  # one logger for the turn runtime
 
-MAX_CHUNK_VALUES = 256
-"""Parts per Chunk, at most."""
+MAX_CHUNK_VALUES = 1024
+"""Parts per Chunk, at most (a Chunk carries what is committed and not yet sent: many parts
+only when they wait, as when the driver is faster than the host reads)."""
 
-MAX_CHUNK_BYTES = 256 * 1024
-"""Characters of part JSON per Chunk, about (a single larger part still goes alone)."""
+MAX_CHUNK_BYTES = 64 * 1024
+"""Characters of part JSON per Chunk, about (a single larger part still goes alone): what the
+connection sends at once from the committing or acking thread (``INLINE_BYTES``)."""
 
 
 class Turn:
@@ -181,12 +185,15 @@ class Turn:
             n = len(texts)
             filtering = after_step > 0 or bool(discarded)
             if not filtering and position < n:
-                # The common case, without a Python step per part: a slice, if it fits.
+                # The common case, without a Python step per part: a slice, cut where it
+                # reaches max_bytes (at least one part).
                 out = texts[position : position + max_values]
-                if len(out) == 1 or sum(map(len, out)) <= max_bytes:
-                    position += len(out)
-                    return out, position, self.complete and position >= n
-                out = []
+                if len(out) > 1:
+                    ends = list(accumulate(map(len, out)))
+                    if ends[-1] > max_bytes:
+                        out = out[: max(1, bisect_right(ends, max_bytes))]
+                position += len(out)
+                return out, position, self.complete and position >= n
             while position < n and len(out) < max_values:
                 if filtering:
                     step, attempt, kind = metas[position]

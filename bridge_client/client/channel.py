@@ -8,8 +8,8 @@ bridge cannot be reached (``BridgeUnavailable``), and keeps which turn of the se
 read, by which thread. :class:`~.session.Session` owns one;
 :class:`~.turn.Turn` and :class:`~.foreign.ForeignBridge` use it, so arrows point down.
 
-Threads: the caller's threads; one daemon idle-timer thread (``bridge-client-idle-<session>``)
-lives while a connection is open.
+Threads: the caller's threads; while a connection is open the session is watched by the
+process's one idle watcher (:mod:`.idle_watch`, thread ``bridge-client-idle-watch``).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ..errors import (
 from ..options import CreateSessionOptions
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState
-from . import forksafe, launcher
+from . import forksafe, idle_watch, launcher
 from .connection import Connection
 from .resend import resend_policy
 
@@ -94,7 +94,9 @@ class SessionChannel:
         self.hello: Optional[HelloResult] = None
         self._busy = 0
         self._last_use = time.monotonic()
-        self._idle_thread: Optional[threading.Thread] = None
+        # Watched by the process's idle watcher while a connection is open: no thread of its
+        # own, and no wake-up per use (a use only moves the deadline later).
+        self._idle_watched = False
         self.released = False
         self.active_turn: Any = None
         self._active_owner: Optional[int] = None  # the thread that reads the active turn
@@ -170,8 +172,8 @@ class SessionChannel:
                 current = None
             else:
                 self.conn = None
-            self.cond.notify_all()
         if current is not None:
+            self._stop_idle_timer()  # nothing to watch until the next connection
             current.close()
         if conn is not None and conn is not current:
             conn.close()
@@ -295,8 +297,8 @@ class SessionChannel:
         finally:
             with self.cond:
                 self._busy -= 1
+                # No wake-up of the idle timer: it looks at _last_use at its deadline.
                 self._last_use = time.monotonic()
-                self.cond.notify_all()
 
     @contextlib.contextmanager
     def reading(self, turn: Any) -> Iterator[None]:
@@ -352,53 +354,50 @@ class SessionChannel:
         self._connect_lock = threading.Lock()
         self.conn = None
         self._busy = 0
-        self._idle_thread = None
+        self._idle_watched = False  # the child's watcher starts empty
         self._reading_thread = None
 
     # ------------------------------------------------------------------ idle timer
 
     def _start_idle_timer(self) -> None:
         with self.cond:
-            if self._idle_thread is not None and self._idle_thread.is_alive():
+            if self._idle_watched or self.conn is None:
                 return
-            thread = threading.Thread(
-                target=self._idle_loop, name=f"bridge-client-idle-{self.id[:8]}", daemon=True
-            )
-            self._idle_thread = thread
-        thread.start()
+            self._idle_watched = True
+            due = self._last_use + self.options.idle_timeout
+        try:
+            idle_watch.WATCH.watch(self, due)
+        except BaseException:  # an interrupt, or no thread: the next connect() tries again
+            with self.cond:
+                self._idle_watched = False
+            raise
 
     def _stop_idle_timer(self) -> None:
         with self.cond:
-            thread = self._idle_thread
-            self._idle_thread = None
-            self.cond.notify_all()
-        # A thread whose start() an interrupt cut short may never have run: nothing to join.
-        if thread is not None and thread is not threading.current_thread() and thread.ident is not None:
-            thread.join(timeout=5.0)
+            watched, self._idle_watched = self._idle_watched, False
+        if watched:
+            idle_watch.WATCH.forget(self)
 
-    def _idle_loop(self) -> None:
-        """Close the connection once it has gone unused for ``idle_timeout`` seconds (C06).
-        Ends when the connection is gone or the session released."""
-        me = threading.current_thread()
+    def idle_look(self) -> Optional[float]:
+        """The idle watcher's look (its thread): close the connection once it has gone unused
+        for ``idle_timeout`` seconds. Returns when to look again (``time.monotonic()``),
+        or ``None`` when the connection is gone, the session released, or it was closed now."""
         timeout = self.options.idle_timeout
         with self.cond:
-            while self._idle_thread is me and self.conn is not None and not self.released:
-                if self._busy:
-                    self.cond.wait()
-                    continue
-                remaining = self._last_use + timeout - time.monotonic()
-                if remaining > 0:
-                    self.cond.wait(remaining)
-                    continue
-                conn, self.conn = self.conn, None
-                log.debug("session %s: idle for %g s, closing connection", self.id, timeout)
-                break
-            else:
-                conn = None
-            if self._idle_thread is me:
-                self._idle_thread = None
-        if conn is not None:
-            conn.close()
+            if not self._idle_watched or self.conn is None or self.released:
+                self._idle_watched = False
+                return None
+            now = time.monotonic()
+            if self._busy:
+                return now + timeout  # the use under way ends after now: not due before this
+            due = self._last_use + timeout
+            if due > now:
+                return due
+            conn, self.conn = self.conn, None
+            self._idle_watched = False
+            log.debug("session %s: idle for %g s, closing connection", self.id, timeout)
+        conn.close()
+        return None
 
 
 def _log_new_generation(

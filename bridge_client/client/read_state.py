@@ -13,7 +13,7 @@ from ..wire.parts import Part, TurnFinish
 
 __all__ = ["CHECKPOINT_EVERY", "NO_CHECKPOINT", "Checkpoint", "Cursor", "ReadState"]
 
-CHECKPOINT_EVERY = 16
+CHECKPOINT_EVERY = 64
 """Values converted between two checkpoints of a batch's conversion."""
 
 

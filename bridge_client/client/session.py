@@ -7,8 +7,9 @@ bridge gave, sends dropped requests again within the resend window, closes an
 unused connection after ``idle_timeout``, and hands out :class:`~.turn.Turn` iterators.
 The connection handling is its :class:`~.channel.SessionChannel`, which its turns use too.
 
-Threads: public methods run in the caller's thread; one daemon idle-timer thread
-(``bridge-client-idle-<session>``) lives while a connection is open.
+Threads: public methods run in the caller's thread; while a connection is open, the
+process's one idle-watcher thread (``bridge-client-idle-watch``, shared by all sessions)
+closes it once unused for ``idle_timeout``.
 """
 from __future__ import annotations
 

@@ -48,8 +48,8 @@ from ..wire.parts import (
     TurnStart,
     TurnState,
     UserMessage,
-    part_from_dict,
 )
+from ..wire.part_batch import parts_from_dicts
 from .channel import SessionChannel
 from .foreign import ForeignBridge
 from .interactive import RecordedAnswer, RequestRef, TurnApprovals
@@ -113,6 +113,10 @@ class Turn(TurnSource):
         # object is kept for text().
         self._texts: List[str] = []
         self._runs: List[Tuple[Optional[int], int, int]] = []
+        # (state, yielded, text chunks) after the text deltas yielded from that _st: one store
+        # per delta instead of a new ReadState; it counts only while its state is _st (any new
+        # _st, which every other part and every batch stores, folds it in or starts over).
+        self._pos: Tuple[Any, int, int] = (None, 0, 0)
         self._adopted_state = False  # a bridge of other options gave this session a new state
         # Approval requests seen, and those the approve= policy has still to answer.
         self._approvals = TurnApprovals(getattr(channel.options, "approve", None))
@@ -166,28 +170,47 @@ class Turn(TurnSource):
         if self._due:  # requests yielded before: the approve= policy answers them now
             self._approvals.run_policy(self)
         st = self._st
-        # One unpacking of the ReadState, in its field order (the per-part path).
-        parts, taken, steps, finish, started, rx, ntext = st
+        pos = self._pos
+        # Where the read stands: a text delta moves only _pos, valid while it names this _st.
+        if pos[0] is st:
+            taken, ntext = pos[1], pos[2]
+        else:
+            taken, ntext = st.yielded, st.texts
+        parts = st.parts
         if taken >= len(parts):
-            if rx.done or self._exhausted:
+            if st.cursor.done or self._exhausted:
                 self._end()
+            if pos[0] is st:  # the position into the state first (one store), for the read
+                self._st = st._replace(yielded=taken, texts=ntext)
             with self._channel.reading(self):
                 self._fill()
             st = self._st
-            parts, taken, steps, finish, started, rx, ntext = st
+            pos = self._pos
+            if pos[0] is st:  # pragma: no cover - a read publishes a new state
+                taken, ntext = pos[1], pos[2]
+            else:
+                taken, ntext = st.yielded, st.texts
+            parts = st.parts
             if taken >= len(parts):
                 self._suspended = False
                 raise StopIteration  # suspended from another thread: reading stops (C11)
         part = parts[taken]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
-        kind = type(part)  # exact types (part_from_dict builds them)
+        kind = type(part)  # exact types (parts_from_dicts builds them)
         if kind is TextDelta:
             self._texts[ntext:] = (part.text,)  # type: ignore[attr-defined]
             runs = self._runs
             if not runs or runs[-1][0] != part.step or runs[-1][1] != part.attempt:
                 runs.append((part.step, part.attempt, ntext))
-            ntext += 1
-        elif kind is StepFinish:
+            moved = (st, taken + 1, ntext + 1)
+            try:
+                self._pos = moved  # the part is yielded: nothing may run between this store and return
+                return part
+            except BaseException:  # pragma: no cover - only before Python 3.11 (see the module doc)
+                self._pos = pos
+                raise
+        _, _, steps, finish, started, rx, _ = st
+        if kind is StepFinish:
             steps += 1
         else:
             steps, finish, started, ntext = self._account(part, steps, finish, started, ntext)
@@ -251,10 +274,18 @@ class Turn(TurnSource):
         """Send a request about this turn to its bridge (resent within the window when safe)."""
         return self._channel.call(rpc, payload, link=self._link)
 
+    def _yielded(self) -> Tuple[ReadState, int, int]:
+        """The read state with how many of its parts and text chunks were yielded (``_pos``
+        folded in; one snapshot, so any thread may ask)."""
+        st, pos = self._st, self._pos
+        if pos[0] is st:
+            return st, pos[1], pos[2]
+        return st, st.yielded, st.texts
+
     def _unyielded(self) -> List[Part]:
         """The parts received and not yet yielded (the reading thread's; never reads)."""
-        st = self._st
-        return st.parts[st.yielded :]
+        st, taken, _ = self._yielded()
+        return st.parts[taken:]
 
     # ------------------------------------------------------------------ interactive turns
 
@@ -326,7 +357,7 @@ class Turn(TurnSource):
         It never reads: iterate the turn to its end first (``for part in turn: ...``) for the
         whole text. Before the first part is yielded it is ``""``.
         """
-        return "".join(self._texts[: self._st.texts])
+        return "".join(self._texts[: self._yielded()[2]])
 
     def __repr__(self) -> str:
         where = "done" if self.done else f"{self.steps} steps read"
@@ -376,31 +407,40 @@ class Turn(TurnSource):
         count = len(values)
         append = parts.append
         while pos < count:
-            part = part_from_dict(values[pos])
-            pos += 1
-            if part.index < offset:
-                continue  # already received (a resend overlapped)
-            offset = part.index + 1
-            kind = type(part)  # exact types (part_from_dict builds them): see __next__
-            if kind is StepFinish:
-                steps += 1
-            elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
-                if self._state is not None and part.turn.turn_id != self.id:
-                    raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
-                self._state = part.turn
-            elif kind is TurnFinish:
-                done = True
-            append(part)
-            if not pos % CHECKPOINT_EVERY:
-                self._checkpoint = Checkpoint(seq, len(parts), pos, offset, steps, done)
+            # One segment, up to the next checkpoint: built in one call, then accounted.
+            stop = min(count, pos - pos % CHECKPOINT_EVERY + CHECKPOINT_EVERY)
+            built, run = parts_from_dicts(values, pos, stop)
+            if run and built[0].index >= offset:
+                # Deltas in order, all new (the stream's common case): nothing to look at per part.
+                parts.extend(built)
+                offset = built[-1].index + 1
+            else:
+                for part in built:
+                    if part.index < offset:
+                        continue  # already received (a resend overlapped)
+                    offset = part.index + 1
+                    kind = type(part)  # exact types (parts_from_dicts builds them): see __next__
+                    if kind is StepFinish:
+                        steps += 1
+                    elif kind is TurnStart and isinstance(part, TurnStart):  # (isinstance: for mypy)
+                        if self._state is not None and part.turn.turn_id != self.id:
+                            raise ProtocolError(f"turn {self.id}: turn-start names turn {part.turn.turn_id}")
+                        self._state = part.turn
+                    elif kind is TurnFinish:
+                        done = True
+                    append(part)
+            pos = stop
+            self._checkpoint = Checkpoint(seq, len(parts), pos, offset, steps, done)
         if parts:
             self._lost_since = None
             self._overloaded = 0.0
         if steps > rx.steps or done:
             self._restarted_since = None
-        st = self._st
+        st, _, ntext = self._yielded()
         # One store publishes the batch and the cursor after it (the old batch was all yielded).
-        self._st = st._replace(parts=parts, yielded=0, cursor=Cursor(seq, offset, rx.after_step, steps, done))
+        self._st = st._replace(
+            parts=parts, yielded=0, texts=ntext, cursor=Cursor(seq, offset, rx.after_step, steps, done)
+        )
 
     def _account(
         self, part: Part, steps: int, finish: Optional[TurnFinish], started: bool, ntext: int

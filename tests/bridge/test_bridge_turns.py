@@ -11,6 +11,7 @@ import pytest
 import websocket
 
 from bridge_client.bridge.store import read_parts
+from bridge_client.bridge.turns import MAX_CHUNK_VALUES
 from bridge_client.wire import frames
 from bridge_client.wire.parts import part_from_dict
 from bridge_harness import text_of, wait_until
@@ -159,8 +160,8 @@ def test_turn_start_carries_the_turn_state(shared_echo, sid, tid):
 
 
 def test_read_turn_with_acks_across_many_chunks(make_bridge, sid, tid):
-    bridge = make_bridge(options={"steps": 2, "chunks": 700})
-    prompt = "".join(chr(ord("a") + i % 26) for i in range(1400))
+    bridge = make_bridge(options={"steps": 2, "chunks": 3000})
+    prompt = "".join(chr(ord("a") + i % 26) for i in range(6000))
     with bridge.connect() as c:
         c.open(sid)
         c.start(sid, tid, prompt)
@@ -183,7 +184,9 @@ def test_read_turn_with_acks_across_many_chunks(make_bridge, sid, tid):
             c.ws.settimeout(5)
             c.send(frames.Ack(rid))
     _check_log(parts)
-    assert len(sizes) >= 6 and max(sizes) <= 256  # 1400+ parts, at most 256 a Chunk
+    # 6,000+ parts; while each Ack waits the parts pile up and go in larger Chunks, bounded
+    # by MAX_CHUNK_VALUES and about MAX_CHUNK_BYTES of JSON each; one Chunk in flight always.
+    assert len(sizes) >= 6 and 256 < max(sizes) <= MAX_CHUNK_VALUES
     for step in (0, 1):
         assert text_of([p for p in parts if p["step"] == step]) == prompt
 

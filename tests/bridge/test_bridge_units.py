@@ -486,3 +486,25 @@ def test_a_silent_connection_is_closed_after_the_silence_timeout(tmp_path):
         thread.join(5)
         manager.close()
         store.close()
+
+
+def test_turn_take_cuts_a_backlog_where_the_bytes_bound_is_reached():
+    # The slice path (no filtering) cuts as the part-by-part path does: as many parts as fit
+    # in max_bytes, at least one, at most max_values; a lone big part still goes alone.
+    rng = __import__("random").Random(15)
+    sizes = [rng.choice([60, 70, 700, 5000]) for _ in range(3000)]
+    turn = Turn("t", "s", "p", SessionState("s", 0, None), "running")
+    turn.publish_segment(["x" * n for n in sizes], [(0, 1, "text-delta")] * len(sizes), [])
+    for max_values, max_bytes in ((1024, 64 * 1024), (256, 10_000), (1024, 100), (3, 10**9)):
+        position, taken = 0, []
+        while position < len(sizes):
+            texts, new, done = turn.take(position, 0, max_values, max_bytes)
+            assert 1 <= len(texts) <= max_values and new == position + len(texts) and not done
+            assert len(texts) == 1 or sum(map(len, texts)) <= max_bytes
+            if position + len(texts) < len(sizes) and len(texts) < max_values:
+                assert sum(map(len, texts)) + sizes[new] > max_bytes  # the next one did not fit
+            taken += texts
+            position = new
+        assert [len(t) for t in taken] == sizes
+    texts, _, _ = turn.take(0)  # the defaults: a backlog of small parts goes about 64 KiB at once
+    assert 64 * 1024 - 5000 < sum(map(len, texts)) <= 64 * 1024

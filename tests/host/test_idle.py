@@ -58,3 +58,36 @@ def test_b06_bridge_exits_when_idle_and_c07_a_new_one_restores_the_session(sandb
         list(session.turn("after"))
         assert session._hello.pid != pid
         assert session.state.data == {"turns": 2}
+
+
+def test_c06_reading_a_turn_does_not_wake_the_idle_timer_per_batch(sandbox):
+    # The idle timer waits for its deadline while the connection is not busy: the end of each
+    # read (one per batch of parts) must not wake it; it still closes an idle connection.
+    opts = options("echo", agent_options={"steps": 1, "chunks": 400, "delay": 0.001})
+    with bc.create_session(opts, session_options(sandbox, idle_timeout=30.0)) as session:
+        list(session.turn("warm"))
+        channel = session._channel
+        wakes = []
+        real = channel.cond.notify_all
+
+        def counted() -> None:
+            wakes.append(1)
+            real()
+
+        channel.cond.notify_all = counted
+        fills = 0
+        turn = session.turn("x" * 400)
+        real_fill = turn._fill
+
+        def counted_fill() -> None:
+            nonlocal fills
+            fills += 1
+            real_fill()
+
+        turn._fill = counted_fill
+        assert len(list(turn)) > 400
+        assert fills > 20, "the parts came in a few batches only: nothing was measured"
+        assert len(wakes) <= 2, f"{len(wakes)} wakes of the idle timer for {fills} reads"
+    with bc.create_session(options("echo"), session_options(sandbox, idle_timeout=0.3)) as session:
+        list(session.turn("first"))
+        assert wait_until(lambda: not session.connected, timeout=5), "idle connection was not closed"

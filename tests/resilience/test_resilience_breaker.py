@@ -146,22 +146,39 @@ def test_c09_c11_a_keyboard_interrupt_at_any_bytecode_of_the_read_loses_and_repe
         _check_exactly_once(parts, turn, steps)
 
 
-@pytest.mark.parametrize("at_call", [2, 5, 17, 60])
+def _before_each_value(monkeypatch: Any, hook: Callable[[Any], None]) -> None:
+    """Call ``hook(value)`` before the turn builds the part of each value it took (its
+    ``parts_from_dicts`` builds a segment of a batch in one call: here one value at a time)."""
+    real = turn_mod.parts_from_dicts
+
+    def one_by_one(values: Any, start: int = 0, stop: Any = None) -> Any:
+        built, only_deltas = [], True
+        for value in values[start:stop]:
+            hook(value)
+            part, deltas = real([value])
+            built += part
+            only_deltas = only_deltas and deltas
+        return built, only_deltas
+
+    monkeypatch.setattr(turn_mod, "parts_from_dicts", one_by_one)
+
+
+@pytest.mark.parametrize("at_call", [2, 5, 17, 60, 70, 130])
 def test_c09_an_interrupt_in_the_middle_of_a_chunk_loses_none_of_it(sandbox, monkeypatch, at_call):
-    # The breaker's sigint_deterministic.py: Ctrl-C while the parts of one chunk are converted.
+    # The breaker's sigint_deterministic.py: Ctrl-C while the parts of one chunk are converted
+    # (before and after the conversion's first checkpoint, at 64 values).
     steps = 3
     with bc.create_session(_echo(steps, 50, delay=0.002), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
         time.sleep(0.5)  # the rest of the turn piles up on the connection: one take gets a lot
-        real, calls = turn_mod.part_from_dict, [0]
+        calls = [0]
 
-        def flaky(value: Any) -> bc.Part:
+        def flaky(value: Any) -> None:
             calls[0] += 1
             if calls[0] == at_call:
                 raise KeyboardInterrupt
-            return real(value)
 
-        monkeypatch.setattr(turn_mod, "part_from_dict", flaky)
+        _before_each_value(monkeypatch, flaky)
         parts = [next(turn)]  # turn-start, from the buffer _start filled
         parts += _read_through_interrupts(turn)
         assert calls[0] > at_call
@@ -175,19 +192,19 @@ def test_c11_suspend_from_another_thread_while_the_reader_fills_its_buffer_loses
     sandbox, monkeypatch
 ):
     steps = 10
-    with bc.create_session(_echo(steps, 100), session_options(sandbox)) as session:
+    # 4,000+ parts: more than the first reads can take at once (a Chunk carries up to 1,024).
+    with bc.create_session(_echo(steps, 400), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
-        real, calls, suspended = turn_mod.part_from_dict, [0], []
+        calls, suspended = [0], []
 
-        def suspend_midway(value: Any) -> bc.Part:
+        def suspend_midway(value: Any) -> None:
             calls[0] += 1
             if calls[0] % 37 == 0:  # thread B suspends while A converts a chunk
                 other = threading.Thread(target=lambda: suspended.append(session.suspend_turn()))
                 other.start()
                 other.join(10)
-            return real(value)
 
-        monkeypatch.setattr(turn_mod, "part_from_dict", suspend_midway)
+        _before_each_value(monkeypatch, suspend_midway)
         parts: List[bc.Part] = []
         rounds = 0
         while not turn.done:
