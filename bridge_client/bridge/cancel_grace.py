@@ -20,27 +20,28 @@ log = logging.getLogger("bridge_client.bridge.turns")  # one logger for the turn
 
 
 class GraceWatcher:
-    """Calls ``expired(turn, thread)`` once a watched turn's grace ran out (in the watcher's
+    """Calls ``expired(turn, run)`` once a watched turn's grace ran out (in the watcher's
     thread, holding no lock; an exception it raises is logged). Every method may be called
     from any thread.
     """
 
-    def __init__(self, expired: Callable[[Turn, threading.Thread], None]) -> None:
+    def __init__(self, expired: Callable[[Turn, object], None]) -> None:
         self._expired = expired
-        # Cancelled turns' deadlines: (deadline, sequence, turn, its thread), a heap watched by
+        # Cancelled turns' deadlines: (deadline, sequence, turn, its run), a heap watched by
         # one thread started with the first cancel.
         self._cond = threading.Condition(threading.Lock())
-        self._heap: List[Tuple[float, int, Turn, threading.Thread]] = []
+        self._heap: List[Tuple[float, int, Turn, object]] = []
         self._seq = 0
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    def watch(self, turn: Turn, thread: threading.Thread, grace: float) -> None:
-        """Give the run of ``turn`` in ``thread`` ``grace`` seconds from now."""
+    def watch(self, turn: Turn, run: object, grace: float) -> None:
+        """Give the run ``run`` of ``turn`` (what names that run: its context) ``grace``
+        seconds from now."""
         with self._cond:
             self._seq += 1
             deadline = time.monotonic() + grace
-            heapq.heappush(self._heap, (deadline, self._seq, turn, thread))
+            heapq.heappush(self._heap, (deadline, self._seq, turn, run))
             self._cond.notify_all()
             if self._thread is None:
                 watcher = threading.Thread(target=self._loop, name="bridge-cancel-grace", daemon=True)
@@ -72,10 +73,10 @@ class GraceWatcher:
                         return
                     wait = self._heap[0][0] - time.monotonic()
                     if wait <= 0:
-                        _, _, turn, thread = heapq.heappop(self._heap)
+                        _, _, turn, run = heapq.heappop(self._heap)
                         break
                     self._cond.wait(wait)
             try:
-                self._expired(turn, thread)
+                self._expired(turn, run)
             except Exception:
                 log.exception("turn %s: ending it after the cancel grace failed", turn.id)

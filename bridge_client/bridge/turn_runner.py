@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -28,6 +29,7 @@ from .store import Op, Store, Ticket, checkpoint_op, finish_op, json_text, sessi
 from .turn_life import NEW, RUNNING, _Abandoned
 from .turn_log import Turn, _progress, _Progress
 from .turn_sink import RunSink, append_part, wait_room
+from .turn_threads import TurnThreads, Worker
 
 __all__ = ["TurnRunner", "iso_now", "STEP_RESET_REASON", "CANCEL_GRACE", "MAX_RUNNING_TURNS"]
 
@@ -81,11 +83,13 @@ def _outcome(result: Any) -> Tuple[str, Any, Optional[str]]:
 
 
 class _Launch(NamedTuple):
-    """A turn's thread, started and waiting: ``box`` holds the thread, then the context once
-    :meth:`TurnRunner._launch` ran; ``ready`` lets it go (to run, or to end at once)."""
+    """A turn's thread, reserved and waiting: ``box`` holds the thread, then the context once
+    :meth:`TurnRunner._launch` ran; ``ready`` is set, and ``worker`` given its job, when it
+    may go (to run, or to end at once): :meth:`TurnRunner._let_go`."""
 
     ready: threading.Event
     box: List[Any]
+    worker: Worker
 
 
 class TurnRunner(SessionRegistry):
@@ -115,6 +119,9 @@ class TurnRunner(SessionRegistry):
         self.cancel_grace = cancel_grace
         self.max_running = max(1, max_running)
         self._grace_watch = GraceWatcher(self._abandon)
+        # A turn's thread: one that ran an earlier turn when one waits (no thread start on the
+        # way to the first part), else a new one.
+        self._threads = TurnThreads(self._run_job)
         self._turns: Dict[str, Turn] = {}
         self._finished: "OrderedDict[str, None]" = OrderedDict()
         self._running = 0
@@ -230,11 +237,14 @@ class TurnRunner(SessionRegistry):
         try:
             turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, 0)
             row = turn_op(turn_id, session.id, prompt, started_at, turn_state, checkpoint.to_dict())
-            _, ticket = self._append(turn, "turn-start", None, 1, {"turn": turn_state}, (row,))
+            # Not committed yet: the writer, woken once the driver's thread is let go, commits
+            # it with what the driver emits meanwhile (TurnManager.start_turn).
+            _, ticket = append_part(self._store, turn, "turn-start", None, 1, {"turn": turn_state}, (row,),
+                                    wake=False)
             self._turns[turn_id] = turn
-            self._launch(turn, 0, [], checkpoint, launch)
+            self._launch(turn, 0, [], checkpoint, launch, joins_start=True)
         finally:
-            launch.ready.set()  # the thread runs the turn, or (nothing launched) ends at once
+            self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
         log.info("turn %s started (session %s)", turn_id, session.id)
         return ticket
 
@@ -275,7 +285,7 @@ class TurnRunner(SessionRegistry):
         try:
             return self._continue_with(turn, session, launch)
         finally:
-            launch.ready.set()
+            self._let_go(turn, launch)
 
     def _continue_with(self, turn: Turn, session: Session, launch: "_Launch") -> Optional[Ticket]:
         progress, ticket = self._reset_open_step(turn, session)
@@ -303,19 +313,22 @@ class TurnRunner(SessionRegistry):
                 f"{self._running} turns are running, the most this bridge runs at once: try again later",
                 turnId=turn.id,
             )
-        launch = _Launch(threading.Event(), [])
-        thread = threading.Thread(
-            target=self._run_launched, args=(turn, launch), name=f"bridge-turn-{turn.id}", daemon=True
-        )
         try:
-            thread.start()
+            # Reserved now, given its job once the turn is written (_let_go): woken once.
+            worker = self._threads.reserve(f"bridge-turn-{turn.id}")
         except RuntimeError as exc:  # "can't start new thread": out of tasks or memory
             log.warning("turn %s: cannot start its thread (%s): answered Overloaded", turn.id, exc)
             raise Overloaded(
                 f"the bridge cannot start a thread now ({exc}): try again later", turnId=turn.id
             ) from None
-        launch.box.append(thread)
-        return launch
+        return _Launch(threading.Event(), [worker.thread], worker)
+
+    def _let_go(self, turn: Turn, launch: "_Launch") -> None:
+        launch.ready.set()
+        self._threads.go(launch.worker, (turn, launch))
+
+    def _run_job(self, job: Tuple[Turn, "_Launch"]) -> None:
+        self._run_launched(*job)
 
     def _run_launched(self, turn: Turn, launch: "_Launch") -> None:
         launch.ready.wait()
@@ -323,8 +336,16 @@ class TurnRunner(SessionRegistry):
             self._run(turn, launch.box[1])
 
     def _launch(
-        self, turn: Turn, completed: int, steps: List[List[Part]], state: SessionState, launch: "_Launch"
+        self,
+        turn: Turn,
+        completed: int,
+        steps: List[List[Part]],
+        state: SessionState,
+        launch: "_Launch",
+        joins_start: bool = False,
     ) -> None:
+        """Make the run's context (``joins_start``: the turn-start is still to be committed,
+        and what the driver emits at once is handed to that commit). Lock held."""
         session = self._sessions[turn.session_id]
         interaction = turn.interaction or self._new_interaction(turn)
         sink = interaction.begin_run(
@@ -341,7 +362,10 @@ class TurnRunner(SessionRegistry):
             completed_steps=completed,
             steps=steps,
             cancelled=turn.cancelled,
-            sink=RunSink(turn, self._store, self._finish_step, self._set_state),
+            sink=RunSink(
+                turn, self._store, self._finish_step, self._set_state,
+                time.monotonic() if joins_start else None,
+            ),
             env=session.env,
             interactive=sink,
         )
@@ -401,11 +425,13 @@ class TurnRunner(SessionRegistry):
 
     # ------------------------------------------------------------------ the cancel grace
 
-    def _abandon(self, turn: Turn, thread: threading.Thread) -> None:
-        """The cancel grace of ``turn`` ran out: if the same run still runs, end the turn as
-        ``cancelled`` here, abandon the driver's thread and kill its reported process groups."""
+    def _abandon(self, turn: Turn, run: object) -> None:
+        """The cancel grace of ``turn`` ran out: if the same run (``run``: its context) still
+        runs, end the turn as ``cancelled`` here, abandon the driver's thread and kill its
+        reported process groups. (A run is named by its context, not its thread: a thread
+        runs one turn after another.)"""
         with self._lock:
-            if self._closing or turn.life.state != RUNNING or turn.thread is not thread:
+            if self._closing or turn.life.state != RUNNING or turn.ctx is not run:
                 return
             with turn.append_lock:
                 if turn.abandoned:

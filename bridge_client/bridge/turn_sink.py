@@ -36,11 +36,13 @@ def append_part(
     fields: Dict[str, Any],
     extra: Sequence[Op] = (),
     force: bool = False,
+    wake: bool = True,
 ) -> Tuple[int, Ticket]:
     """Append one part (and ``extra`` ops, in the same transaction); return
     ``(index, ticket)``. Raises TypeError/ValueError (nothing written) for non-JSON fields,
     and _Abandoned when the bridge is shutting down. ``force``: the manager's own end of
-    an abandoned turn (written although its driver may write no more)."""
+    an abandoned turn (written although its driver may write no more). ``wake=False``: the
+    caller has the part committed itself (``Store.wait``) or wakes the writer later."""
     buffer = turn.buffer
     assert buffer is not None
     with turn.append_lock:
@@ -49,7 +51,7 @@ def append_part(
         index = turn.next_index
         text = part_text(kind, index, step, attempt, fields)
         try:
-            pending = buffer.add(index, text, (step, attempt, kind), extra)
+            pending = buffer.add(index, text, (step, attempt, kind), extra, wake)
         except StoreError:
             turn.abandoned = True
             raise _Abandoned() from None
@@ -86,14 +88,20 @@ next 50 ms of its deltas. Neither way waits for company."""
 class RunSink:
     """The :class:`~bridge_client.bridge.driver.TurnSink` of one run of a turn."""
 
-    def __init__(self, turn: Turn, store: Store, finish_step: FinishStep, set_state: SetState) -> None:
+    def __init__(
+        self, turn: Turn, store: Store, finish_step: FinishStep, set_state: SetState,
+        start: Optional[float] = None,
+    ) -> None:
         self._turn = turn
         assert turn.buffer is not None
         self._buffer = turn.buffer
         self._store = store
         self._finish_step = finish_step
         self._set_state = set_state
-        self._last = 0.0  # monotonic end of the previous emit
+        # Monotonic end of the previous emit. ``start``: when the run began while its turn-start
+        # is still to be committed; it counts as an emit, so that what the driver emits at once
+        # is handed to that commit (see TurnManager.start_turn), not committed alone.
+        self._last = 0.0 if start is None else start
         self._gap = float("inf")  # seconds from the emit before the previous one to the previous one
         # emit_text's encoding of the (kind, step, attempt) it last saw: its head and tail.
         self._key: Tuple[str, Optional[int], int] = ("", None, 0)

@@ -131,7 +131,10 @@ class TurnManager(TurnRunner):
                 status = "continued"
             self._evict()
         if ticket is not None:
-            self._store.wait(ticket, self._commit_timeout)
+            # A new turn's start is committed by the writer, woken now: the parts its driver
+            # emits at once (its thread runs already) go into the same transaction, so that a
+            # first part costs one commit, not two. The answer still waits for the commit.
+            self._store.wait(ticket, self._commit_timeout, here=status != "started")
         return {"turnId": turn_id, "status": status}
 
     def find_turn(self, session_id: str, turn_id: str) -> Turn:
@@ -172,8 +175,8 @@ class TurnManager(TurnRunner):
                 turn.cancelled.set()
                 if turn.interaction is not None:
                     turn.interaction.wake()  # a driver waiting for an answer denies it (cancel)
-                if turn.thread is not None:
-                    self._grace_watch.watch(turn, turn.thread, self.cancel_grace)
+                if turn.ctx is not None:
+                    self._grace_watch.watch(turn, turn.ctx, self.cancel_grace)
             elif turn.status == "orphan":
                 session = self._get_session(session_id)
                 self._reset_open_step(turn, session)
@@ -255,6 +258,7 @@ class TurnManager(TurnRunner):
             self._closing = True
             turns = [t for t in self._turns.values() if t.status == "running"]
         self._grace_watch.close()
+        self._threads.close()  # idle turn threads end; busy ones once their turn returns
         for turn in turns:
             with turn.append_lock:
                 turn.abandoned = True

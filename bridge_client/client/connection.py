@@ -193,19 +193,34 @@ class Connection:
             RpcError: the bridge answered with a typed failure.
             ProtocolError: the bridge answered with a defect.
         """
-        pending = self._send_request(tag, payload, stream=False)
+        return self.answer(self.request(tag, payload), tag, timeout)
+
+    def request(self, tag: str, payload: Any) -> Pending:
+        """Send a request that does not stream and return at once (so that another can follow
+        it before its answer); take the answer with :meth:`answer`, or drop it with
+        :meth:`forget`. Raises as :meth:`call` does before it waits."""
+        pending, data = self._register(tag, payload, stream=False)
+        self._transmit(data)
+        return pending
+
+    def answer(self, pending: Pending, tag: str, timeout: Optional[float] = None) -> Any:
+        """Wait for the answer to a :meth:`request`, as :meth:`call` does (same errors)."""
         try:
             with pending.cond:
                 done = pending.cond.wait_for(lambda: pending.outcome is not None, timeout)
                 outcome = pending.outcome
         except BaseException:  # KeyboardInterrupt: nobody waits for the answer any more
-            with self._lock:
-                self._pending.pop(pending.id, None)
+            self.forget(pending)
             raise
         if not done:
             self.close()
             raise ConnectionLost(f"{tag}: no answer within {timeout} s")
         return self._finish(pending, outcome)  # type: ignore[arg-type]
+
+    def forget(self, pending: Pending) -> None:
+        """Nobody waits for a :meth:`request`'s answer: drop it (a late answer is ignored)."""
+        with self._lock:
+            self._pending.pop(pending.id, None)
 
     def stream(self, tag: str, payload: Any, holder: Optional[List[Stream]] = None) -> Stream:
         """Send a streaming request and return its :class:`Stream`.
@@ -284,11 +299,6 @@ class Connection:
                 sock.close()  # closes the descriptor only; no close_notify, no shutdown
             except OSError:
                 pass
-
-    def _send_request(self, tag: str, payload: Any, stream: bool) -> Pending:
-        pending, data = self._register(tag, payload, stream)
-        self._transmit(data)
-        return pending
 
     def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[Pending, bytes]:
         """Encode a request and enter it in the pending table (nothing sent yet)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, SessionNotFound, TurnNotFound
 from ..errors import TurnStalled
@@ -24,6 +24,7 @@ from ..wire import rpcs
 from ..wire.parts import Part, StartTurnResult, TurnState
 from .channel import SessionChannel
 from .connection import END, Connection, Stream, StreamClosed
+from .stream import Pending
 from .foreign import ForeignBridge, ForeignBridgeGone
 from .read_state import NO_CHECKPOINT, ReadState
 from .resend import FIRST_BACKOFF, MAX_BACKOFF
@@ -95,6 +96,10 @@ class TurnSource:
         # The store generation of the turn state continue_turn() was given (B10), until a
         # turn-start says which log is read.
         self._known_generation: Optional[str] = None
+        # ReadTurn goes right behind StartTurn (see _start_and_read) unless a bridge served the
+        # two out of order; _unconfirmed is such a stream until something is taken from it.
+        self._pipeline = True
+        self._unconfirmed: Optional[Stream] = None
 
     def _convert(self, raw: Tuple[int, List[Any], List[Part]]) -> None:
         """Convert values taken from the stream and publish them as the next batch (the
@@ -128,10 +133,18 @@ class TurnSource:
         )
         self._set_cursor(offset=0, after_step=0, steps=0, done=False)
 
-    def _start_turn(self, conn: Connection) -> None:
-        payload = {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt}
+    def _start_payload(self) -> Dict[str, Any]:
+        return {"sessionId": self._session_id, "turnId": self.id, "prompt": self.prompt}
+
+    def _start_turn(self, conn: Connection, sent: Optional[Pending] = None) -> None:
+        """``StartTurn`` on ``conn`` (its answer to ``sent`` when :meth:`_start_and_read` sent
+        it already), and what its answer means for the read."""
+        timeout = self._channel.options.request_timeout
         try:
-            value = conn.call(rpcs.START_TURN.tag, payload, timeout=self._channel.options.request_timeout)
+            if sent is None:
+                value = conn.call(rpcs.START_TURN.tag, self._start_payload(), timeout=timeout)
+            else:
+                value = conn.answer(sent, rpcs.START_TURN.tag, timeout)
         except (SessionNotFound, TurnNotFound) as exc:
             if self._link is None:
                 raise
@@ -167,7 +180,11 @@ class TurnSource:
                 rx = self._st.cursor
                 self._set_cursor(after_step=rx.steps)
             self._check_generation()
-            self._start_turn(conn)
+            return self._start_and_read(conn)
+        return self._read(conn)
+
+    def _read(self, conn: Connection) -> Stream:
+        """Send ``ReadTurn`` from the cursor."""
         rx = self._st.cursor
         # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
         return conn.stream(
@@ -180,6 +197,49 @@ class TurnSource:
             },
             holder=self._opened,
         )
+
+    def _start_and_read(self, conn: Connection) -> Stream:
+        """``StartTurn``, then ``ReadTurn`` from where the read stands after its answer.
+
+        The turn id is the host's, so the ``ReadTurn`` can go right behind the ``StartTurn``
+        without waiting for its answer (one round trip less). That stream is used only when
+        its answer says it asked for what the unpipelined read would: ``started`` with the
+        cursor where it was (a new turn), ``running`` or ``finished``. Any other outcome closes
+        it before anything is taken from it (another prompt's turn, ``TurnConflict``, is never
+        read) and opens the read the answer calls for. A bridge that served the ``ReadTurn``
+        first (it found no such turn yet) is read again from the cursor (see
+        :meth:`_fill_parts`). Not for a turn of a bridge of other options (its answer decides
+        whether that bridge is used at all).
+        """
+        if self._link is not None or not self._pipeline:
+            self._start_turn(conn)
+            return self._read(conn)
+        asked = self._st.cursor
+        sent = conn.request(rpcs.START_TURN.tag, self._start_payload())
+        try:
+            stream = self._read(conn)
+        except BaseException:
+            conn.forget(sent)
+            raise
+        try:
+            self._start_turn(conn, sent)
+        except BaseException:
+            self._drop_unread(stream)
+            raise
+        rx = self._st.cursor
+        if self.status == "continued" or (rx.offset, rx.after_step) != (asked.offset, asked.after_step):
+            # The turn was continued (a bridge that did not serve the two in order could have
+            # read the log before StartTurn reset its open step), or it runs again from its
+            # prompt: read what the answer calls for.
+            self._drop_unread(stream)
+            return self._read(conn)
+        self._unconfirmed = stream
+        return stream
+
+    def _drop_unread(self, stream: Stream) -> None:
+        """Close a stream nothing was taken from, and forget it."""
+        stream.close()
+        self._forget_stream(stream)
 
     def _set_cursor(self, **changes: Any) -> None:
         """Replace fields of the cursor (one store; only between batches)."""
@@ -314,6 +374,14 @@ class TurnSource:
                 continue
             except (SessionNotFound, TurnNotFound) as exc:
                 self._dirty = False
+                if stream is self._unconfirmed:
+                    # A ReadTurn sent right behind StartTurn was served first, before the turn
+                    # existed: read again from the cursor, and send the two one after the other
+                    # from now on.
+                    log.debug("turn %s: the bridge served ReadTurn before StartTurn: %s", self.id, exc)
+                    self._pipeline = False
+                    self._forget_stream(stream)
+                    continue
                 if self._link is None:
                     raise
                 self._forget_stream(stream)
@@ -344,6 +412,7 @@ class TurnSource:
                 return
             self._raw = (self._st.cursor.batch + 1, values, [])  # type: ignore[assignment]
             self._dirty = False
+            self._unconfirmed = None
 
     def _stalled(self, seconds: float) -> TurnStalled:
         """C20: the driver sent no part within ``turn_stall_timeout``. The read ends (its
@@ -365,6 +434,8 @@ class TurnSource:
         """The stream ended: it is no longer this turn's."""
         if self._stream is stream:
             self._stream = self._stream_conn = None
+        if self._unconfirmed is stream:
+            self._unconfirmed = None
         try:
             self._opened.remove(stream)
         except ValueError:

@@ -72,17 +72,19 @@ def test_c05_hosts_launching_at_once_end_with_one_bridge(workspace):
 
 def test_c08_a_request_whose_answer_was_lost_is_sent_again(sandbox, monkeypatch):
     sent = []
-    real_call = Connection.call
+    real_answer = Connection.answer
 
-    def call_then_drop_once(self, tag, payload, timeout=None):
-        value = real_call(self, tag, payload, timeout)
+    # Every answer to a quick request goes through Connection.answer (StartTurn's too, whose
+    # ReadTurn follows it before the answer).
+    def answer_then_drop_once(self, pending, tag, timeout=None):
+        value = real_answer(self, pending, tag, timeout)
         sent.append(tag)
         if tag == "StartTurn" and sent.count("StartTurn") == 1:
             self.close()  # the answer is lost with the connection
             raise ConnectionLost("dropped after the request went out")
         return value
 
-    monkeypatch.setattr(Connection, "call", call_then_drop_once)
+    monkeypatch.setattr(Connection, "answer", answer_then_drop_once)
     with bc.create_session(options("echo"), session_options(sandbox)) as session:
         turn = session.turn("resend me", turn_id="t-resend")
         parts = list(turn)
@@ -112,14 +114,14 @@ def test_c08_a_request_not_safe_to_resend_may_have_been_received(sandbox, monkey
 
 
 def test_c08_resends_stop_at_the_window_with_bridge_unavailable(sandbox, monkeypatch):
-    def always_drop(self, tag, payload, timeout=None):
+    def always_drop(self, pending, tag, timeout=None):
         self.close()
         raise ConnectionLost("dropped")
 
     with bc.create_session(options("echo"), session_options(sandbox, resend_window=1.0)) as session:
         list(session.turn("first"))
         state = session.state
-        monkeypatch.setattr(Connection, "call", always_drop)
+        monkeypatch.setattr(Connection, "answer", always_drop)  # every quick request's answer
         with pytest.raises(bc.BridgeUnavailable) as caught:
             session.turn("second")
         assert caught.value.state == state

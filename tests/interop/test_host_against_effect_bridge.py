@@ -85,6 +85,22 @@ def test_c09_session_runs_whole_turns_against_an_effect_bridge(sandbox):
     assert state is not None and state.revision == 1 and state.data == {"turns": 1}
 
 
+def test_c09_start_and_read_sent_together_against_an_effect_bridge_read_every_part_once(sandbox):
+    # The host sends ReadTurn right behind StartTurn; the Effect server runs each request in a
+    # fiber of its own, so it may serve the ReadTurn first (then it finds no turn, and the host
+    # reads again after StartTurn's answer). Either way every turn is read whole, once.
+    with bc.create_session(effect_options(), session_options(sandbox)) as session:
+        for n in range(10):
+            turn = session.turn(f"turn {n}\nagain", turn_id=f"t-pipe-{n}")
+            parts = list(turn)
+            assert [p.index for p in parts] == list(range(len(parts)))
+            assert turn.text() == f"turn {n}" + "again"
+            assert turn.status == "started"
+            assert isinstance(parts[-1], bc.TurnFinish)
+        conn = session._conn
+        assert conn is not None and not [p for p in conn._pending.values() if p.outcome is None]
+
+
 def test_c09_acks_and_a_cancel_against_an_effect_bridge(sandbox):
     # The Effect server sends a stream's next Chunk only after the Ack of the last one, so a
     # slow turn read to its end proves the host acks; the cancel ends it with "cancelled".

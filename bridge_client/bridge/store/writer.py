@@ -242,12 +242,15 @@ class StoreWriter:
             if self._broken:
                 self._raise_broken()
 
-    def wait(self, ticket: Ticket, timeout: Optional[float] = 30.0) -> None:
+    def wait(self, ticket: Ticket, timeout: Optional[float] = 30.0, here: bool = True) -> None:
         """Block until what ``ticket`` stands for is committed.
 
         Args:
             ticket: what :meth:`submit` returned, or a :class:`PartTicket`.
             timeout: in seconds; ``None`` waits as long as it takes.
+            here: commit it in the calling thread when no commit is under way; ``False``
+                wakes the writer instead, so that what other threads add meanwhile goes
+                into the same transaction.
 
         Raises:
             StoreError: a write failed. TimeoutError: not committed within ``timeout``.
@@ -264,7 +267,10 @@ class StoreWriter:
                 return self._committed >= ticket or self._failed is not None
 
         if not done():
-            self.commit_here()  # commit it here rather than wait for the writer's turn
+            if here:
+                self.commit_here()  # commit it here rather than wait for the writer's turn
+            else:
+                self.wake_writer()
         with self._lock:
             ok = self._done.wait_for(done, timeout)
             if self._failed is not None:
