@@ -223,10 +223,11 @@ def test_b08_over_long_frame_closes_only_that_connection_with_1009(shared_echo):
 
 
 def test_b08_duplicate_in_flight_request_id_gets_die_and_the_first_goes_on(make_bridge, sid, tid):
-    bridge = make_bridge(options={"chunks": 600})
+    # More parts than one Chunk carries (at most 1024, about 64 KiB), so that one is in flight.
+    bridge = make_bridge(options={"chunks": 3000})
     with bridge.connect() as c:
         c.open(sid)
-        c.start(sid, tid, "x" * 600)
+        c.start(sid, tid, "x" * 3000)
         payload = {"sessionId": sid, "turnId": tid, "offset": 0, "afterStep": 0}
         c.request("ReadTurn", payload, request_id=7)
         first = _next(c)
