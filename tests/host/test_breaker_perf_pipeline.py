@@ -2,7 +2,6 @@
 together, the one idle watcher), each pinned by a test against a real bridge."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest

@@ -1,0 +1,60 @@
+"""The perf breaker's checks of issue 15's per-part path and Chunk bounds against a real
+bridge: a part far over a Chunk's 64 KiB among thousands of small ones, read through a
+KeyboardInterrupt at any bytecode of the read (the pipelined StartTurn/ReadTurn included),
+yields every part once and ``Turn.text()`` exactly."""
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+
+import bridge_client as bc
+from host_support import options, session_options, wait_until
+from test_resilience_breaker import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
+
+pytestmark = pytest.mark.timeout(120)
+
+# One word of 300,000 characters (one text delta: over four times a Chunk's byte bound), then
+# 1,500 one-word deltas: the Chunks around the big part are cut by the byte bound.
+PROMPT = "W" * 300_000 + " " + "ab " * 1_500
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the delivery points are those of CPython 3.11+")
+@pytest.mark.parametrize("seed", [7, 8])
+def test_c09_b04_a_part_over_a_chunks_bytes_read_through_interrupts_is_yielded_once_exactly(
+    sandbox, seed
+):
+    steps = 2
+    bridge = options("echo", agent_options={"steps": steps})
+    with bc.create_session(bridge, session_options(sandbox)) as session:
+        tracer = _InterruptAtBytecodes(seed, READ_FILES)
+        turn = None
+        in_turn = 0
+        sys.settrace(tracer)
+        try:
+            for _ in range(10_000):  # turn() itself is interrupted too: each call a new turn
+                try:
+                    turn = session.turn(PROMPT, turn_id=f"big-{seed}")
+                    break
+                except KeyboardInterrupt:
+                    in_turn += 1
+                    sys.settrace(tracer)
+            assert turn is not None
+            parts = [next(iter(turn))]
+            parts += _read_through_interrupts(turn, after=lambda: sys.settrace(tracer))
+        finally:
+            sys.settrace(None)
+        assert in_turn > 0, "no interrupt landed in turn() (StartTurn and ReadTurn)"
+        assert tracer.raised > 20, f"the interrupts did not land in the read ({tracer.raised})"
+        indexes = [p.index for p in parts]
+        repeated = [i for i, n in collections.Counter(indexes).items() if n > 1]
+        assert not repeated, f"parts delivered twice: {repeated[:10]}"
+        assert indexes == list(range(len(parts))), "parts lost or out of order"
+        assert isinstance(parts[-1], bc.TurnFinish) and turn.done and turn.steps == steps
+        assert turn.text() == PROMPT * steps
+        conn = session._channel.conn
+        if conn is not None:  # the interrupted turn() calls left no stream open
+            assert wait_until(lambda: not [p for p in conn._pending.values() if p.stream], timeout=3.0)
+        deltas = [p for p in parts if isinstance(p, bc.TextDelta)]
+        assert max(len(p.text) for p in deltas) > 300_000
