@@ -58,3 +58,32 @@ def test_c09_b04_a_part_over_a_chunks_bytes_read_through_interrupts_is_yielded_o
             assert wait_until(lambda: not [p for p in conn._pending.values() if p.stream], timeout=3.0)
         deltas = [p for p in parts if isinstance(p, bc.TextDelta)]
         assert max(len(p.text) for p in deltas) > 300_000
+
+
+KILL_PROMPT = "one two three four five six seven eight "
+
+
+@pytest.mark.parametrize("delays", [(0.0, 0.004, 0.012), (0.002, 0.008, 0.03)])
+def test_c09_c13_sigkill_while_start_turn_and_read_turn_are_in_flight_yields_each_part_once(sandbox, delays):
+    # The bridge is SIGKILLed from another thread a few ms after session.turn() sends
+    # StartTurn and ReadTurn together: before either is served, between StartTurn's answer
+    # and the first Chunk, or among the first parts. turn() resumes on the restarted bridge
+    # (no error), and the read yields every part once, the text exactly.
+    import threading
+
+    from resilience_support import check_turn, echo_text, sigkill_bridge
+
+    steps = 2
+    bridge = options("echo", agent_options={"steps": steps, "chunks": 8, "delay": 0.01})
+    with bc.create_session(bridge, session_options(sandbox)) as session:
+        list(session.turn("warm"))  # the bridge runs and the connection is open
+        for n, delay in enumerate(delays):
+            timer = threading.Timer(delay, lambda: sigkill_bridge(sandbox, session.bridge_id))
+            timer.start()
+            try:
+                turn = session.turn(KILL_PROMPT, turn_id=f"k{n}")
+                parts = list(turn)
+            finally:
+                timer.join(15)
+            check_turn(parts, steps=steps)
+            assert turn.text() == echo_text(KILL_PROMPT, steps), f"delay {delay}"
