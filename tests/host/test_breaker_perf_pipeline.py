@@ -2,6 +2,7 @@
 together, the one idle watcher), each pinned by a test against a real bridge."""
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -53,3 +54,30 @@ def test_c09_c16_an_interrupt_in_turn_leaves_no_stream_of_the_turn_open(sandbox,
         session.cancel_turn()
         parts = list(turn)
         assert isinstance(parts[-1], bc.TurnFinish)
+
+
+def test_c06_a_connection_made_while_the_last_one_is_dropped_still_closes_when_idle(sandbox, monkeypatch):
+    # Thread A drops the connection (the idle watch of the channel is stopped) while thread B
+    # connects again (and watches the new connection): A's forget must not take B's watch
+    # with it, or the new connection is never closed when idle (nor its bridge left to exit).
+    from bridge_client.client import idle_watch
+
+    with bc.create_session(options("echo"), session_options(sandbox, idle_timeout=0.3)) as session:
+        list(session.turn("hi"))
+        channel = session._channel
+        real_forget = idle_watch.WATCH.forget
+        raced = []
+
+        def connect_then_forget(item: Any) -> None:
+            if item is channel and not raced:
+                raced.append(True)
+                other = threading.Thread(target=channel.connect)  # B, between A's two steps
+                other.start()
+                other.join(20)
+            real_forget(item)
+
+        monkeypatch.setattr(idle_watch.WATCH, "forget", connect_then_forget)
+        channel.drop()
+        monkeypatch.setattr(idle_watch.WATCH, "forget", real_forget)
+        assert raced and channel.conn is not None, "B connected again"
+        assert wait_until(lambda: channel.conn is None, timeout=5.0), "the new connection never closed idle"
