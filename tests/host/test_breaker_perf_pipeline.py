@@ -81,3 +81,18 @@ def test_c06_a_connection_made_while_the_last_one_is_dropped_still_closes_when_i
         monkeypatch.setattr(idle_watch.WATCH, "forget", real_forget)
         assert raced and channel.conn is not None, "B connected again"
         assert wait_until(lambda: channel.conn is None, timeout=5.0), "the new connection never closed idle"
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+def test_c09_a_cancel_right_after_turn_ends_the_turn_cancelled_and_read_whole(sandbox, read_first):
+    agent = {"steps": 3, "chunks": 20, "delay": 0.05}
+    with bc.create_session(options("echo", agent_options=agent), session_options(sandbox)) as session:
+        for n in range(3):
+            turn = session.turn("a b c d", turn_id=f"c{n}")
+            parts = [next(turn)] if read_first else []
+            session.cancel_turn()
+            parts += list(turn)
+            assert isinstance(parts[0], bc.TurnStart) and isinstance(parts[-1], bc.TurnFinish)
+            assert parts[-1].finish_reason == "cancelled"
+            assert [p.index for p in parts] == list(range(len(parts)))
+            assert _open_streams(session) == 0
