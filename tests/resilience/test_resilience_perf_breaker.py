@@ -87,3 +87,46 @@ def test_c09_c13_sigkill_while_start_turn_and_read_turn_are_in_flight_yields_eac
                 timer.join(15)
             check_turn(parts, steps=steps)
             assert turn.text() == echo_text(KILL_PROMPT, steps), f"delay {delay}"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the delivery points are those of CPython 3.11+")
+@pytest.mark.parametrize("seed, kill_at", [(3, 6), (4, 17)])
+def test_c09_c13_interrupts_at_any_bytecode_across_a_bridge_restart_mid_step_stay_exact(
+    sandbox, seed, kill_at
+):
+    # Ctrl-C anywhere in the read while the turn's bridge is SIGKILLed mid-step: the host
+    # reads the step-reset and the step's new attempt after the restart, each part once, and
+    # text() is the undisturbed text (the discarded attempt's deltas are not in it).
+    from resilience_support import check_turn, echo_text, sigkill_bridge
+
+    steps = 2
+    bridge = options("echo", agent_options={"steps": steps, "chunks": 8, "delay": 0.03})
+    with bc.create_session(bridge, session_options(sandbox)) as session:
+        tracer = _InterruptAtBytecodes(seed, READ_FILES)
+        killed = []
+        parts: list = []
+        turn = None
+        sys.settrace(tracer)
+        try:
+            for _ in range(10_000):
+                try:
+                    turn = session.turn(KILL_PROMPT, turn_id=f"r{seed}")
+                    break
+                except KeyboardInterrupt:
+                    sys.settrace(tracer)
+            assert turn is not None
+            for _ in range(100_000):
+                try:
+                    for part in turn:
+                        parts.append(part)
+                        if not killed and part.index >= kill_at:
+                            killed.append(sigkill_bridge(sandbox, session.bridge_id))
+                    break
+                except KeyboardInterrupt:
+                    sys.settrace(tracer)
+        finally:
+            sys.settrace(None)
+        assert killed and tracer.raised > 20
+        check_turn(parts, steps=steps)
+        assert any(isinstance(p, bc.StepReset) for p in parts), "the kill landed mid-step"
+        assert turn.text() == echo_text(KILL_PROMPT, steps)
