@@ -96,3 +96,27 @@ def test_c09_a_cancel_right_after_turn_ends_the_turn_cancelled_and_read_whole(sa
             assert parts[-1].finish_reason == "cancelled"
             assert [p.index for p in parts] == list(range(len(parts)))
             assert _open_streams(session) == 0
+
+
+def test_b09_c09_many_turns_interrupted_in_turn_leave_the_connections_streams_free(sandbox, monkeypatch):
+    # 40 turns (over the bridge's 32 streams per connection) each interrupted in turn() at
+    # the first take, all still running in the bridge: none keeps a stream slot, so the next
+    # turn's read is served at once (not Overloaded until the resend window runs out).
+    agent = {"steps": 1, "chunks": 10, "delay": 1.0}  # each runs ~10 s
+    with bc.create_session(
+        options("echo", agent_options=agent), session_options(sandbox, resend_window=2.0)
+    ) as session:
+        real_take = stream_mod.Stream.take
+
+        def interrupted_take(self: Any, timeout: Any = None) -> Any:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(stream_mod.Stream, "take", interrupted_take)
+        for n in range(40):
+            with pytest.raises(KeyboardInterrupt):
+                session.turn("x", turn_id=f"i{n}")
+        monkeypatch.setattr(stream_mod.Stream, "take", real_take)
+        turn = session.turn("y", turn_id="last")
+        session.cancel_turn()
+        parts = list(turn)
+        assert isinstance(parts[-1], bc.TurnFinish) and parts[-1].finish_reason == "cancelled"
