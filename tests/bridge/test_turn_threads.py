@@ -289,3 +289,31 @@ def test_c20_b09_an_abandoned_drivers_thread_runs_no_other_turn_until_its_driver
         driver.release.set()
         manager.close()
         store.close()
+
+
+def test_b09_turns_beyond_max_running_are_overloaded_and_reserve_no_thread(tmp_path):
+    from bridge_client.errors import Overloaded, TurnNotFound
+
+    store = Store(str(tmp_path / "o.sqlite3"))
+    driver = _Stubborn()
+    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32, max_running=2)
+    try:
+        manager.open_session("s", None)
+        manager.start_turn("s", "a", "stuck")
+        manager.start_turn("s", "b", "stuck")
+        before = threading.active_count()
+        for n in range(5):
+            with pytest.raises(Overloaded):
+                manager.start_turn("s", f"o{n}", "quick")
+        assert threading.active_count() == before, "an Overloaded StartTurn started or kept a thread"
+        with pytest.raises(TurnNotFound):  # an Overloaded turn is not written
+            manager.find_turn("s", "o0")
+        driver.release.set()
+        assert _wait(lambda: manager.running == 0 and manager._threads.idle == 2)
+        manager.start_turn("s", "c", "quick")
+        manager.find_turn("s", "c").wait_for_parts(10**9, lambda: False)
+        assert driver.threads[-1] in driver.threads[:2], "it runs in a pooled thread"
+    finally:
+        driver.release.set()
+        manager.close()
+        store.close()
