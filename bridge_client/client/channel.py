@@ -377,6 +377,15 @@ class SessionChannel:
             watched, self._idle_watched = self._idle_watched, False
         if watched:
             idle_watch.WATCH.forget(self)
+            with self.cond:  # a connect() in another thread meanwhile: forget() took its watch too
+                again = self._idle_watched and self.conn is not None
+                due = self._last_use + self.options.idle_timeout
+            if again:
+                try:
+                    idle_watch.WATCH.watch(self, due)
+                except RuntimeError:  # no thread now: the next connect() watches it again
+                    with self.cond:
+                        self._idle_watched = False
 
     def idle_look(self) -> Optional[float]:
         """The idle watcher's look (its thread): close the connection once it has gone unused

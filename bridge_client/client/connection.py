@@ -233,10 +233,9 @@ class Connection:
         Raises:
             ConnectionLost: the connection is already closed.
         """
-        pending, data = self._register(tag, payload, stream=True)
-        stream = Stream(self, pending)
-        if holder is not None:
-            holder.append(stream)
+        box: List[Stream] = [] if holder is None else holder
+        data = self._register(tag, payload, stream=True, holder=box)[1]
+        stream = box[-1]  # (only the caller's thread appends to its holder)
         self._transmit(data)
         return stream
 
@@ -300,7 +299,7 @@ class Connection:
             except OSError:
                 pass
 
-    def _register(self, tag: str, payload: Any, stream: bool) -> Tuple[Pending, bytes]:
+    def _register(self, tag: str, payload: Any, stream: bool, holder: Any = None) -> Tuple[Pending, bytes]:
         """Encode a request and enter it in the pending table (nothing sent yet)."""
         if self._pid != os.getpid():
             self._drop_inherited()
@@ -314,6 +313,8 @@ class Connection:
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
         pending = Pending(request_id, stream)
+        if holder is not None:  # before the table: an interrupt from here on cannot orphan it
+            holder.append(Stream(self, pending))
         with self._lock:
             if self._life.stopped:
                 raise ConnectionLost(f"connection {self.name} is closed") from self._error

@@ -81,8 +81,8 @@ class IdleWatch:
 
     def forget(self, item: Watched) -> None:
         """Stop watching ``item``. When nothing is left to watch, the thread ends, and is
-        waited for (at most 5 s) unless it is looking at another item or is the caller: the
-        last session released leaves no thread behind."""
+        waited for (at most 5 s) unless it is looking at another item, is the caller, or
+        another item is watched meanwhile: the last session released leaves no thread behind."""
         with self._cond:
             if self._looking is item:
                 self._forgot_looking = True
@@ -91,8 +91,14 @@ class IdleWatch:
                 return
             self._cond.notify()
             thread = self._thread if self._looking is None else None
-        if thread is not None and thread is not threading.current_thread() and thread.ident is not None:
-            thread.join(timeout=5.0)
+        if thread is None or thread is threading.current_thread() or thread.ident is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(timeout=0.05)
+            with self._cond:
+                if self._heap:  # another channel is watched meanwhile: the thread goes on
+                    return
 
     def watching(self) -> int:
         """How many channels are watched now."""

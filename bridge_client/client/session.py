@@ -195,6 +195,9 @@ class Session:
             try:
                 turn._start()
             except BaseException:
+                # The caller never gets this Turn: nothing could take from or close a stream
+                # it opened (an interrupt at the first take), so close it here.
+                turn._close_stream()
                 self._channel.forget_turn(turn)
                 raise
         return turn

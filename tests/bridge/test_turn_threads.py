@@ -222,3 +222,98 @@ def test_c20_the_cancel_grace_of_one_run_never_ends_a_later_run_in_the_same_thre
     finally:
         manager.close()
         store.close()
+
+
+class _Stubborn:
+    """Echoes a prompt at once, except ``stuck``: that turn ignores its cancel until
+    ``release`` is set (a driver blocked in a call that never looks at the event)."""
+
+    agent_id = "echo"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.threads: List[threading.Thread] = []
+        self.leaked: List[Any] = []
+
+    def initial_state(self) -> Any:
+        return None
+
+    def run_turn(self, ctx: TurnContext) -> None:
+        self.threads.append(threading.current_thread())
+        local = _LOCAL.__dict__
+        self.leaked.append(dict(local))
+        _LOCAL.turn = ctx.turn_id  # a driver's own thread-local state
+        ctx.start_step()
+        ctx.text("x")
+        if ctx.prompt == "stuck":
+            self.release.wait(20)
+            del _LOCAL.turn
+            return
+        del _LOCAL.turn
+        ctx.finish_step()
+
+
+_LOCAL = threading.local()
+
+
+def test_c20_b09_an_abandoned_drivers_thread_runs_no_other_turn_until_its_driver_returns(tmp_path):
+    store = Store(str(tmp_path / "a.sqlite3"))
+    driver = _Stubborn()
+    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32, cancel_grace=0.2)
+    try:
+        manager.open_session("s", None)
+        manager.start_turn("s", "t0", "quick")
+        manager.find_turn("s", "t0").wait_for_parts(10**9, lambda: False)
+        assert _wait(lambda: manager.running == 0 and manager._threads.idle == 1)
+        manager.start_turn("s", "t1", "stuck")
+        stuck = manager.find_turn("s", "t1")
+        assert _wait(lambda: len(driver.threads) == 2)
+        assert driver.threads[1] is driver.threads[0], "the stuck turn took the idle thread"
+        manager.cancel_turn("s", "t1")
+        assert _wait(lambda: stuck.forced and manager.running == 0), "the cancel grace ended it"
+        # Its thread is still in the driver: the next turns get other threads, never it.
+        for n in range(3):
+            manager.start_turn("s", f"n{n}", "quick")
+            manager.find_turn("s", f"n{n}").wait_for_parts(10**9, lambda: False)
+            assert _wait(lambda: manager.running == 0)
+        assert all(t is not driver.threads[1] for t in driver.threads[2:])
+        assert len({id(t) for t in driver.threads[2:]}) == 1, "those turns share one fresh thread"
+        # Once the abandoned driver returns, its thread is idle again and nothing of its turn
+        # is written after the bridge's turn-finish.
+        driver.release.set()
+        assert _wait(lambda: manager._threads.idle == 2)
+        kinds = [k for _, _, k in stuck.metas]
+        assert kinds[-1] == "turn-finish" and kinds.count("turn-finish") == 1
+        assert driver.leaked == [{}] * len(driver.leaked), "a driver's thread-local state stays its own"
+    finally:
+        driver.release.set()
+        manager.close()
+        store.close()
+
+
+def test_b09_turns_beyond_max_running_are_overloaded_and_reserve_no_thread(tmp_path):
+    from bridge_client.errors import Overloaded, TurnNotFound
+
+    store = Store(str(tmp_path / "o.sqlite3"))
+    driver = _Stubborn()
+    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32, max_running=2)
+    try:
+        manager.open_session("s", None)
+        manager.start_turn("s", "a", "stuck")
+        manager.start_turn("s", "b", "stuck")
+        before = threading.active_count()
+        for n in range(5):
+            with pytest.raises(Overloaded):
+                manager.start_turn("s", f"o{n}", "quick")
+        assert threading.active_count() == before, "an Overloaded StartTurn started or kept a thread"
+        with pytest.raises(TurnNotFound):  # an Overloaded turn is not written
+            manager.find_turn("s", "o0")
+        driver.release.set()
+        assert _wait(lambda: manager.running == 0 and manager._threads.idle == 2)
+        manager.start_turn("s", "c", "quick")
+        manager.find_turn("s", "c").wait_for_parts(10**9, lambda: False)
+        assert driver.threads[-1] in driver.threads[:2], "it runs in a pooled thread"
+    finally:
+        driver.release.set()
+        manager.close()
+        store.close()

@@ -159,3 +159,29 @@ def test_threads_racing_for_one_session_get_a_whole_turn_or_turn_in_progress(san
             else:
                 assert "another thread" in outcome[1] or "belongs to another thread" in outcome[1]
         assert list(session.turn("after the race"))[-1].type == "turn-finish"
+
+
+def test_c06_a_child_forked_while_the_idle_watcher_runs_closes_its_own_idle_connections(sandbox):
+    from bridge_client.client import idle_watch
+
+    with bc.create_session(options("echo"), session_options(sandbox, idle_timeout=0.5)) as session:
+        list(session.turn("parent first"))
+        assert idle_watch.WATCH._thread is not None and idle_watch.WATCH.watching() == 1
+
+        def child():
+            watched_at_start = idle_watch.WATCH.watching()
+            turn = session.turn("child")
+            list(turn)
+            text = turn.text()
+            after_turn = session.connected
+            closed = wait_until(lambda: not session.connected, timeout=5.0)
+            return {"watched_at_start": watched_at_start, "text": text, "after_turn": after_turn,
+                    "closed": closed}
+
+        got = _in_child(child)
+        assert got == {"watched_at_start": 0, "text": "child", "after_turn": True, "closed": True}
+        # The parent's watcher goes on: its connection closes at its own idle timeout.
+        assert wait_until(lambda: not session.connected, timeout=5.0)
+        turn = session.turn("parent again")
+        list(turn)
+        assert turn.text() == "parent again"

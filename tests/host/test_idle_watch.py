@@ -101,3 +101,30 @@ def test_an_endless_idle_timeout_does_not_stop_the_watcher_for_the_others():
     assert watch._thread is not None and watch._thread.is_alive() and endless.looks == 0
     watch.forget(endless)
     assert wait_until(lambda: watch._thread is None, timeout=5)
+
+
+def test_c06_the_last_release_does_not_wait_for_a_watcher_that_another_session_keeps(monkeypatch):
+    # Session A is released (the last one watched: forget() waits for the thread to end) just
+    # as session B connects (watch()): the thread goes on for B, so A's release must not wait
+    # out the 5 s join for a thread that will not end.
+    watch = idle_watch.IdleWatch()
+    a, b = _Item([]), _Item([])
+    watch.watch(a, time.monotonic() + 30.0)
+    real_join = threading.Thread.join
+    joined: List[float] = []
+
+    def watch_b_then_join(self: threading.Thread, timeout: Optional[float] = None) -> None:
+        if self.name == idle_watch.THREAD_NAME and not joined:
+            joined.append(timeout or 0.0)
+            watch.watch(b, time.monotonic() + 30.0)  # B connects between A's forget and its join
+        real_join(self, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", watch_b_then_join)
+    began = time.monotonic()
+    watch.forget(a)
+    spent = time.monotonic() - began
+    monkeypatch.setattr(threading.Thread, "join", real_join)
+    assert spent < 2.0, f"release waited {spent:.1f} s for the watcher that B keeps"
+    assert watch.watching() == 1 and watch._thread is not None and watch._thread.is_alive()
+    watch.forget(b)
+    assert watch._thread is None or not watch._thread.is_alive()
