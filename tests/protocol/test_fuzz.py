@@ -19,6 +19,7 @@ import pytest
 import websocket
 
 from bridge_harness import wait_until
+from bridge_client.bridge.turn_threads import MAX_IDLE
 from bridge_client.wire import frames
 
 pytestmark = pytest.mark.timeout(90)
@@ -276,9 +277,11 @@ def test_b08_bounded_fuzz_no_crash_no_hang_no_thread_leak(make_bridge):
         assert exit_["_tag"] == "Success" and exit_["value"]["agentId"] == "echo", f"seed {seed}: {exit_}"
     for client in clients:
         client.close()
-    # No thread leak: once the fuzz connections are closed, the bridge is back to its baseline.
-    assert wait_until(lambda: _threads(pid) <= baseline, 15.0), (
-        f"seed {seed}: {_threads(pid)} threads after the fuzz, {baseline} before"
+    # No thread leak: once the fuzz connections are closed, the bridge is back to its baseline,
+    # but for the finished turns' threads it keeps for the next turns (at most MAX_IDLE, each
+    # for 30 s: fuzzed StartTurns of several sessions may have run turns at once).
+    assert wait_until(lambda: _threads(pid) <= baseline + MAX_IDLE, 15.0), (
+        f"seed {seed}: {_threads(pid)} threads after the fuzz, {baseline} before (+{MAX_IDLE} kept)"
     )
     with bridge.connect() as after:
         assert after.value("Hello")["agentId"] == "echo"
