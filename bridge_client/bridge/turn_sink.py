@@ -192,7 +192,8 @@ class RunSink:
             before = sink._gap
             sink._gap = gap = now - sink._last
             if gap < gap_bound or before < gap_bound:
-                store.wake_writer()
+                if store._writer_waiting:  # wake_writer's own test, without the call
+                    store.wake_writer()
             elif store.commit_here():
                 now = monotonic()
             sink._last = now
