@@ -92,8 +92,8 @@ class TurnSink(Protocol):
     the first index. Without it, :meth:`TurnContext.texts` calls :meth:`emit` once per string.
     And ``text_appender(kind, step, attempt) -> Callable[[str], int]``: a function that
     appends one ``{"text": t}`` part of ``kind`` in that step's attempt and returns its index
-    (:meth:`TurnContext.text` gets one per step: the per-delta path of a model stream);
-    without it, :meth:`TurnContext.text` calls :meth:`emit`.
+    (:meth:`TurnContext.text` and :meth:`TurnContext.reasoning` get one per step: the
+    per-delta path of a model stream); without it, they call :meth:`emit`.
     """
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:

@@ -2,8 +2,9 @@
 per delta, as fast as it goes).
 
 - ``perpart_drivers:make_fast``: ``steps`` steps of ``count`` deltas each (``delta(step, i)``,
-  some non-ASCII or with JSON escapes); the first attempt of step 1 is reset after half of its
-  deltas and run again, so a step's attempt changes under the per-step text appender.
+  some non-ASCII or with JSON escapes; every 50th a ``ctx.reasoning`` delta); the first attempt
+  of step 1 is reset after half of its deltas and run again, so a step's attempt changes under
+  the per-step text appenders.
 - ``perpart_drivers:make_misuse``: calls ``ctx.text`` wrongly (no step open, a non-str, a lone
   surrogate, after ``finish_step``/``reset_step``, after ``run_turn`` returned) and reports the
   error types it got in ``data`` parts; the good deltas between are the only text.
@@ -23,6 +24,11 @@ def delta(step: int, i: int) -> str:
     return _ODD[i % len(_ODD)] if i % 97 == 0 else f"{step}.{i};"
 
 
+def is_reasoning(i: int) -> bool:
+    """Whether the ``i``-th delta of a step is a ``reasoning-delta`` (else a ``text-delta``)."""
+    return i % 50 == 25
+
+
 class FastDriver:
     agent_id = "echo"
 
@@ -36,14 +42,13 @@ class FastDriver:
         step = ctx.completed_steps
         while step < self.steps:
             ctx.start_step()
-            emit = ctx.text
-            if step == 1 and ctx.attempt == 1:
-                for i in range(self.count // 2):
-                    emit(delta(step, i))
+            text, reasoning = ctx.text, ctx.reasoning
+            n = self.count // 2 if step == 1 and ctx.attempt == 1 else self.count
+            for i in range(n):
+                (reasoning if is_reasoning(i) else text)(delta(step, i))
+            if n < self.count:
                 ctx.reset_step("a model stream cut, as a driver retries it")
                 continue  # the same step again, attempt 2
-            for i in range(self.count):
-                emit(delta(step, i))
             ctx.finish_step()
             step += 1
 
@@ -85,10 +90,13 @@ class MisuseDriver:
             _error(lambda: ctx.text(b"bytes")),  # type: ignore[arg-type]
             _error(lambda: ctx.text(None)),  # type: ignore[arg-type]
             _error(lambda: ctx.text("lone \ud800")),
+            _error(lambda: ctx.reasoning(7)),  # type: ignore[arg-type]
+            _error(lambda: ctx.reasoning("lone \udfff")),
         ]
         ctx.text(_Str("b"))  # a str subclass is a str
         ctx.finish_step()
         errors.append(_error(lambda: ctx.text("after finish_step")))
+        errors.append(_error(lambda: ctx.reasoning("after finish_step")))
         ctx.start_step()
         ctx.text("dropped")
         ctx.reset_step("retry")

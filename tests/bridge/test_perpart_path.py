@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from bridge_harness import text_of
-from perpart_drivers import LATE_FILE, delta
+from perpart_drivers import LATE_FILE, delta, is_reasoning
 
 from bridge_client.bridge.store import read_parts
 from bridge_client.wire import frames
@@ -82,17 +82,20 @@ def test_b03_c09_a_fast_ctx_text_stream_reads_whole_in_order_across_drops_and_re
     # Step 1's first attempt was reset half way: its deltas carry attempt 1, then attempt 2's.
     resets = [p for p in seen if p["type"] == "step-reset"]
     assert [(p["step"], p["discardedAttempt"]) for p in resets] == [(1, 1)]
-    deltas = [p for p in seen if p["type"] == "text-delta"]
+    deltas = [p for p in seen if p["type"] in ("text-delta", "reasoning-delta")]
     assert {(p["step"], p["attempt"]) for p in deltas} == {(0, 1), (1, 1), (1, 2), (2, 1)}
     assert len(deltas) == count * steps + count // 2
     kept = [p for p in deltas if (p["step"], p["attempt"]) != (1, 1)]
-    expected = "".join(delta(s, i) for s in range(steps) for i in range(count))
-    assert "".join(p["text"] for p in kept) == expected
+    assert [(p["type"], p["text"]) for p in kept] == [
+        ("reasoning-delta" if is_reasoning(i) else "text-delta", delta(s, i))
+        for s in range(steps)
+        for i in range(count)
+    ]
     # A fresh read skips the discarded attempt and gives the same text.
     with bridge.connect() as client:
         parts, chunks, exit_ = client.read("s", "t")
     assert exit_["_tag"] == "Success" and chunks > 1
-    assert text_of(parts) == "".join(p["text"] for p in kept)
+    assert text_of(parts) == "".join(p["text"] for p in kept if p["type"] == "text-delta")
 
 
 def test_b08_ctx_text_misuse_gets_typed_errors_and_writes_nothing(make_bridge, tmp_path):
@@ -108,7 +111,8 @@ def test_b08_ctx_text_misuse_gets_typed_errors_and_writes_nothing(make_bridge, t
         "RuntimeError",  # no step open yet
         "TypeError", "TypeError", "TypeError",  # 7, b"bytes", None
         "ValueError",  # a lone surrogate
-        "RuntimeError",  # after finish_step
+        "TypeError", "ValueError",  # reasoning(7), reasoning of a lone surrogate
+        "RuntimeError", "RuntimeError",  # text, reasoning after finish_step
         "RuntimeError",  # after reset_step
     ]]
     # The left-behind thread's texts stop when the runner closes the context; then it raises.
