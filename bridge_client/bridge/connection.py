@@ -122,7 +122,9 @@ def _read_turn_of(data: Any, session_id: str, turn_id: str) -> Optional[Request]
     if not isinstance(message, Request) or message.tag != "ReadTurn":
         return None
     payload = message.payload
-    if not isinstance(payload, dict) or payload.get("sessionId") != session_id or payload.get("turnId") != turn_id:
+    if not isinstance(payload, dict):
+        return None
+    if (payload.get("sessionId"), payload.get("turnId")) != (session_id, turn_id):
         return None
     if payload.get("offset") != 0 or payload.get("afterStep") != 0:
         return None
