@@ -3,6 +3,9 @@ from its start, already received behind it, in one batch frame: StartTurn's Exit
 the stream's first Chunk (and its Exit when the turn is over). Anything else behind a
 StartTurn is served after the answer, each in its own frame, as before.
 
+StartTurn commits the new turn's start itself once the turn's thread runs (with what the
+driver emitted by then): a driver that waits before its first part does not hold the answer.
+
 A real bridge; the two requests go out in one socket write, so both are in before the
 StartTurn's commit ends (the bridge looks only at what it has received).
 """
@@ -167,3 +170,52 @@ def test_b08_the_connection_serves_on_when_the_peer_goes_right_after_the_pair(ma
         client.open(sid)
         parts, _, exit_ = client.read(sid, tid)
         assert exit_["_tag"] == "Success" and text_of(parts) == "gone"
+
+
+def _hold_bridge(make_bridge, tmp_path, burst: bool) -> Tuple[Any, str]:
+    release = str(tmp_path / "release")
+    bridge = make_bridge(
+        driver="first_commit_drivers:make_hold", agent_id="hold", options={"release": release, "burst": burst}
+    )
+    return bridge, release
+
+
+def test_b03_a_driver_that_waits_before_emitting_does_not_hold_the_answer(make_bridge, tmp_path, sid, tid):
+    # StartTurn commits the turn's start once the turn's thread runs; a driver that waits
+    # before its first part (a model's first token) does not hold the answer: the batch
+    # carries the turn-start alone, and the rest comes after the Ack, once committed.
+    bridge, release = _hold_bridge(make_bridge, tmp_path, burst=False)
+    with bridge.connect() as client:
+        client.open(sid)
+        _send_together(client, _start(60, sid, tid, "wait"), _read(61, sid, tid))
+        got, parts = _batch_head(client, 60, 61)
+        assert len(got) == 2 and [p["type"] for p in parts] == ["turn-start"]
+        client.send(frames.Ack(61))
+        open(release, "w").close()
+        assert _read_rest(client, 61, parts) == {"_tag": "Success", "value": None}
+        assert text_of(parts) == "after" and parts[-1]["type"] == "turn-finish"
+
+
+def test_b03_what_a_driver_emits_before_it_waits_is_committed_and_read_in_order(
+    make_bridge, tmp_path, sid, tid
+):
+    # The driver emits at once, then waits: whatever the first commit took (the turn-start,
+    # and usually those parts with it), the answer comes only after it, and every part is
+    # read once, in order.
+    bridge, release = _hold_bridge(make_bridge, tmp_path, burst=True)
+    with bridge.connect() as client:
+        client.open(sid)
+        _send_together(client, _start(70, sid, tid, "burst"), _read(71, sid, tid))
+        got, parts = _batch_head(client, 70, 71)
+        client.send(frames.Ack(71))
+        deadline = 100
+        while text_of(parts) != "before " and deadline:  # committed while the driver waits
+            message = _frame(client)
+            assert message["_tag"] == "Chunk" and message["requestId"] == 71, message
+            parts.extend(message["values"])
+            client.send(frames.Ack(71))
+            deadline -= 1
+        open(release, "w").close()
+        assert _read_rest(client, 71, parts) == {"_tag": "Success", "value": None}
+        assert [p["index"] for p in parts] == list(range(len(parts)))
+        assert text_of(parts) == "before after"
