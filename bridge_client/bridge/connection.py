@@ -15,7 +15,8 @@ import struct
 import termios
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
 
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
@@ -114,9 +115,15 @@ def _read_turn_of(data: Any, session_id: str, turn_id: str) -> Optional[Request]
     afterStep 0), alone in its frame; else None."""
     try:
         objects = parse_frame(data)
-        if len(objects) != 1:
-            return None
-        message = host_message(objects[0])
+    except FrameError:
+        return None
+    return _read_turn_message(objects[0], session_id, turn_id) if len(objects) == 1 else None
+
+
+def _read_turn_message(obj: Any, session_id: str, turn_id: str) -> Optional[Request]:
+    """``obj`` (a JSON value) as a ReadTurn request of that turn from its start; else None."""
+    try:
+        message = host_message(obj)
     except FrameError:
         return None
     if not isinstance(message, Request) or message.tag != "ReadTurn":
@@ -156,6 +163,7 @@ class Connection:
         # (see _answer_start); other threads send as usual.
         self._gather: Optional[List[str]] = None
         self._gatherer = 0  # the gathering thread's ident
+        self._rest: Deque[Any] = deque()  # what is left of the frame being served
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -285,7 +293,9 @@ class Connection:
         except FrameError as exc:
             self.send_defect(str(exc))
             return
-        for obj in objects:
+        self._rest = rest = deque(objects)
+        while rest:
+            obj = rest.popleft()
             try:
                 message = host_message(obj)
             except FrameError as exc:
@@ -353,21 +363,31 @@ class Connection:
         self.send_exit(request.id, value)
 
     def _answer_start(self, request_id: RequestId, value: Success, args: Dict[str, Any]) -> None:
-        """Answer a StartTurn that started its turn; when the next message already received is
-        the ReadTurn of that turn from its start, serve it now and send the answer, that
-        stream's first Chunk (and its Exit, if the turn is over) in one batch frame: the order
-        on the wire is the order of serving, the host is woken once, and the bridge writes
-        once. Anything else that came next is served after the answer, as the loop would."""
-        try:
-            data = self._ws.recv(timeout=0)
-        except (TimeoutError, ConnectionClosed):
-            self.send_exit(request_id, value)
-            return
-        read = _read_turn_of(data, args["session_id"], args["turn_id"])
-        if read is None:
-            self.send_exit(request_id, value)
-            self._frame(data)  # next in order, as the serving loop would
-            return
+        """Answer a StartTurn that started its turn; when the next message (behind it in its
+        batch frame, or the next frame already received) is the ReadTurn of that turn from its
+        start, serve it now and send the answer, that stream's first Chunk (and its Exit, if
+        the turn is over) in one batch frame: the order on the wire is the order of serving,
+        the host is woken once, and the bridge writes once. Anything else that came next is
+        served after the answer, as the loop would."""
+        session_id, turn_id = args["session_id"], args["turn_id"]
+        rest = self._rest
+        if rest:  # more of the StartTurn's own frame: the loop in _frame serves what is not taken
+            read = _read_turn_message(rest[0], session_id, turn_id)
+            if read is None:
+                self.send_exit(request_id, value)
+                return
+            rest.popleft()
+        else:
+            try:
+                data = self._ws.recv(timeout=0)
+            except (TimeoutError, ConnectionClosed):
+                self.send_exit(request_id, value)
+                return
+            read = _read_turn_of(data, session_id, turn_id)
+            if read is None:
+                self.send_exit(request_id, value)
+                self._frame(data)  # next in order, as the serving loop would
+                return
         gather: List[str] = []
         self._gatherer, self._gather = threading.get_ident(), gather
         try:

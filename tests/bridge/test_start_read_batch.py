@@ -219,3 +219,24 @@ def test_b03_what_a_driver_emits_before_it_waits_is_committed_and_read_in_order(
         assert _read_rest(client, 71, parts) == {"_tag": "Success", "value": None}
         assert [p["index"] for p in parts] == list(range(len(parts)))
         assert text_of(parts) == "before after"
+
+
+def test_b03_a_read_turn_behind_the_start_in_its_own_batch_frame_is_answered_in_one_batch(
+    make_bridge, sid, tid
+):
+    # A peer may send both in one batch frame: the same answer, StartTurn's Exit first.
+    bridge = make_bridge()
+    with bridge.connect() as client:
+        client.open(sid)
+        client.send([frames.to_json(_start(80, sid, tid, "x")), frames.to_json(_read(81, sid, tid))])
+        got, parts = _batch_head(client, 80, 81)
+        if got[-1]["_tag"] != "Exit":
+            client.send(frames.Ack(81))
+            assert _read_rest(client, 81, parts) == {"_tag": "Success", "value": None}
+        assert text_of(parts) == "x"
+        # Behind a request that is not the new turn's read, a batch is served in its order.
+        hello = frames.Request(83, "Hello", None, ())
+        client.send([frames.to_json(_start(82, sid, "t-2", "y")), frames.to_json(hello)])
+        first = _frame(client)
+        assert isinstance(first, dict) and first["requestId"] == 82
+        assert client.wait_exit(83)["_tag"] == "Success"
