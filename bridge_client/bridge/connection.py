@@ -164,6 +164,7 @@ class Connection:
         self._gather: Optional[List[str]] = None
         self._gatherer = 0  # the gathering thread's ident
         self._rest: Deque[Any] = deque()  # what is left of the frame being served
+        self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -264,6 +265,10 @@ class Connection:
         """Read and answer frames until the connection closes, then stop its streams."""
         try:
             while True:
+                data, self._peeked = self._peeked, None
+                if data is not None:  # taken from the queue by _answer_start: next in order
+                    self._frame(data)
+                    continue
                 try:
                     data = self._ws.recv(timeout=self.server.silence_timeout)
                 except TimeoutError:
@@ -383,10 +388,13 @@ class Connection:
             except (TimeoutError, ConnectionClosed):
                 self.send_exit(request_id, value)
                 return
+            except Exception:
+                self.send_exit(request_id, value)
+                raise
             read = _read_turn_of(data, session_id, turn_id)
             if read is None:
                 self.send_exit(request_id, value)
-                self._frame(data)  # next in order, as the serving loop would
+                self._peeked = data  # served next by the loop, in order
                 return
         gather: List[str] = []
         self._gatherer, self._gather = threading.get_ident(), gather

@@ -240,3 +240,22 @@ def test_b03_a_read_turn_behind_the_start_in_its_own_batch_frame_is_answered_in_
         first = _frame(client)
         assert isinstance(first, dict) and first["requestId"] == 82
         assert client.wait_exit(83)["_tag"] == "Success"
+
+
+def test_b08_many_start_turns_in_a_row_are_answered_in_order(make_bridge, sid):
+    # Each started turn's answer looks at the next frame (a StartTurn, not its read): it is
+    # served next by the loop, in order, however many queue up (no recursion).
+    bridge = make_bridge()
+    with bridge.connect() as client:
+        client.open(sid)
+        starts = [_start(1000 + i, sid, f"t-row-{i}", "r") for i in range(300)]
+        for i in range(0, 300, 50):
+            _send_together(client, *starts[i : i + 50])
+        seen = []
+        while len(seen) < 300:
+            got = _frame(client)
+            for message in got if isinstance(got, list) else [got]:
+                seen.append(message["requestId"])
+                assert message["exit"]["_tag"] == "Success", message
+        assert seen == [1000 + i for i in range(300)]
+        assert client.value("Hello")["bridgeId"]
