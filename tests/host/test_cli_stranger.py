@@ -1,0 +1,58 @@
+"""What tripped a stranger trying the installed package (third round of issue 15): the
+command printed to continue a suspended ``run --json`` keeps ``--json``. Real processes,
+a real bridge, real files."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bridge_client.cli.stream import continue_command
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _args(**given):
+    base = dict(sandbox=".", agent="shell", option=None, approve=None, env=None, json=False)
+    base.update(given)
+    return argparse.Namespace(**base)
+
+
+def test_the_continue_command_keeps_json_and_approve():
+    words = shlex.split(continue_command("/s/t.json", _args(json=True, approve="all"), 2))
+    assert words[:3] == ["bridge-client", "continue", "/s/t.json"]
+    assert "--json" in words and words[words.index("--approve") + 1] == "all"
+    assert "--json" not in shlex.split(continue_command("/s/t.json", _args(), 0))
+
+
+def test_a_suspended_json_run_continues_as_json(workspace):
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "a b", "--agent", "echo", "--json",
+         "--option", "steps=6", "--option", "delay=0.05", "--sandbox", workspace],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert json.loads(first)["type"] == "turn-start"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    words = shlex.split(err.strip().splitlines()[-1])
+    assert words[:2] == ["bridge-client", "continue"] and "--json" in words
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge_client.cli", *words[1:]],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    parts = [json.loads(line) for line in done.stdout.splitlines()]  # every line is JSON
+    assert parts[0]["type"] == "turn-start" and parts[-1]["type"] == "turn-finish"
