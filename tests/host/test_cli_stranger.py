@@ -56,3 +56,27 @@ def test_a_suspended_json_run_continues_as_json(workspace):
     assert done.returncode == 0, done.stderr
     parts = [json.loads(line) for line in done.stdout.splitlines()]  # every line is JSON
     assert parts[0]["type"] == "turn-start" and parts[-1]["type"] == "turn-finish"
+
+
+def test_a_sandbox_folder_made_again_at_its_path_is_worked_in(workspace):
+    # rm -rf repo && mkdir repo (or a fresh clone there): the client finds the bridge of that
+    # path, launched in the removed folder; it works in the new one, not in a dead directory.
+    import shutil
+
+    import bridge_client as bc
+
+    options = bc.bridge_options("shell", bridge_idle_timeout=60)
+    with bc.create_session(options, bc.LocalSandbox(workspace)) as session:
+        first = session.turn("touch old")
+        assert [p.type for p in first][-1] == "turn-finish" and first.finish.finish_reason == "stop"
+        shutil.rmtree(workspace)
+        gone = session.turn("echo hi")
+        list(gone)
+        assert gone.finish.finish_reason == "error"
+        assert "workspace folder was removed" in gone.finish.error, gone.finish.error
+        os.mkdir(workspace)
+        again = session.turn("touch new\nls")
+        list(again)
+        assert again.finish.finish_reason == "stop", again.finish.error
+        assert again.text() == "new\n"
+    assert os.path.exists(os.path.join(workspace, "new"))
