@@ -80,3 +80,19 @@ def test_a_sandbox_folder_made_again_at_its_path_is_worked_in(workspace):
         assert again.finish.finish_reason == "stop", again.finish.error
         assert again.text() == "new\n"
     assert os.path.exists(os.path.join(workspace, "new"))
+
+
+COMMANDS = ["run", "continue", "cancel", "answer", "say", "bridges", "stop", "prune"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_help_fits_a_terminal(command):
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge_client.cli", command, "--help"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"},
+    )
+    assert done.returncode == 0, done.stderr
+    long = [line for line in done.stdout.splitlines() if len(line) > 100]
+    assert not long, long
+    if command == "continue":
+        assert "--steps K" in done.stdout  # as the command line guide writes it
