@@ -1,4 +1,4 @@
-"""The folder the shell driver works in: the bridge's working directory, set by its sandbox at
+"""The folder the built-in drivers work in: the bridge's working directory, set by its sandbox at
 launch.
 
 A local sandbox is named by its path, so after ``rm -rf repo && mkdir repo`` (or a fresh
