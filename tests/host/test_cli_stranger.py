@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -96,3 +97,39 @@ def test_each_help_fits_a_terminal(command):
     assert not long, long
     if command == "continue":
         assert "--steps K" in done.stdout  # as the command line guide writes it
+
+
+def test_a_prompt_read_from_the_terminal_says_how_to_end_it(workspace):
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, its standard input a terminal
+        os.execv(sys.executable, [sys.executable, "-m", "bridge_client.cli", "run", "-",
+                                  "--agent", "echo", "--sandbox", workspace])
+    seen, deadline, sent = b"", time.monotonic() + 60, False
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not data:
+                    break
+                seen += data
+            if not sent and b"Ctrl-D" in seen:
+                os.write(fd, b"hello there\n\x04")
+                sent = True
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                pid = 0
+                break
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode(errors="replace"))  # colour: a terminal
+    assert sent, text
+    assert "hello there" in text.split("Ctrl-D", 1)[1] and "[finished] stop" in text, text
