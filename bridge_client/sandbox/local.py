@@ -150,7 +150,14 @@ class LocalSandbox:
     def __init__(self, path: "str | os.PathLike[str]", *, home: Optional[str] = None) -> None:
         real = os.path.realpath(os.fspath(path))
         if not os.path.exists(real):
-            raise FileNotFoundError(f"sandbox folder {os.fspath(path)!r} does not exist")
+            given = os.fspath(path)
+            # `--sandbox=~/repo` reaches us with its '~': a shell expands it only at a word's start.
+            hint = (
+                f" ('~' is not expanded here: give the full path, {os.path.expanduser(given)!r})"
+                if given.startswith("~") and os.path.expanduser(given) != given
+                else ""
+            )
+            raise FileNotFoundError(f"sandbox folder {given!r} does not exist{hint}")
         if not os.path.isdir(real):
             raise NotADirectoryError(f"sandbox folder {os.fspath(path)!r} is not a folder")
         self._workdir = real
