@@ -161,10 +161,17 @@ class LocalSandbox:
         if not os.path.isdir(real):
             raise NotADirectoryError(f"sandbox folder {os.fspath(path)!r} is not a folder")
         self._workdir = real
-        # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
-        self._id = "local-" + hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
+        self._id = self.id_for(real)
         self._home = os.path.abspath(home or user_home())
         self._state_root = os.path.join(self._home, "sandboxes", self._id)
+
+    @staticmethod
+    def id_for(path: "str | os.PathLike[str]") -> str:
+        """The sandbox id a LocalSandbox of ``path`` has (``"local-"`` and 16 hex characters),
+        whether or not the folder exists now: a folder removed while its bridge runs keeps its
+        id, so its bridges can still be listed and stopped."""
+        # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
+        return "local-" + hashlib.sha256(os.fsencode(os.path.realpath(os.fspath(path)))).hexdigest()[:16]
 
     @property
     def id(self) -> str:

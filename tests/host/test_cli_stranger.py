@@ -133,3 +133,43 @@ def test_a_prompt_read_from_the_terminal_says_how_to_end_it(workspace):
     text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode(errors="replace"))  # colour: a terminal
     assert sent, text
     assert "hello there" in text.split("Ctrl-D", 1)[1] and "[finished] stop" in text, text
+
+
+def _cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "bridge_client.cli", *args],
+        capture_output=True, text=True, timeout=60, env=env or dict(os.environ),
+    )
+
+
+def test_a_bridge_of_a_removed_sandbox_folder_is_listed_and_stopped(workspace, tmp_path):
+    # mkdir g; bridge-client run ... --sandbox g; rm -rf g: its bridge runs on (until idle),
+    # and `bridges`/`stop --sandbox g` find it by the id the path had.
+    import shutil
+    import time
+
+    done = _cli("run", "echo a", "--agent", "shell", "--sandbox", workspace)
+    assert done.returncode == 0, done.stderr
+    listing = _cli("bridges", "--sandbox", workspace, "--json").stdout
+    rows = [json.loads(line) for line in listing.splitlines()]
+    assert len(rows) == 1 and rows[0]["alive"], rows
+    pid = rows[0]["pid"]
+    shutil.rmtree(workspace)
+    listed = _cli("bridges", "--sandbox", workspace, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["pid"] for line in listed.stdout.splitlines()] == [pid]
+    stopped = _cli("stop", "--all", "--sandbox", workspace)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"pid {pid}" in stopped.stdout, stopped.stdout
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the listening file goes first, then the process
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"bridge pid {pid} still runs after stop")
+    never = _cli("stop", "--all", "--sandbox", str(tmp_path / "never-was"))
+    assert never.returncode == 2 and "does not exist" in never.stderr, never.stderr
