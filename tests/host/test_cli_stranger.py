@@ -173,3 +173,23 @@ def test_a_bridge_of_a_removed_sandbox_folder_is_listed_and_stopped(workspace, t
         pytest.fail(f"bridge pid {pid} still runs after stop")
     never = _cli("stop", "--all", "--sandbox", str(tmp_path / "never-was"))
     assert never.returncode == 2 and "does not exist" in never.stderr, never.stderr
+
+
+def test_an_unusable_state_directory_is_named_with_its_variable(tmp_path, monkeypatch):
+    # A home under a file: the library's error names the folder and the variable that sets
+    # it (of the OSError's own type), and the CLI says so once.
+    from bridge_client.paths import default_secret
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    home = str(blocker / "home")
+    monkeypatch.setenv("BRIDGE_CLIENT_HOME", home)
+    monkeypatch.delenv("BRIDGE_CLIENT_SECRET", raising=False)
+    with pytest.raises(OSError) as caught:  # FileExistsError: a file where a folder must be
+        default_secret()
+    assert "BRIDGE_CLIENT_HOME" in str(caught.value) and home in str(caught.value)
+    done = _cli("run", "echo a", "--agent", "shell", "--sandbox", str(tmp_path), env=dict(os.environ))
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("bridge-client: error: cannot use the state directory"), done.stderr
+    assert line.count("BRIDGE_CLIENT_HOME") == 1, line
