@@ -69,7 +69,8 @@ def default_secret() -> Redacted:
     except OSError as exc:
         if exc.errno is None:
             raise
-        raise type(exc)(exc.errno, f"{STATE_DIR_HINT.format(home=home)}: {exc.strerror}", exc.filename) from None
+        text = f"{STATE_DIR_HINT.format(home=home)}: {exc.strerror}"
+        raise type(exc)(exc.errno, text, exc.filename) from None
 
 
 STATE_DIR_HINT = "cannot use the state directory {home} (set by BRIDGE_CLIENT_HOME, else XDG_STATE_HOME)"
