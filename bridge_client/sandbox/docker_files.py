@@ -118,14 +118,16 @@ def write_file(
         info.mtime = int(time.time())
         tar.addfile(info, io.BytesIO(data))
     archive = buf.getvalue()
+    if len(archive) > _EARLY_ANSWER_BYTES:
+        # The engine answers a missing folder's 404 before it reads the upload, then closes:
+        # past what the socket buffers hold, the client may see the connection reset instead
+        # of the 404. A big archive's folder is made first (one exec more).
+        _make_folder(container, folder, run)
     try:
         with container.errors(folder):
             container.api.put_archive(container.id, folder, archive)
     except FileNotFoundError:
-        made = run(["sh", "-c", 'umask 077 && mkdir -p -- "$1"', "sh", folder])
-        if not made.ok:
-            raise OSError(f"cannot create {folder} in container {container.short}: "
-                          f"{made.stderr.decode('utf-8', 'replace').strip()}") from None
+        _make_folder(container, folder, run)
         with container.errors(folder):
             container.api.put_archive(container.id, folder, archive)
     tmp_path = posixpath.join(folder, tmp_name)
@@ -134,3 +136,19 @@ def write_file(
         run(["rm", "-f", "--", tmp_path])
         raise OSError(f"cannot write {path} in container {container.short}: "
                       f"{moved.stderr.decode('utf-8', 'replace').strip()}")
+
+
+_EARLY_ANSWER_BYTES = 64 * 1024
+"""An archive up to this size reaches the engine whole before its answer (socket buffers)."""
+
+
+def _make_folder(container: Container, folder: str, run: Exec) -> None:
+    """``mkdir -p`` the folder (private: umask 077).
+
+    Raises:
+        OSError: it cannot be made.
+    """
+    made = run(["sh", "-c", 'umask 077 && mkdir -p -- "$1"', "sh", folder])
+    if not made.ok:
+        raise OSError(f"cannot create {folder} in container {container.short}: "
+                      f"{made.stderr.decode('utf-8', 'replace').strip()}")
