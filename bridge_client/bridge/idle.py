@@ -14,8 +14,8 @@ log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, a
 
 class IdleWatcher:
     """Calls ``on_idle`` once, after ``idle_timeout`` seconds with no connection open and no
-    turn running. Its thread waits on a condition that every change notifies; it never
-    polls.
+    turn running. Its thread waits on a condition, woken only when the bridge becomes idle
+    (or the watcher stops); it never polls.
 
     Args:
         idle_timeout: in seconds.
@@ -41,9 +41,13 @@ class IdleWatcher:
         self._thread.start()
 
     def _changed(self) -> None:
-        # Caller holds the condition. Idle time restarts at every change.
+        # Caller holds the condition. Idle time restarts at every change. The thread is woken
+        # only when the bridge became idle: while busy it waits without a deadline, and a
+        # change while idle (a connection opening) is seen at its deadline, where it looks
+        # again. A busy bridge's connections and turns thus wake nobody here.
         self._since = time.monotonic()
-        self._cond.notify_all()
+        if not (self._connections or self._running):
+            self._cond.notify_all()
 
     def connection_opened(self) -> None:
         """A WebSocket connection opened."""

@@ -180,6 +180,7 @@ class ListeningSocket(socket.socket):
     gate: ConnectionGate
     _accept_warning: RateLimitedWarning
     send_timeout: float
+    kind: Tuple[int, int, int]  # (family, type, proto) of accepted sockets, looked up once
 
     def accept(self) -> Tuple[socket.socket, Any]:
         """Wait for a connection the gate admits.
@@ -190,24 +191,25 @@ class ListeningSocket(socket.socket):
         Raises:
             OSError: the listening socket is closed (or another error than a shortage).
         """
-        poller = select.poll()
+        poller: Any = None
         while True:
             fd = self.fileno()
             if fd < 0:
                 raise OSError(errno.EBADF, "the listening socket is closed")
-            poller.register(fd, select.POLLIN)
             try:
-                ready = poller.poll(_ACCEPT_POLL_MS)
-            finally:
-                try:
-                    poller.unregister(fd)
-                except (KeyError, ValueError, OSError):
-                    pass
-            if not ready:
-                continue
-            try:
+                # First without a wait: in a burst of connections the next one is there.
                 conn_fd, address = self._accept()  # type: ignore[attr-defined]
             except (BlockingIOError, InterruptedError):
+                if poller is None:
+                    poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                try:
+                    poller.poll(_ACCEPT_POLL_MS)
+                finally:
+                    try:
+                        poller.unregister(fd)
+                    except (KeyError, ValueError, OSError):
+                        pass
                 continue
             except OSError as exc:
                 if exc.errno not in _RESOURCE_ERRNOS:
@@ -215,7 +217,7 @@ class ListeningSocket(socket.socket):
                 self._accept_warning(f"{exc.strerror or exc}; pausing {ACCEPT_BACKOFF} s")
                 time.sleep(ACCEPT_BACKOFF)
                 continue
-            sock = socket.socket(self.family, self.type, self.proto, fileno=conn_fd)
+            sock = socket.socket(self.kind[0], self.kind[1], self.kind[2], fileno=conn_fd)
             sock.setblocking(True)
             set_send_timeout(sock, self.send_timeout)
             if self.gate.admit(sock):
@@ -236,5 +238,6 @@ def listening_socket(
     listening.setblocking(False)
     listening.gate = gate
     listening.send_timeout = send_timeout
+    listening.kind = (int(listening.family), int(listening.type), listening.proto)
     listening._accept_warning = RateLimitedWarning("accept() failed")
     return listening

@@ -190,6 +190,12 @@ class BridgeServer:
             options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
         if "create_connection" in _SERVE_PARAMETERS:
             options["create_connection"] = FastAckConnection
+        if "server_header" in _SERVE_PARAMETERS:
+            # No "Server: Python/x websockets/y" (it names versions to any peer, and the host's
+            # websocket-client reads the upgrade's answer a byte per recv: every byte costs).
+            options["server_header"] = None
+        if "process_response" in _SERVE_PARAMETERS:
+            options["process_response"] = _without_date
         listening = listening_socket(self.bind, self.gate, self.send_timeout)
         try:
             self._server = serve(
@@ -382,7 +388,10 @@ class BridgeServer:
 
     def _handle(self, ws: ServerConnection) -> None:
         number = next(self._numbers)
-        log.info("connection %d opened from %s", number, _peer(ws))
+        # One INFO line per connection, at its end (a line costs the GIL and a write to
+        # bridge.log; a host opening many sessions pays it for each).
+        peer = _peer(ws)
+        log.debug("connection %d opened from %s", number, peer)
         conn = Connection(self, ws, number)
         if isinstance(ws, FastAckConnection):
             ws.ack_hook = conn.fast_ack
@@ -399,7 +408,15 @@ class BridgeServer:
                 self._live.pop(ws, None)
             if self._idle is not None:
                 self._idle.connection_closed()
-            log.info("connection %d closed", number)
+            log.info("connection %d from %s closed", number, peer)
+
+
+def _without_date(connection: ServerConnection, request: Any, response: Any) -> None:
+    """Drop the ``Date`` header of a 101 (optional in a 1xx answer, RFC 9110 6.6.1), for the
+    byte-wise reads of the host's websocket-client; other answers keep theirs."""
+    if response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS and "Date" in response.headers:
+        del response.headers["Date"]
+    return None
 
 
 def _close_quietly(ws: ServerConnection) -> None:

@@ -86,11 +86,13 @@ def _find_or_refused(
     that led to it: the file may be stale and its port reused by another bridge (another
     sandbox, another token). While the file stays the one that was refused, its port is not
     asked again (a 401 is never retried, C17)."""
-    if refused is not None and _listening_bytes(plan) == refused[0]:
+    # One read of the listening file: the bytes compared with the refused one are the bytes
+    # whose port is tried (a connect is one private-file read, not two).
+    data = _listening_or_gone(plan)
+    if refused is not None and data == refused[0]:
         return None, refused
-    data = _listening_bytes(plan)
     try:
-        return find(plan, open_timeout=open_timeout, holder=holder, deadline=deadline), None
+        return _find_named(plan, data, open_timeout, holder, deadline), None
     except Unauthorized as exc:
         log.debug("bridge %s: the port in the listening file refused the token: %s", plan.bridge_id, exc)
         return None, (data or b"", exc)
@@ -140,15 +142,30 @@ class LaunchPlan:
         return posixpath.join(self.state_dir, name)
 
 
-def _read_listening(plan: LaunchPlan) -> Optional[identity.ListeningInfo]:
+def _listening_or_gone(plan: LaunchPlan) -> Optional[bytes]:
+    """The listening file's bytes, or ``None`` when there is none we trust.
+
+    Raises:
+        SandboxGone: the sandbox is gone (any other failure to read is no file).
+    """
     try:
-        return identity.parse_listening(_read_state_file(plan, identity.LISTENING_FILE))
+        return _read_state_file(plan, identity.LISTENING_FILE)
     except FileNotFoundError:
         return None
     except UntrustedFile as exc:
         _untrusted(plan, exc)  # C21: never send the token to a port a stranger may have named
         return None
-    except (ProtocolError, OSError) as exc:
+    except OSError as exc:
+        log.debug("ignoring listening file of bridge %s: %s", plan.bridge_id, exc)
+        return None
+
+
+def _parse_listening(plan: LaunchPlan, data: Optional[bytes]) -> Optional[identity.ListeningInfo]:
+    if data is None:
+        return None
+    try:
+        return identity.parse_listening(data)
+    except ProtocolError as exc:
         log.debug("ignoring listening file of bridge %s: %s", plan.bridge_id, exc)
         return None
 
@@ -187,7 +204,18 @@ def find(
         Unauthorized: the bridge there refused the token (a 401 is never retried).
         SandboxGone: the sandbox is gone.
     """
-    info = _read_listening(plan)
+    return _find_named(plan, _listening_or_gone(plan), open_timeout, holder, deadline)
+
+
+def _find_named(
+    plan: LaunchPlan,
+    data: Optional[bytes],
+    open_timeout: Optional[float],
+    holder: Optional[List[Connection]],
+    deadline: Optional[float],
+) -> Optional[Tuple[Connection, HelloResult]]:
+    """:func:`find`, at the port of the listening file read as ``data`` (``None``: none)."""
+    info = _parse_listening(plan, data)
     if info is None:
         return None
     endpoint = plan.sandbox.expose(info.port)

@@ -108,3 +108,23 @@ def test_healthz_answers_without_a_token(shared_echo):
         }
     finally:
         conn.close()
+
+
+def test_c17_upgrade_answer_is_short_and_names_no_versions(shared_echo):
+    # The 101 carries only what the upgrade needs: no Server header naming the Python and
+    # websockets versions, no Date (optional in a 1xx); a refusal keeps its headers.
+    status, headers = _upgrade_status(shared_echo, f"Bearer {TOKEN}")
+    assert status == 101
+    assert {k.lower() for k in headers} == {"upgrade", "connection", "sec-websocket-accept"}
+    status, headers = _upgrade_status(shared_echo, "Bearer wrong-token")
+    assert status == 401 and "Date" in headers
+
+
+def test_c17_upgrade_answer_without_extras_still_serves_a_session(shared_echo):
+    ws = websocket.create_connection(shared_echo.url, header=[f"Authorization: Bearer {TOKEN}"], timeout=5)
+    try:
+        ws.send(json.dumps({"_tag": "Request", "id": "1", "tag": "Hello", "payload": None, "headers": []}))
+        answer = json.loads(ws.recv())
+        assert answer["_tag"] == "Exit" and answer["exit"]["_tag"] == "Success"
+    finally:
+        ws.close()

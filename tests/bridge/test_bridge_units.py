@@ -419,6 +419,43 @@ def test_idle_watcher_fires_once_idle_and_not_while_busy():
     assert time.monotonic() - t0 >= 0.15
 
 
+def test_b06_idle_watcher_is_woken_only_when_the_bridge_becomes_idle():
+    # Connections and turns of a busy bridge come and go without waking its watcher thread
+    # (a thread switch each, on a bridge serving many sessions); going idle wakes it.
+    fired = threading.Event()
+    watcher = IdleWatcher(0.2, fired.set)
+    notified = []
+    inner = watcher._cond.notify_all
+    watcher._cond.notify_all = lambda: (notified.append(1), inner())[1]
+    watcher.connection_opened()
+    watcher.start()
+    for _ in range(10):
+        watcher.connection_opened()
+        watcher.set_running(1)
+        watcher.set_running(0)
+        watcher.connection_closed()
+    assert notified == [] and not fired.is_set()
+    t0 = time.monotonic()
+    watcher.connection_closed()
+    assert notified == [1]
+    assert fired.wait(2)
+    assert time.monotonic() - t0 >= 0.15
+
+
+def test_b06_idle_watcher_counts_from_the_last_close_after_a_connection_outlived_its_wait():
+    # A connection opened while the watcher waited out its idle time (no wake) and still open at
+    # that deadline keeps the bridge up; its close starts the idle time again.
+    fired = threading.Event()
+    watcher = IdleWatcher(0.2, fired.set)
+    watcher.start()
+    watcher.connection_opened()
+    assert not fired.wait(0.5)
+    t0 = time.monotonic()
+    watcher.connection_closed()
+    assert fired.wait(2)
+    assert time.monotonic() - t0 >= 0.15
+
+
 def test_idle_watcher_stop_prevents_firing():
     fired = threading.Event()
     watcher = IdleWatcher(0.1, fired.set)

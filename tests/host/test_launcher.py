@@ -132,3 +132,25 @@ def test_c04_template_failure_is_a_template_error(sandbox):
     with bc.create_session(opts, session_options(sandbox)) as session:
         with pytest.raises(bc.TemplateError, match="broken"):
             session.turn("hello")
+
+
+def test_c04_c21_a_connect_to_a_running_bridge_reads_the_listening_file_once(sandbox, monkeypatch):
+    # The bytes whose port is tried are the bytes compared with a refused file: one private
+    # read per connect (it was two), still checked as the sandbox user's own file.
+    first = bc.create_session(options("echo"), session_options(sandbox))
+    try:
+        assert _run_turn(first) == "stop"
+        reads = []
+        real = type(sandbox).read_private_file
+
+        def counted(self, path):
+            reads.append(os.path.basename(path))
+            return real(self, path)
+
+        monkeypatch.setattr(type(sandbox), "read_private_file", counted)
+        with bc.create_session(options("echo"), session_options(sandbox)) as second:
+            assert _run_turn(second) == "stop"
+            assert second.instance == first.instance
+        assert reads.count(identity.LISTENING_FILE) == 1
+    finally:
+        first.release()
