@@ -37,6 +37,24 @@ def pytest_configure(config: Any) -> None:
     os.environ["BRIDGE_CLIENT_HOME"] = tempfile.mkdtemp(prefix="bridge-client-tests-home-")
 
 
+# Under pytest-xdist (the test command runs the suite on one worker per core, ``--dist
+# loadgroup``), tests that share a machine-wide thing run on one worker: the Docker engine
+# (one a run starts is its own dockerd, socket and pid file) and the test sshd (its login user,
+# made with useradd, which locks /etc/passwd). Grouped by the fixture they use, so a new test
+# is grouped without a mark of its own.
+_GROUPS = {"docker_engine": "docker", "sshd": "ssh"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        for fixture, group in _GROUPS.items():
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 def pytest_unconfigure(config: Any) -> None:
     folder = os.environ.get("BRIDGE_CLIENT_HOME", "")
     if os.path.basename(folder).startswith("bridge-client-tests-home-"):

@@ -13,6 +13,7 @@ only the first run pays for it; or a skip whose reason names what is missing.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -112,18 +113,25 @@ def apt_install(packages: List[str]) -> Optional[str]:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return f"{' and '.join(packages)}: not installed, and no apt-get as root to install them"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-    ):
-        try:
-            done = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=APT_TIMEOUT
-            )
-        except subprocess.TimeoutExpired:
-            return f"`{' '.join(argv)}` ran longer than {APT_TIMEOUT:g} s"
-        if done.returncode != 0:
-            return f"`{' '.join(argv)}` failed: {done.stderr[-800:].decode('utf-8', 'replace')}"
+    # One apt at a time: the suite's workers (pytest-xdist) may want the SSH and the Docker
+    # packages at once, and a second apt-get fails at once on dpkg's lock. The timeout waits
+    # for an apt run that is not ours.
+    os.makedirs(cache_dir(), exist_ok=True)
+    with open(cache_dir(".apt.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for argv in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+             "-o", f"DPkg::Lock::Timeout={APT_TIMEOUT:.0f}", *packages],
+        ):
+            try:
+                done = subprocess.run(
+                    argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=APT_TIMEOUT
+                )
+            except subprocess.TimeoutExpired:
+                return f"`{' '.join(argv)}` ran longer than {APT_TIMEOUT:g} s"
+            if done.returncode != 0:
+                return f"`{' '.join(argv)}` failed: {done.stderr[-800:].decode('utf-8', 'replace')}"
     return None
 
 

@@ -112,6 +112,13 @@ def test_c03_bridge_id_does_not_reveal_the_token():
     assert hashlib.sha256((token + canonical_json({})).encode()).hexdigest()[:BRIDGE_ID_LENGTH] != ident
 
 
+class _Opaque:
+    """A value JSON has no form for, with a repr that is the same in every process."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -119,8 +126,8 @@ def test_c03_bridge_id_does_not_reveal_the_token():
         {"k": {1, 2}},
         b"bytes",
         {"k": b"bytes"},
-        object(),
-        {"k": object()},
+        _Opaque(),
+        {"k": _Opaque()},
         float("nan"),
         {"k": float("inf")},
         {"k": float("-inf")},
@@ -159,7 +166,15 @@ def _listening(**changes) -> bytes:
     return json.dumps({k: v for k, v in obj.items() if v is not _MISSING}).encode()
 
 
-_MISSING = object()
+class _Missing:
+    """A key left out of a file; its repr is the same in every process (the test ids of
+    pytest-xdist's workers must match)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING = _Missing()
 
 
 def test_listening_file_round_trips():

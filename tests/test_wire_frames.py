@@ -339,7 +339,15 @@ def _request(**changes):
     return {k: v for k, v in obj.items() if v is not _MISSING}
 
 
-_MISSING = object()
+class _Missing:
+    """A key left out of a frame; its repr is the same in every process (the test ids of
+    pytest-xdist's workers must match)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING = _Missing()
 
 
 def test_request_without_payload_is_rejected_with_its_id():

@@ -76,17 +76,34 @@ class TLSEngine:
         with self._lock:
             self._socks += [tls, engine]
             self.served += 1
-        threading.Thread(target=self._pump, args=(engine, tls), daemon=True).start()
-        self._pump(tls, engine)
+        # One OpenSSL connection object must not be read and written by two threads at once:
+        # an engine that answers before it has read the whole request (a 404 to an upload of
+        # 400 KB into a missing folder) would write while the other pump reads, and the
+        # client then saw the connection end mid-request. Each call on ``tls`` holds this lock.
+        guard = threading.Lock()
+        threading.Thread(target=self._pump, args=(engine, tls, guard), daemon=True).start()
+        self._pump(tls, engine, guard)
 
     @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
+    def _pump(a: socket.socket, b: socket.socket, guard: "threading.Lock") -> None:
+        import select
+
         try:
             while True:
-                data = a.recv(65536)
+                if isinstance(a, ssl.SSLSocket):
+                    if not a.pending():
+                        select.select([a], [], [])  # wait outside the lock
+                    with guard:
+                        data = a.recv(65536)  # a whole record is on its way: no long block
+                else:
+                    data = a.recv(65536)
                 if not data:
                     break
-                b.sendall(data)
+                if isinstance(b, ssl.SSLSocket):
+                    with guard:
+                        b.sendall(data)
+                else:
+                    b.sendall(data)
             if isinstance(b, ssl.SSLSocket):
                 # The engine ended the stream (an exec's output is over): the client reads the
                 # end, and the other pump, blocked reading the client, wakes up.

@@ -92,6 +92,9 @@ class ScriptedBridge:
                     ws.send(_exit(message["id"], {**HELLO, "bridgeId": self.session.bridge_id}))
                 elif message["tag"] == "OpenSession":
                     ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
+                elif message["tag"] == "CloseSession":  # the release at teardown: at once, not
+                    # after the host's keepalive gives up on an unanswered request (2.5 s)
+                    ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
                 else:
                     self.play(self, ws, message)
         except Exception:
