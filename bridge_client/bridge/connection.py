@@ -15,7 +15,8 @@ import struct
 import termios
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
 
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
@@ -34,6 +35,7 @@ from ..wire.frames import (
     Pong,
     Request,
     RequestId,
+    Success,
     encode,
     host_message,
     parse_frame,
@@ -108,6 +110,34 @@ class FastAckConnection(ServerConnection):
 _STREAM_JOIN_TIMEOUT = 2.0  # seconds a closed connection waits for its streams' threads in all
 
 
+def _read_turn_of(data: Any, session_id: str, turn_id: str) -> Optional[Request]:
+    """``data`` (a frame) as a ReadTurn request of that turn from its start (offset and
+    afterStep 0), alone in its frame; else None."""
+    try:
+        objects = parse_frame(data)
+    except FrameError:
+        return None
+    return _read_turn_message(objects[0], session_id, turn_id) if len(objects) == 1 else None
+
+
+def _read_turn_message(obj: Any, session_id: str, turn_id: str) -> Optional[Request]:
+    """``obj`` (a JSON value) as a ReadTurn request of that turn from its start; else None."""
+    try:
+        message = host_message(obj)
+    except FrameError:
+        return None
+    if not isinstance(message, Request) or message.tag != "ReadTurn":
+        return None
+    payload = message.payload
+    if not isinstance(payload, dict):
+        return None
+    if (payload.get("sessionId"), payload.get("turnId")) != (session_id, turn_id):
+        return None
+    if payload.get("offset") != 0 or payload.get("afterStep") != 0:
+        return None
+    return message
+
+
 def _key(request_id: RequestId) -> Tuple[type, RequestId]:
     # Ids keep their JSON type: 1 and "1" are different requests.
     return (type(request_id), request_id)
@@ -129,6 +159,12 @@ class Connection:
         self._streams: Dict[Tuple[type, RequestId], ReadStream] = {}
         self._closed = False
         self._sending_since: Optional[float] = None  # monotonic start of the send under way
+        # While set, this connection's own thread gathers what it sends into one batch frame
+        # (see _answer_start); other threads send as usual.
+        self._gather: Optional[List[str]] = None
+        self._gatherer = 0  # the gathering thread's ident
+        self._rest: Deque[Any] = deque()  # what is left of the frame being served
+        self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -145,6 +181,10 @@ class Connection:
     def send(self, text: str) -> bool:
         """Send one text frame; return False when the connection is closed. A send that the
         socket does not take within the server's ``send_timeout`` drops the connection."""
+        gather = self._gather
+        if gather is not None and self._gatherer == threading.get_ident():
+            gather.append(text)  # goes out with the rest of the batch (_answer_start)
+            return True
         with self._send_lock:
             return self._send_locked(text)
 
@@ -225,6 +265,10 @@ class Connection:
         """Read and answer frames until the connection closes, then stop its streams."""
         try:
             while True:
+                data, self._peeked = self._peeked, None
+                if data is not None:  # taken from the queue by _answer_start: next in order
+                    self._frame(data)
+                    continue
                 try:
                     data = self._ws.recv(timeout=self.server.silence_timeout)
                 except TimeoutError:
@@ -254,7 +298,9 @@ class Connection:
         except FrameError as exc:
             self.send_defect(str(exc))
             return
-        for obj in objects:
+        self._rest = rest = deque(objects)
+        while rest:
+            obj = rest.popleft()
             try:
                 message = host_message(obj)
             except FrameError as exc:
@@ -315,7 +361,53 @@ class Connection:
         if rpc.stream:
             self._read_turn(request.id, **args)
             return
-        self.send_exit(request.id, self.server.dispatcher.call(rpc, args, self.number))
+        value = self.server.dispatcher.call(rpc, args, self.number)
+        if rpc.tag == "StartTurn" and isinstance(value, Success) and value.value["status"] == "started":
+            self._answer_start(request.id, value, args)
+            return
+        self.send_exit(request.id, value)
+
+    def _answer_start(self, request_id: RequestId, value: Success, args: Dict[str, Any]) -> None:
+        """Answer a StartTurn that started its turn; when the next message (behind it in its
+        batch frame, or the next frame already received) is the ReadTurn of that turn from its
+        start, serve it now and send the answer, that stream's first Chunk (and its Exit, if
+        the turn is over) in one batch frame: the order on the wire is the order of serving,
+        the host is woken once, and the bridge writes once. Anything else that came next is
+        served after the answer, as the loop would."""
+        session_id, turn_id = args["session_id"], args["turn_id"]
+        rest = self._rest
+        if rest:  # more of the StartTurn's own frame: the loop in _frame serves what is not taken
+            read = _read_turn_message(rest[0], session_id, turn_id)
+            if read is None:
+                self.send_exit(request_id, value)
+                return
+            rest.popleft()
+        else:
+            try:
+                data = self._ws.recv(timeout=0)
+            except (TimeoutError, ConnectionClosed):
+                self.send_exit(request_id, value)
+                return
+            except Exception:
+                self.send_exit(request_id, value)
+                raise
+            read = _read_turn_of(data, session_id, turn_id)
+            if read is None:
+                self.send_exit(request_id, value)
+                self._peeked = data  # served next by the loop, in order
+                return
+        gather: List[str] = []
+        self._gatherer, self._gather = threading.get_ident(), gather
+        try:
+            self.send_exit(request_id, value)
+            try:
+                self._message(read)
+            except Exception as exc:  # as _frame does (B08)
+                log.exception("connection %d: handling %r failed", self.number, read)
+                self.send_die(read.id, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._gather = None
+        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int

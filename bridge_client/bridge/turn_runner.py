@@ -90,6 +90,7 @@ class _Launch(NamedTuple):
     ready: threading.Event
     box: List[Any]
     worker: Worker
+    running: threading.Event  # set by the turn's thread once it runs the turn
 
 
 class TurnRunner(SessionRegistry):
@@ -218,7 +219,7 @@ class TurnRunner(SessionRegistry):
 
     # ------------------------------------------------------------------ starting and continuing (lock held)
 
-    def _create(self, session: Session, turn_id: str, prompt: str) -> Ticket:
+    def _create(self, session: Session, turn_id: str, prompt: str) -> Tuple[Ticket, threading.Event]:
         started_at = iso_now()
         turn_state = TurnState(
             PROTOCOL_VERSION,
@@ -246,7 +247,7 @@ class TurnRunner(SessionRegistry):
         finally:
             self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
         log.info("turn %s started (session %s)", turn_id, session.id)
-        return ticket
+        return ticket, launch.running
 
     def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, Optional[Ticket]]:
         """B05: discard the attempt a restart cut short (``step-reset``), and put the session
@@ -321,7 +322,7 @@ class TurnRunner(SessionRegistry):
             raise Overloaded(
                 f"the bridge cannot start a thread now ({exc}): try again later", turnId=turn.id
             ) from None
-        return _Launch(threading.Event(), [worker.thread], worker)
+        return _Launch(threading.Event(), [worker.thread], worker, threading.Event())
 
     def _let_go(self, turn: Turn, launch: "_Launch") -> None:
         launch.ready.set()
@@ -332,6 +333,7 @@ class TurnRunner(SessionRegistry):
 
     def _run_launched(self, turn: Turn, launch: "_Launch") -> None:
         launch.ready.wait()
+        launch.running.set()  # StartTurn commits the turn-start now (with what the driver emits)
         if len(launch.box) > 1:  # (thread, ctx): _launch ran; else the start was given up
             self._run(turn, launch.box[1])
 

@@ -31,6 +31,7 @@ beyond the string and its ``(step, attempt, type)``).
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -67,6 +68,11 @@ __all__ = [
 
 _MAX_CACHED_FINISHED = 32
 """Finished turns whose log stays in memory; older ones are read back from the store."""
+
+
+JOIN_WAIT = 0.02
+"""Seconds StartTurn waits, at most, for a new turn's thread to start running it before it
+commits the turn's start."""
 
 
 class TurnManager(TurnRunner):
@@ -111,6 +117,7 @@ class TurnManager(TurnRunner):
                 )
             turn = self._get_turn(turn_id)
             ticket: Optional[Ticket] = None
+            running: Optional[threading.Event] = None  # a new turn's thread runs it (set)
             if turn is None:
                 # Only new turns need an open session: a turn that exists can always be
                 # continued (C12), also after the host that started it released its session.
@@ -118,7 +125,7 @@ class TurnManager(TurnRunner):
                     raise SessionNotFound(
                         f"session {session_id!r} is closed: open it again", sessionId=session_id
                     )
-                ticket = self._create(session, turn_id, prompt)
+                ticket, running = self._create(session, turn_id, prompt)
                 status = "started"
             elif turn.session_id != session_id:
                 raise TurnConflict(f"turn {turn_id!r} belongs to another session", turnId=turn_id)
@@ -131,10 +138,15 @@ class TurnManager(TurnRunner):
                 status = "continued"
             self._evict()
         if ticket is not None:
-            # A new turn's start is committed by the writer, woken now: the parts its driver
-            # emits at once (its thread runs already) go into the same transaction, so that a
-            # first part costs one commit, not two. The answer still waits for the commit.
-            self._store.wait(ticket, self._commit_timeout, here=status != "started")
+            if running is not None:
+                # A new turn's start is committed here, once its thread runs the driver: this
+                # thread gets the GIL back when that one first lets go of it (the driver waits,
+                # or 0.5 ms pass), so what the driver emitted by then goes into the same
+                # transaction (a first part costs one commit, not two) and no other thread
+                # is woken to commit it. A thread that does not run within JOIN_WAIT is not
+                # waited for. The answer still waits for the commit.
+                running.wait(JOIN_WAIT)
+            self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}
 
     def find_turn(self, session_id: str, turn_id: str) -> Turn:

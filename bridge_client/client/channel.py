@@ -25,6 +25,7 @@ from ..errors import (
     ConnectionLost,
     HarnessError,
     MayHaveBeenReceived,
+    Overloaded,
     SandboxGone,
     SessionReleased,
     TurnInProgress,
@@ -213,7 +214,6 @@ class SessionChannel:
         """
         self.check_open()
         window = self.options.resend_window if window is None else max(window, 0.0)
-        policy = resend_policy(window, self.closing)
         started = time.monotonic()
         connect: Callable[..., Connection] = self.connect if link is None else link.connect
         drop: Callable[[Connection], None] = self.drop if link is None else link.drop
@@ -243,13 +243,31 @@ class SessionChannel:
                 raise
 
         try:
-            return policy(attempt)
+            try:
+                return attempt()  # most calls: once, without building the policy
+            except (ConnectionLost, Overloaded) as exc:
+                first: Optional[BaseException] = exc
+            return self._resend(attempt, first, window - (time.monotonic() - started))
         except ConnectionLost as exc:
             if self.released:
                 raise SessionReleased(f"session {self.id} was released") from exc
             raise self.unavailable(exc) from exc
         except SandboxGone as exc:
             raise self.unavailable(exc) from exc
+
+    def _resend(self, attempt: Callable[[], T], first: Optional[BaseException], left: float) -> T:
+        """The resend policy after a first attempt failed with ``first`` (a retryable error),
+        ``left`` seconds of the window from now: the policy counts that failure as its first
+        attempt, so its pauses and its stop are those of a policy run from the start."""
+
+        def again() -> T:
+            nonlocal first
+            if first is not None:
+                error, first = first, None
+                raise error
+            return attempt()
+
+        return resend_policy(max(left, 0.0), self.closing)(again)
 
     def call(self, rpc: rpcs.Rpc, payload: Any, link: Optional[OtherBridge] = None) -> Any:
         """Send a request that does not stream and return its ``Success`` value (to ``link``'s

@@ -21,6 +21,7 @@ CHECKS = {
     "Hello",
     "OpenSession",
     "OpenSession keeps the higher revision",
+    "StartTurn and ReadTurn together",
     "OpenSession with env",
     "StartTurn",
     "StartTurn again is harmless",

@@ -94,6 +94,21 @@ const program = Effect.gen(function*() {
     skipped.map((p) => `${p.type}@${p.step}`).join(",")
   )
 
+  // StartTurn and ReadTurn sent together (as our host does): our bridge answers a new turn's
+  // StartTurn and that read's first Chunk in one batch frame, StartTurn's Exit first.
+  const [pairStart, pairRead] = yield* Effect.all([
+    client.StartTurn({ sessionId: "s-effect", turnId: "t-pair", prompt: "a pair" }),
+    Effect.exit(readAll(client.ReadTurn({ sessionId: "s-effect", turnId: "t-pair", offset: 0, afterStep: 0 }))),
+  ], { concurrency: "unbounded" })
+  const pairParts = Exit.isSuccess(pairRead) ? pairRead.value : []
+  report(
+    "StartTurn and ReadTurn together",
+    pairStart.status === "started" && pairParts[0]?.type === "turn-start" && pairParts[pairParts.length - 1]?.type === "turn-finish"
+      && pairParts.filter((p) => p.type === "text-delta").map((p) => (p as { text: string }).text).join("")
+        === "a pair".repeat(pairParts.filter((p) => p.type === "step-start").length),
+    JSON.stringify({ status: pairStart.status, parts: pairParts.length, read: pairRead._tag })
+  )
+
   // A slow turn: interrupt a read after 3 parts (the Effect client sends Interrupt), then
   // cancel the turn; a new read sees it end with turn-finish "cancelled".
   const words = Array.from({ length: 300 }, (_, i) => `w${i}`).join(" ")
