@@ -76,9 +76,12 @@ class TurnContext:
         self._emit_texts: Optional[Callable[[str, int, int, Sequence[str]], int]] = getattr(
             sink, "emit_texts", None
         )
-        self._emit_text: Optional[Callable[[str, Optional[int], int, str], int]] = getattr(
-            sink, "emit_text", None
+        # The sink's per-delta appender of text-deltas, for the open step (None outside one).
+        self._text_appender: Optional[Callable[[str, int, int], Callable[[str], int]]] = getattr(
+            sink, "text_appender", None
         )
+        self._append_text: Optional[Callable[[str], int]] = None
+        self._append_reasoning: Optional[Callable[[str], int]] = None
         self._lock = threading.Lock()
         self._state = state
         self._phase = _IDLE
@@ -167,6 +170,9 @@ class TurnContext:
             self._step, self._attempt = step, attempt
             self._next_step = step + 1
             self._call_ids = []
+            if self._text_appender is not None:
+                self._append_text = self._text_appender("text-delta", step, attempt)
+                self._append_reasoning = self._text_appender("reasoning-delta", step, attempt)
             return step
 
     def _part(self, name: str, kind: str, fields: Dict[str, Any]) -> None:
@@ -178,17 +184,23 @@ class TurnContext:
         """Emit a ``text-delta`` (model text) in the open step.
 
         Raises:
-            TypeError: ``s`` is not a str. RuntimeError: no step is open.
+            TypeError: ``s`` is not a str. ValueError: ``s`` holds a lone surrogate.
+            RuntimeError: no step is open.
         """
         if type(s) is not str and not isinstance(s, str):
             raise TypeError(f"text() takes a str, got {type(s).__name__}")
-        with self._lock:  # _part() inlined: the per-part path of a streaming driver
+        lock = self._lock
+        lock.acquire()  # not ``with``: its __exit__ call is a good part of this path's cost
+        try:
+            append = self._append_text  # set only while a step is open
+            if append is not None:
+                append(s)
+                return
             if self._phase != _IN_STEP:
                 self._move("part", "text")  # raises
-            if self._emit_text is not None:
-                self._emit_text("text-delta", self._step, self._attempt, s)
-            else:
-                self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+            self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+        finally:
+            lock.release()
 
     def texts(self, chunks: Sequence[str]) -> None:
         """Emit several ``text-delta`` parts in the open step, one per string, in order: the
@@ -225,11 +237,22 @@ class TurnContext:
         """Emit a ``reasoning-delta`` in the open step.
 
         Raises:
-            TypeError: ``s`` is not a str. RuntimeError: no step is open.
+            TypeError: ``s`` is not a str. ValueError: ``s`` holds a lone surrogate.
+            RuntimeError: no step is open.
         """
         if not isinstance(s, str):
             raise TypeError(f"reasoning() takes a str, got {type(s).__name__}")
-        self._part("reasoning", "reasoning-delta", {"text": s})
+        lock = self._lock
+        lock.acquire()  # text()'s path, for reasoning-delta
+        try:
+            append = self._append_reasoning  # set only while a step is open
+            if append is not None:
+                append(s)
+                return
+            self._check("part", "reasoning")
+            self._sink.emit("reasoning-delta", self._step, self._attempt, {"text": s})
+        finally:
+            lock.release()
 
     def tool_call(self, tool_call_id: str, tool_name: str, input: Any) -> None:
         """Emit a ``tool-call`` in the open step.
@@ -296,6 +319,7 @@ class TurnContext:
             self._sink.finish_step(self._step, self._attempt, finish_reason, usage)
             self._move("finish_step", "finish_step")
             self._step = None
+            self._append_text = self._append_reasoning = None
 
     def reset_step(self, reason: str) -> None:
         """Abandon the open attempt of the step: emit ``step-reset`` (:doc:`protocol`, "Values"), so
@@ -327,6 +351,7 @@ class TurnContext:
                 self._interactive.step_reset(self._step, self._attempt)
             self._next_step = self._step
             self._step = None
+            self._append_text = self._append_reasoning = None
 
     # ------------------------------------------------------------------ interactive turns
 
@@ -448,6 +473,7 @@ class TurnContext:
         with self._lock:
             open_step = (self._step, self._attempt) if self._step is not None else None
             self._phase = _CLOSED
+            self._append_text = self._append_reasoning = None
             return open_step
 
 

@@ -90,8 +90,10 @@ class TurnSink(Protocol):
     A sink may also have ``emit_texts(kind, step, attempt, texts) -> int``: append one
     ``{"text": t}`` part of ``kind`` per string, at once (:meth:`TurnContext.texts`); return
     the first index. Without it, :meth:`TurnContext.texts` calls :meth:`emit` once per string.
-    And ``emit_text(kind, step, attempt, text) -> int``: the same for one string
-    (:meth:`TurnContext.text`, the per-delta path of a model stream); without it, :meth:`emit`.
+    And ``text_appender(kind, step, attempt) -> Callable[[str], int]``: a function that
+    appends one ``{"text": t}`` part of ``kind`` in that step's attempt and returns its index
+    (:meth:`TurnContext.text` and :meth:`TurnContext.reasoning` get one per step: the
+    per-delta path of a model stream); without it, they call :meth:`emit`.
     """
 
     def emit(self, kind: str, step: Optional[int], attempt: int, fields: Dict[str, Any]) -> int:

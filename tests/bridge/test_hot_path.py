@@ -104,6 +104,8 @@ def test_b03_commit_here_gives_way_to_a_commit_under_way(tmp_path):
 class _CountingStore:
     """Wraps a Store: counts the parts committed inline (commit_here) and handed to the writer."""
 
+    _writer_waiting = True  # so that every hand-off calls wake_writer (the sink skips it otherwise)
+
     def __init__(self, store) -> None:
         self.store = store
         self.paths = []
