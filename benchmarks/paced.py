@@ -64,10 +64,11 @@ def importable_benchmarks() -> Iterator[None]:
             os.environ["PYTHONPATH"] = saved
 
 
-def paced_options(synchronous: str = "") -> bc.BridgeOptions:
-    """Options of this package's bridge with the paced benchmark driver; ``synchronous``
-    (``FULL`` or ``NORMAL``) is given to the bridge as ``--synchronous`` (default: none, FULL)."""
-    options = bc.bridge_options(DRIVER, agent_id=AGENT_ID, bridge_idle_timeout=60.0)
+def paced_options(synchronous: str = "", driver: str = DRIVER) -> bc.BridgeOptions:
+    """Options of this package's bridge with the paced benchmark driver (or ``driver``, one
+    that streams the same way); ``synchronous`` (``FULL`` or ``NORMAL``) is given to the
+    bridge as ``--synchronous`` (default: none, FULL)."""
+    options = bc.bridge_options(driver, agent_id=AGENT_ID, bridge_idle_timeout=60.0)
     if synchronous:
         options = dataclasses.replace(options, args=options.args + ("--synchronous", synchronous))
     return options

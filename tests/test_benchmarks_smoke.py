@@ -153,3 +153,21 @@ def test_wheel_cold_start_runs_from_the_venv_not_the_source_tree():
     venv_module = row.extra["venv_module"]
     assert "site-packages" in venv_module and not venv_module.startswith(os.path.join(ROOT, "bridge_client"))
     assert row.extra["own_install_cold_start_median_ms"] > 0
+
+
+def test_paced_stages_stamps_every_delta_at_every_step():
+    # In a child process: the tool wraps the host's reader and streams in the process it runs in.
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("BRIDGE_CLIENT_HOME", "BRIDGE_CLIENT_SECRET")}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.paced_stages", "--streams", "2", "--deltas", "100"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    # 2 streams x the steady 71 of 100 deltas, each stamped at every step
+    assert "142 deltas of the steady part" in out, out
+    for step in ("emit -> round_start", "publish -> take", "sent -> recv", "took -> yield",
+                 "bridge (emit -> sent)", "host (sent -> yield)", "commit rounds", "deltas per Chunk"):
+        assert step in out, (step, out)

@@ -85,6 +85,16 @@ def _room(fd: int, size: int) -> bool:
     return bool(queued + size <= INLINE_BYTES)
 
 
+_UNREAD_SLACK = 1024
+"""Bytes websockets may have sent on its own (keepalive pings, pongs, a close) besides the
+frames the connection counts: added to the bound of what the host has not read yet."""
+
+
+def _frame_bytes(text: str) -> int:
+    """An upper bound of the bytes of a text frame of ``text`` (UTF-8, header included)."""
+    return (len(text) if text.isascii() else 4 * len(text)) + 14
+
+
 class FastAckConnection(ServerConnection):
     """websockets' server connection, with Acks handled in the thread that reads the socket
     (``ack_hook``, set by :class:`Connection`): a stream's next Chunk goes out without waking
@@ -163,8 +173,14 @@ class Connection:
         # (see _answer_start); other threads send as usual.
         self._gather: Optional[List[str]] = None
         self._gatherer = 0  # the gathering thread's ident
+        self._gathered: Optional[ReadStream] = None  # the stream whose Chunk is in the batch
         self._rest: Deque[Any] = deque()  # what is left of the frame being served
         self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
+        # What try_send knows of the socket's send queue without asking the kernel: bytes of
+        # the frames sent so far (under _send_lock), and of those, the bytes the host has read
+        # for sure (up to the end of a stream's Chunk it acked; Acks in one thread at a time).
+        self._sent_bytes = 0
+        self._read_bytes = 0
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -178,35 +194,46 @@ class Connection:
         since = self._sending_since
         return since is not None and time.monotonic() - since >= after
 
-    def send(self, text: str) -> bool:
+    def send(self, text: str, stream: Optional[ReadStream] = None) -> bool:
         """Send one text frame; return False when the connection is closed. A send that the
-        socket does not take within the server's ``send_timeout`` drops the connection."""
+        socket does not take within the server's ``send_timeout`` drops the connection.
+        ``stream``: the frame is that stream's Chunk (its Ack will say the host read it)."""
         gather = self._gather
         if gather is not None and self._gatherer == threading.get_ident():
             gather.append(text)  # goes out with the rest of the batch (_answer_start)
+            if stream is not None:
+                self._gathered = stream  # its sent_end is where the batch ends
             return True
         with self._send_lock:
-            return self._send_locked(text)
+            return self._send_locked(text, stream)
 
-    def try_send(self, text: str) -> Optional[bool]:
+    def try_send(self, text: str, stream: Optional[ReadStream] = None) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
         most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
         what is queued there (so the calling thread, which may be a turn's or the store's,
         does not wait on a peer). Returns ``None`` when it did not send (send it with
-        :meth:`send` from a thread that may wait), else as :meth:`send`."""
+        :meth:`send` from a thread that may wait), else as :meth:`send`.
+
+        The kernel is asked what is queued only when the frames sent since the last one the
+        host acked could fill the bound: that question lets go of the GIL, and in a bridge of
+        many paced streams each such release costs the committing thread a wait."""
         if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
             return None
         try:
-            if not _room(self._fd, len(text)):
+            unread = self._sent_bytes - self._read_bytes + _UNREAD_SLACK
+            if unread + _frame_bytes(text) > INLINE_BYTES and not _room(self._fd, len(text)):
                 return None
-            return self._send_locked(text)
+            return self._send_locked(text, stream)
         finally:
             self._send_lock.release()
 
-    def _send_locked(self, text: str) -> bool:
+    def _send_locked(self, text: str, stream: Optional[ReadStream] = None) -> bool:
         self._sending_since = time.monotonic()
         try:
             self._ws.send(text)
+            self._sent_bytes += _frame_bytes(text)
+            if stream is not None:
+                stream.sent_end = self._sent_bytes
             return True
         except ConnectionClosed as exc:
             cause = exc.__cause__
@@ -326,6 +353,9 @@ class Connection:
         elif isinstance(message, Ack):
             stream = self._stream(message.request_id)
             if stream is not None:
+                # The host read the stream's last Chunk (one in flight), so all sent before it.
+                if stream.sent_end > self._read_bytes:
+                    self._read_bytes = stream.sent_end
                 stream.ack()
         elif isinstance(message, Interrupt):
             stream = self._stream(message.request_id)
@@ -407,7 +437,8 @@ class Connection:
                 self.send_die(read.id, f"{type(exc).__name__}: {exc}")
         finally:
             self._gather = None
-        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
+        stream, self._gathered = self._gathered, None
+        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]", stream)
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int

@@ -29,10 +29,10 @@ class _Conn:
         self.forgotten = []
         self.sent = 0
 
-    def try_send(self, text):
+    def try_send(self, text, stream=None):
         return None if self.hold else self.send(text)
 
-    def send(self, text):
+    def send(self, text, stream=None):
         if self.hold:
             self.sending.set()
             assert self.release.wait(10)

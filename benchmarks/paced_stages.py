@@ -1,0 +1,230 @@
+"""``python -m benchmarks.paced_stages``: where a paced delta waits, step by step.
+
+The paced row's setup (K sessions on one bridge, one host thread each, released together,
+4-character deltas at 200/s per stream, one ``ctx.text`` each), with every delta stamped
+(``time.monotonic_ns()``, one clock for every process of the machine) at each step:
+
+    emit         the driver, just before ``ctx.text``
+    round_start  the commit round that takes it begins (the store writer's or an inline one)
+    write_end    that round's transaction is committed
+    publish      its part reaches the turn's log (``Turn.publish_segment``), readers poked
+    take         the stream takes it from the log to send it (after the last Chunk's Ack)
+    sent         the Chunk carrying it is in the socket
+    recv         the host's reader has the frame (``recv_data`` returned)
+    routed       the reader has handed its values to the stream's buffer (stamped once the
+                 routing returns: the turn's thread, woken inside it, may take them first)
+    took         the turn's thread took it from the buffer (``Stream.take``)
+    yield        the iterator yielded it (in this benchmark's loop)
+
+The bridge's half is :mod:`benchmarks._paced_stages` (loaded as the bridge's driver); the
+host's wraps ``websocket.WebSocket.recv_data``, ``Connection._route`` and ``Stream.take`` in
+this process. Printed: each step's wait (p50, p90, p99 over the deltas of the steady part,
+15% to 85% of each stream), the bridge's share (emit to sent) and the host's (sent to yield),
+the commit rounds by size (their write and their publish-and-send time), and deltas per Chunk.
+The stamps cost a few microseconds per delta: this is for finding where a delta waits, the
+benchmark rows (``python -m benchmarks --only paced``) are the figures.
+
+Usage (from the repository root)::
+
+    python -m benchmarks.paced_stages --streams 50 --deltas 1000 [--synchronous NORMAL]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import websocket
+
+import bridge_client as bc
+from bridge_client.client import connection as client_connection
+from bridge_client.client import stream as client_stream
+from bridge_client.wire import frames
+
+from ._common import BenchEnv, percentile
+from ._paced_stages import OUT_ENV
+from .paced import _run_streams, importable_benchmarks, paced_options
+from .product import session_options, warm
+
+__all__ = ["main", "stage_table"]
+
+DRIVER = "benchmarks._paced_stages:make_driver"
+STEPS = ("emit", "round_start", "write_end", "publish", "take", "sent", "recv", "routed", "took", "yield")
+
+_now = time.monotonic_ns
+_local = threading.local()
+_recv: Dict[str, Dict[int, Tuple[int, int]]] = {}  # connection name -> index -> (recv, routed)
+_took: Dict[str, Dict[int, int]] = {}  # connection name -> index -> took
+
+
+def _index(value: Any) -> Optional[int]:
+    return value.get("index") if isinstance(value, dict) else getattr(value, "index", None)
+
+
+def _wrap_host() -> None:
+    recv_data = websocket.WebSocket.recv_data
+    route = client_connection.Connection._route
+    take = client_stream.Stream.take
+
+    def recv_data_(self: Any, *args: Any, **kw: Any) -> Any:
+        result = recv_data(self, *args, **kw)
+        _local.recv = _now()
+        return result
+
+    def route_(self: Any, message: Any, acked: Optional[str] = None) -> None:
+        route(self, message, acked)
+        if isinstance(message, frames.Chunk):
+            t = _now()
+            stamps = _recv.setdefault(self.name, {})
+            for v in message.values:
+                i = _index(v)
+                if i is not None:
+                    stamps[i] = (getattr(_local, "recv", 0), t)
+
+    def take_(self: Any, timeout: Optional[float] = None) -> Any:
+        result = take(self, timeout)
+        if isinstance(result, list):
+            t = _now()
+            stamps = _took.setdefault(self._connection.name, {})
+            for v in result:
+                i = _index(v)
+                if i is not None:
+                    stamps[i] = t
+        return result
+
+    websocket.WebSocket.recv_data = recv_data_  # type: ignore[method-assign]
+    client_connection.Connection._route = route_  # type: ignore[method-assign]
+    client_stream.Stream.take = take_  # type: ignore[method-assign]
+
+
+def run(k: int, n: int, rate: float, synchronous: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Run ``k`` stamped paced streams of ``n`` deltas; return each stream's host stamps and
+    the bridge's (see :mod:`benchmarks._paced_stages`)."""
+    _wrap_host()
+    out = os.path.join(tempfile.mkdtemp(prefix="paced-stages-"), "bridge.json")
+    os.environ[OUT_ENV] = out
+    streams: List[Dict[str, Any]] = []
+    with BenchEnv() as env:
+        sandbox = bc.LocalSandbox(env.workspace(f"stages{k}"))
+        prompt = json.dumps({"n": n, "rate": rate, "text": "abcd", "stamp": True})
+        with importable_benchmarks():
+            options = paced_options(synchronous, driver=DRIVER)
+            sessions = [bc.create_session(options, session_options(sandbox, resend_window=60.0))
+                        for _ in range(k)]
+            try:
+                for s in sessions:
+                    warm(s)
+                assert sessions[0]._hello is not None
+                pid = sessions[0]._hello.pid
+                sum(1 for _ in sessions[0].turn(json.dumps({"n": 50, "rate": 0})))
+
+                def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
+                    yields: Dict[int, int] = {}
+                    emits: Any = None
+                    turn = sessions[i].turn(prompt)
+                    for part in turn:
+                        if isinstance(part, bc.TextDelta):
+                            yields[part.index] = _now()
+                            counts[i] += 1
+                        elif isinstance(part, bc.Data) and part.name == "emit-ns":
+                            emits = part.data
+                    conn = sessions[i]._conn
+                    streams.append({"turn": turn.id, "conn": conn.name if conn else "", "yields": yields,
+                                    "emits": emits})
+                    return []
+
+                _run_streams(k, n / rate, pid, stream)
+                time.sleep(2.5)  # the bridge's stamps are written every second
+            finally:
+                for s in sessions:
+                    s.release()
+    with open(out) as f:
+        bridge = json.load(f)
+    return streams, bridge
+
+
+def stage_rows(streams: Sequence[Dict[str, Any]], bridge: Dict[str, Any]) -> List[List[int]]:
+    """One row of :data:`STEPS` stamps per delta of the steady part (15% to 85% of each
+    stream) that every step saw."""
+    rows = []
+    for s in streams:
+        pub, sent = bridge["pub"].get(s["turn"], {}), bridge["sent"].get(s["turn"], {})
+        recv, took = _recv.get(s["conn"], {}), _took.get(s["conn"], {})
+        yields = sorted(s["yields"].items())
+        for j, (index, y) in enumerate(yields):
+            if not 0.15 * len(yields) <= j <= 0.85 * len(yields):
+                continue
+            key = str(index)
+            if key not in pub or key not in sent or index not in recv or index not in took:
+                continue
+            p, t, r = pub[key], sent[key], recv[index]
+            rows.append([s["emits"][j], p[0], p[1], p[2], t[0], t[1], r[0], r[1], took[index], y])
+    return rows
+
+
+def _line(name: str, values: Sequence[float]) -> str:
+    return (f"{name:28s} p50 {percentile(values, 50):8.2f}  p90 {percentile(values, 90):8.2f}  "
+            f"p99 {percentile(values, 99):8.2f} ms")
+
+
+def stage_table(streams: Sequence[Dict[str, Any]], bridge: Dict[str, Any]) -> List[str]:
+    """The report's lines (see the module docstring)."""
+    rows = stage_rows(streams, bridge)
+    if not rows:
+        return ["no delta was stamped at every step"]
+    lines = [f"{len(rows)} deltas of the steady part, each step's wait:"]
+    for a in range(1, len(STEPS)):
+        waits = [(r[a] - r[a - 1]) / 1e6 for r in rows if r[a] and r[a - 1]]
+        if waits:
+            lines.append(_line(f"  {STEPS[a - 1]} -> {STEPS[a]}", waits))
+    lines.append(_line("bridge (emit -> sent)", [(r[5] - r[0]) / 1e6 for r in rows]))
+    lines.append(_line("host (sent -> yield)", [(r[9] - r[5]) / 1e6 for r in rows]))
+    lines.append(_line("emit -> yield", [(r[9] - r[0]) / 1e6 for r in rows]))
+    sizes: Dict[str, List[Tuple[float, float]]] = {}
+    for start, write_end, end, items, _ in bridge["rounds"]:
+        if write_end:
+            label = next(x for x in ("1", "2-5", "6-10", "11-25", "26+")
+                         if items <= {"1": 1, "2-5": 5, "6-10": 10, "11-25": 25, "26+": 1 << 30}[x])
+            sizes.setdefault(label, []).append(((write_end - start) / 1e6, (end - write_end) / 1e6))
+    lines.append("commit rounds by buffers queued at their start: write, then publish and send (ms)")
+    for label in ("1", "2-5", "6-10", "11-25", "26+"):
+        got = sizes.get(label)
+        if got:
+            w, p = [x[0] for x in got], [x[1] for x in got]
+            lines.append(f"  {label:>5}: {len(got):5d} rounds, write p50 {percentile(w, 50):6.2f} "
+                         f"p90 {percentile(w, 90):6.2f}, publish p50 {percentile(p, 50):6.2f} "
+                         f"p90 {percentile(p, 90):6.2f}")
+    deltas = frames_ = inline = 0
+    for stamps in bridge["sent"].values():
+        deltas += len(stamps)
+        frames_ += len(Counter(v[1] for v in stamps.values()))
+        inline += sum(v[2] for v in stamps.values())
+    lines.append(f"deltas per Chunk {deltas / max(frames_, 1):.2f}; sent by a thread other than the "
+                 f"stream's own: {inline / max(deltas, 1):.0%}")
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.paced_stages",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--streams", type=int, default=50, help="paced streams into one bridge (default 50)")
+    p.add_argument("--deltas", type=int, default=1000, help="deltas per stream (default 1000)")
+    p.add_argument("--rate", type=float, default=200.0, help="deltas per second per stream (default 200)")
+    p.add_argument("--synchronous", default="", help="the bridge's --synchronous (default: its own, FULL)")
+    args = p.parse_args(argv)
+    load = os.getloadavg()[0]
+    streams, bridge = run(args.streams, args.deltas, args.rate, args.synchronous)
+    print(f"K={args.streams}, {args.deltas} deltas per stream at {args.rate:g}/s, synchronous "
+          f"{args.synchronous or 'FULL'}, load average {load:.2f} at the start")
+    for line in stage_table(streams, bridge):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
