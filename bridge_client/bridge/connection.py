@@ -73,21 +73,28 @@ INLINE_BYTES = 64 * 1024
 _OUTQ = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ on Linux: bytes not yet sent
 
 
+def _queued(fd: int) -> Optional[int]:
+    """Bytes in the socket's send queue (not yet acknowledged by the peer's TCP); ``None``
+    when the kernel cannot tell, 0 where there is no way to ask (the send timeout still
+    bounds a send then)."""
+    if _OUTQ is None or fd < 0:
+        return 0  # pragma: no cover
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0])
+    except OSError:
+        return None
+
+
 def _room(fd: int, size: int) -> bool:
     """True when ``size`` more bytes fit in the socket's send queue without a wait, as far as
     can be told cheaply (the bytes queued plus ``size`` stay within :data:`INLINE_BYTES`)."""
-    if _OUTQ is None or fd < 0:
-        return True  # pragma: no cover - no way to tell: the send timeout still bounds it
-    try:
-        queued = struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0]
-    except OSError:
-        return False
-    return bool(queued + size <= INLINE_BYTES)
+    queued = _queued(fd)
+    return queued is not None and queued + size <= INLINE_BYTES
 
 
 _UNREAD_SLACK = 1024
 """Bytes websockets may have sent on its own (keepalive pings, pongs, a close) besides the
-frames the connection counts: added to the bound of what the host has not read yet."""
+frames the connection counts: added to the bound of what the socket may hold."""
 
 
 def _frame_bytes(text: str) -> int:
@@ -173,14 +180,15 @@ class Connection:
         # (see _answer_start); other threads send as usual.
         self._gather: Optional[List[str]] = None
         self._gatherer = 0  # the gathering thread's ident
-        self._gathered: Optional[ReadStream] = None  # the stream whose Chunk is in the batch
         self._rest: Deque[Any] = deque()  # what is left of the frame being served
         self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
-        # What try_send knows of the socket's send queue without asking the kernel: bytes of
-        # the frames sent so far (under _send_lock), and of those, the bytes the host has read
-        # for sure (up to the end of a stream's Chunk it acked; Acks in one thread at a time).
+        # What try_send knows of the socket's send queue without asking the kernel (both
+        # under _send_lock): an upper bound of the bytes of the frames sent so far, and of
+        # those, the bytes that had left the queue when the kernel was last asked. The queue
+        # holds at most the difference: it only drains between two questions. (A host's Ack
+        # is not trusted for this: a host may ack what it did not read.)
         self._sent_bytes = 0
-        self._read_bytes = 0
+        self._drained = 0
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -194,46 +202,44 @@ class Connection:
         since = self._sending_since
         return since is not None and time.monotonic() - since >= after
 
-    def send(self, text: str, stream: Optional[ReadStream] = None) -> bool:
+    def send(self, text: str) -> bool:
         """Send one text frame; return False when the connection is closed. A send that the
-        socket does not take within the server's ``send_timeout`` drops the connection.
-        ``stream``: the frame is that stream's Chunk (its Ack will say the host read it)."""
+        socket does not take within the server's ``send_timeout`` drops the connection."""
         gather = self._gather
         if gather is not None and self._gatherer == threading.get_ident():
             gather.append(text)  # goes out with the rest of the batch (_answer_start)
-            if stream is not None:
-                self._gathered = stream  # its sent_end is where the batch ends
             return True
         with self._send_lock:
-            return self._send_locked(text, stream)
+            return self._send_locked(text)
 
-    def try_send(self, text: str, stream: Optional[ReadStream] = None) -> Optional[bool]:
+    def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
         most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
         what is queued there (so the calling thread, which may be a turn's or the store's,
         does not wait on a peer). Returns ``None`` when it did not send (send it with
         :meth:`send` from a thread that may wait), else as :meth:`send`.
 
-        The kernel is asked what is queued only when the frames sent since the last one the
-        host acked could fill the bound: that question lets go of the GIL, and in a bridge of
-        many paced streams each such release costs the committing thread a wait."""
+        The kernel is asked what is queued only when what it held at the last question plus
+        the frames sent since could fill the bound: that question lets go of the GIL, and in
+        a bridge of many paced streams each such release costs the committing thread a wait."""
         if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
             return None
         try:
-            unread = self._sent_bytes - self._read_bytes + _UNREAD_SLACK
-            if unread + _frame_bytes(text) > INLINE_BYTES and not _room(self._fd, len(text)):
-                return None
-            return self._send_locked(text, stream)
+            unsent = self._sent_bytes - self._drained + _UNREAD_SLACK
+            if unsent + _frame_bytes(text) > INLINE_BYTES:
+                queued = _queued(self._fd)
+                if queued is None or queued + len(text) > INLINE_BYTES:
+                    return None
+                self._drained = self._sent_bytes - queued
+            return self._send_locked(text)
         finally:
             self._send_lock.release()
 
-    def _send_locked(self, text: str, stream: Optional[ReadStream] = None) -> bool:
+    def _send_locked(self, text: str) -> bool:
         self._sending_since = time.monotonic()
         try:
             self._ws.send(text)
             self._sent_bytes += _frame_bytes(text)
-            if stream is not None:
-                stream.sent_end = self._sent_bytes
             return True
         except ConnectionClosed as exc:
             cause = exc.__cause__
@@ -353,9 +359,6 @@ class Connection:
         elif isinstance(message, Ack):
             stream = self._stream(message.request_id)
             if stream is not None:
-                # The host read the stream's last Chunk (one in flight), so all sent before it.
-                if stream.sent_end > self._read_bytes:
-                    self._read_bytes = stream.sent_end
                 stream.ack()
         elif isinstance(message, Interrupt):
             stream = self._stream(message.request_id)
@@ -437,8 +440,7 @@ class Connection:
                 self.send_die(read.id, f"{type(exc).__name__}: {exc}")
         finally:
             self._gather = None
-        stream, self._gathered = self._gathered, None
-        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]", stream)
+        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int
