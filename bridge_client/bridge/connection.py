@@ -430,17 +430,22 @@ class Connection:
                 self._peeked = data  # served next by the loop, in order
                 return
         gather: List[str] = []
-        self._gatherer, self._gather = threading.get_ident(), gather
-        try:
-            self.send_exit(request_id, value)
+        # The send lock is held until the batch is out: another thread that would send for
+        # the new stream meanwhile (an Ack the host sent before it got the first Chunk) hands
+        # that Chunk to the stream's thread, which sends it after the batch, in order. What
+        # this thread sends while gathering never takes the lock.
+        with self._send_lock:
+            self._gatherer, self._gather = threading.get_ident(), gather
             try:
-                self._message(read)
-            except Exception as exc:  # as _frame does (B08)
-                log.exception("connection %d: handling %r failed", self.number, read)
-                self.send_die(read.id, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._gather = None
-        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
+                self.send_exit(request_id, value)
+                try:
+                    self._message(read)
+                except Exception as exc:  # as _frame does (B08)
+                    log.exception("connection %d: handling %r failed", self.number, read)
+                    self.send_die(read.id, f"{type(exc).__name__}: {exc}")
+            finally:
+                self._gather = None
+            self._send_locked(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int

@@ -1,13 +1,14 @@
-"""Attacks on the ack-bounded send at once (issue 15, third round): a host that sends Acks
-but does not read must not make a committing thread wait on its socket. Real sockets, a
-real bridge server in this process, a websocket-client host."""
+"""Attacks with Acks the host sends for what it did not read (issue 15, third round): a host
+that acks without reading must not make a committing thread wait on its socket, and an Ack
+sent before the stream's first Chunk must not send a Chunk ahead of StartTurn's batch
+answer. Real sockets, a real bridge server in this process, a websocket-client host."""
 from __future__ import annotations
 
 import json
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, List
 
 import pytest
 import websocket
@@ -111,3 +112,68 @@ def test_b04_a_host_that_acks_without_reading_does_not_hold_the_committing_threa
     finally:
         stop.set()
         ws.sock.close()
+
+
+@pytest.fixture
+def paced_bridge(tmp_path):
+    from bridge_client.drivers import echo
+
+    store = Store(str(tmp_path / "bridge.sqlite3"))
+    manager = TurnManager(store, echo.EchoDriver(delay=0.002, chunks=20), agent_id="echo", bridge_id="b" * 32)
+    server = BridgeServer(manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None))
+    port = server.start()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield manager, port
+    finally:
+        server.shutdown()
+        thread.join(5)
+        manager.close()
+        store.close()
+
+
+def test_b03_an_early_ack_during_the_batch_answer_sends_nothing_before_the_batch(paced_bridge, monkeypatch):
+    # A host may ack a stream's Chunk before it got it (it picks the request id). Such an Ack,
+    # handled by another thread just as the StartTurn's batch answer is gathered (stood in
+    # for here by the connection's own thread, right after the stream started), must not
+    # send that stream's next Chunk ahead of the batch: the host gets StartTurn's Exit first.
+    from bridge_client.bridge import read_stream
+
+    manager, port = paced_bridge
+    start = read_stream.ReadStream.start
+
+    def start_then_early_ack(self: Any) -> None:
+        start(self)
+        time.sleep(0.05)  # parts are committed meanwhile
+        self.conn.fast_ack(json.dumps({"_tag": "Ack", "requestId": self.request_id}).encode())
+
+    monkeypatch.setattr(read_stream.ReadStream, "start", start_then_early_ack)
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{port}/", header=["Authorization: Bearer tok"], timeout=20
+    )
+    try:
+        manager.open_session("s", None)
+        payload = {"sessionId": "s", "turnId": "t", "prompt": " ".join(f"w{i}" for i in range(20))}
+        pair: List[Any] = [
+            {"_tag": "Request", "id": "1", "tag": "StartTurn", "payload": payload, "headers": []},
+            {"_tag": "Request", "id": "2", "tag": "ReadTurn", "headers": [],
+             "payload": {"sessionId": "s", "turnId": "t", "offset": 0, "afterStep": 0}},
+        ]
+        ws.send(json.dumps(pair))
+        first = json.loads(ws.recv())
+        head = first[0] if isinstance(first, list) else first
+        assert (head["_tag"], head["requestId"]) == ("Exit", "1"), f"not the answer first: {first!r}"
+        batch = first if isinstance(first, list) else [first]
+        seen = [v for m in batch[1:] if m["_tag"] == "Chunk" for v in m["values"]]
+        while True:
+            got = json.loads(ws.recv())
+            for m in got if isinstance(got, list) else [got]:
+                if m["_tag"] == "Chunk":
+                    seen.extend(m["values"])
+                    ws.send('{"_tag":"Ack","requestId":"2"}')
+                elif m["_tag"] == "Exit" and m["requestId"] == "2":
+                    assert [v["index"] for v in seen] == list(range(len(seen)))
+                    return
+    finally:
+        ws.close()
