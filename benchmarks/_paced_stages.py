@@ -102,13 +102,13 @@ class _Sends:
             for m in _INDEX.finditer(text):
                 stamps[int(m.group(1))] = [getattr(_local, "take", 0), t, inline]
 
-    def try_send(self, text: str) -> Any:
-        ok = self._conn.try_send(text)
+    def try_send(self, text: str, *stream: Any) -> Any:
+        ok = self._conn.try_send(text, *stream)
         self._note(text, ok, 1)
         return ok
 
-    def send(self, text: str) -> Any:
-        ok = self._conn.send(text)
+    def send(self, text: str, *stream: Any) -> Any:
+        ok = self._conn.send(text, *stream)
         self._note(text, ok, 0)
         return ok
 
