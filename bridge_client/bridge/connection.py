@@ -68,7 +68,8 @@ class ServerView(Protocol):
 
 
 INLINE_BYTES = 64 * 1024
-"""Largest Chunk (characters of JSON) that a thread other than the stream's own sends itself."""
+"""Largest Chunk that a thread other than the stream's own sends itself: in characters of JSON,
+and in bytes of its frame (4 per non-ASCII character, at most) with what the socket holds."""
 
 _OUTQ = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ on Linux: bytes not yet sent
 
@@ -83,13 +84,6 @@ def _queued(fd: int) -> Optional[int]:
         return int(struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0])
     except OSError:
         return None
-
-
-def _room(fd: int, size: int) -> bool:
-    """True when ``size`` more bytes fit in the socket's send queue without a wait, as far as
-    can be told cheaply (the bytes queued plus ``size`` stay within :data:`INLINE_BYTES`)."""
-    queued = _queued(fd)
-    return queued is not None and queued + size <= INLINE_BYTES
 
 
 _UNREAD_SLACK = 1024
@@ -214,8 +208,8 @@ class Connection:
 
     def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
-        most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
-        what is queued there (so the calling thread, which may be a turn's or the store's,
+        most :data:`INLINE_BYTES` characters, and room for its bytes in the socket's buffer
+        beside what is queued there (so the calling thread, which may be a turn's or the store's,
         does not wait on a peer). Returns ``None`` when it did not send (send it with
         :meth:`send` from a thread that may wait), else as :meth:`send`.
 
@@ -225,10 +219,11 @@ class Connection:
         if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
             return None
         try:
+            size = _frame_bytes(text)  # bytes, not characters: non-ASCII takes up to 4 each
             unsent = self._sent_bytes - self._drained + _UNREAD_SLACK
-            if unsent + _frame_bytes(text) > INLINE_BYTES:
+            if unsent + size > INLINE_BYTES:
                 queued = _queued(self._fd)
-                if queued is None or queued + len(text) > INLINE_BYTES:
+                if queued is None or queued + size > INLINE_BYTES:
                     return None
                 self._drained = self._sent_bytes - queued
             return self._send_locked(text)

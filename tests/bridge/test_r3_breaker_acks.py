@@ -1,7 +1,8 @@
-"""Attacks with Acks the host sends for what it did not read (issue 15, third round): a host
-that acks without reading must not make a committing thread wait on its socket, and an Ack
-sent before the stream's first Chunk must not send a Chunk ahead of StartTurn's batch
-answer. Real sockets, a real bridge server in this process, a websocket-client host."""
+"""Attacks on the send at once and the batch answer (issue 15, third round): a host that
+acks without reading, or that stopped reading before a wide (non-ASCII) part, must not make
+a committing thread wait on its socket; an Ack sent before the stream's first Chunk must not
+send a Chunk ahead of StartTurn's batch answer. Real sockets, a real bridge server in this
+process, a websocket-client host."""
 from __future__ import annotations
 
 import json
@@ -177,3 +178,85 @@ def test_b03_an_early_ack_during_the_batch_answer_sends_nothing_before_the_batch
                     return
     finally:
         ws.close()
+
+
+class _WideDriver:
+    """A short part, then (once ``go`` is set) one part of 60,000 three-byte characters: a
+    Chunk under the bound of a send at once in characters, three times over it in bytes."""
+
+    agent_id = "echo"
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.done = threading.Event()
+
+    def initial_state(self) -> Any:
+        return None
+
+    def run_turn(self, ctx: TurnContext) -> None:
+        ctx.start_step()
+        ctx.text("first")
+        self.go.wait(20)
+        time.sleep(0.05)  # the first Chunk's Ack is in
+        ctx.text("\u20ac" * 60_000)
+        ctx.finish_step()
+        self.done.set()
+
+
+def test_b04_a_wide_part_for_a_host_that_stopped_reading_does_not_hold_the_committing_thread(
+    tmp_path, monkeypatch
+):
+    # A socket whose send buffer is not the loopback's megabytes (as on a real network at the
+    # start of a connection): the check of a send at once must count a frame's bytes, not its
+    # characters, or the committing thread sends 180 kB into a buffer that holds less.
+    from bridge_client.bridge import listener
+
+    set_timeout = listener.set_send_timeout
+
+    def small_buffer(sock: socket.socket, seconds: float) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 80_000)  # the kernel doubles it
+        set_timeout(sock, seconds)
+
+    monkeypatch.setattr(listener, "set_send_timeout", small_buffer)
+    store = Store(str(tmp_path / "bridge.sqlite3"))
+    driver = _WideDriver()
+    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32)
+    server = BridgeServer(
+        manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None),
+        send_timeout=SEND_TIMEOUT,
+    )
+    port = server.start()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    ws = _connect(port)
+    try:
+        manager.open_session("s", None)
+        manager.start_turn("s", "t", "p")
+        read = {"_tag": "Request", "id": "r", "tag": "ReadTurn", "headers": [],
+                "payload": {"sessionId": "s", "turnId": "t", "offset": 0, "afterStep": 0}}
+        ws.send(json.dumps(read))
+        first = json.loads(ws.recv())
+        assert first["_tag"] == "Chunk", first
+        while "first" not in json.dumps(first):  # read (and ack) up to the short part
+            ws.send('{"_tag":"Ack","requestId":"r"}')
+            first = json.loads(ws.recv())
+        ws.send('{"_tag":"Ack","requestId":"r"}')  # then the host reads no more
+        driver.go.set()
+        assert driver.done.wait(SEND_TIMEOUT * 0.6)
+        time.sleep(0.2)  # the wide part is committed and sent (or handed to the stream's thread)
+        # Another turn's start must commit meanwhile: the store's writer is not held.
+        answered = threading.Event()
+
+        def other() -> None:
+            manager.open_session("s2", None)
+            manager.start_turn("s2", "t2", "p")
+            answered.set()
+
+        threading.Thread(target=other, daemon=True).start()
+        assert answered.wait(SEND_TIMEOUT * 0.5), "the store's commits waited on a host that stopped reading"
+    finally:
+        ws.sock.close()
+        server.shutdown()
+        thread.join(5)
+        manager.close()
+        store.close()
