@@ -176,6 +176,10 @@ class Connection:
         self._gatherer = 0  # the gathering thread's ident
         self._rest: Deque[Any] = deque()  # what is left of the frame being served
         self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
+        # The stream whose first Chunk is in the batch being gathered, and the Acks for it that
+        # came meanwhile (early: the host cannot have it yet), handled once the batch is out.
+        self._held: Optional[Tuple[type, RequestId]] = None
+        self._held_acks: List[Ack] = []
         # What try_send knows of the socket's send queue without asking the kernel (both
         # under _send_lock): an upper bound of the bytes of the frames sent so far, and of
         # those, the bytes that had left the queue when the kernel was last asked. The queue
@@ -352,7 +356,12 @@ class Connection:
         elif isinstance(message, Ping):
             self.send(encode(Pong()))
         elif isinstance(message, Ack):
-            stream = self._stream(message.request_id)
+            key = _key(message.request_id)
+            with self._lock:
+                if key == self._held:  # before the batch with its Chunk is out (_answer_start)
+                    self._held_acks.append(message)
+                    return
+                stream = self._streams.get(key)
             if stream is not None:
                 stream.ack()
         elif isinstance(message, Interrupt):
@@ -425,11 +434,11 @@ class Connection:
                 self._peeked = data  # served next by the loop, in order
                 return
         gather: List[str] = []
-        # The send lock is held until the batch is out: another thread that would send for
-        # the new stream meanwhile (an Ack the host sent before it got the first Chunk) hands
-        # that Chunk to the stream's thread, which sends it after the batch, in order. What
-        # this thread sends while gathering never takes the lock.
-        with self._send_lock:
+        # An Ack of the new stream before the batch is out (the host sent it before it got
+        # the first Chunk) waits for the batch: else its next Chunk could go out first.
+        with self._lock:
+            self._held = _key(read.id)
+        try:
             self._gatherer, self._gather = threading.get_ident(), gather
             try:
                 self.send_exit(request_id, value)
@@ -440,7 +449,12 @@ class Connection:
                     self.send_die(read.id, f"{type(exc).__name__}: {exc}")
             finally:
                 self._gather = None
-            self._send_locked(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
+            self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
+        finally:
+            with self._lock:
+                self._held, acks, self._held_acks = None, self._held_acks, []
+        for ack in acks:
+            self._message(ack)
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int
