@@ -51,8 +51,9 @@ def create_session(
 
     Args:
         options: a :class:`BridgeOptions`, or a driver name (``"shell"``, ``"echo"``,
-            ``"openai"``, ``"claude-code"``, ``"codex"``, ``"module:callable"``) given to
-            :func:`bridge_options` with ``agent_options``.
+            ``"openai"``, ``"claude-code"``, ``"codex"``, ``"gemini"``, ``"qwen"``, ``"pi"``,
+            ``"acp"`` or ``"module:callable"``) given to :func:`bridge_options` with
+            ``agent_options``.
         session_options: a :class:`CreateSessionOptions`; or a :class:`Sandbox` (its
             workspace, default timeouts); or a folder path (a
             :class:`~bridge_client.sandbox.local.LocalSandbox` on it; the folder must exist).
@@ -70,6 +71,11 @@ def create_session(
         FileNotFoundError, NotADirectoryError: the folder does not exist or is not a folder.
         BadRequest: ``session_id`` is not a valid id.
         InvalidToken: the token function's result is not a ``Redacted`` bearer token.
+        UntrustedFile, OSError: with a driver name, as for :func:`bridge_options`: this
+            user's state directory (``BRIDGE_CLIENT_HOME``, else
+            ``$XDG_STATE_HOME/bridge-client``, else ``~/.local/state/bridge-client``) or its
+            secret file is not this user's, or cannot be created or read (``PermissionError``
+            names the file).
     """
     sandbox_given: Optional[Sandbox] = None
     if isinstance(session_options, (str, os.PathLike)):
@@ -188,6 +194,12 @@ def bridge_options(
             once and not as a bridge that exits at the first turn. A ``module:callable``
             driver's options are checked by its factory, in the sandbox, at launch.
         TypeError: ``driver`` is not a ``str``.
+        UntrustedFile: without ``secret`` or ``token`` (and no ``BRIDGE_CLIENT_SECRET``): the
+            state directory or its ``secret`` file is a symlink, another user's, or open to
+            others; the message says how to fix it.
+        OSError: without ``secret`` or ``token``: the state directory cannot be created, or
+            its secret read or written (``PermissionError``, ``FileNotFoundError``; its
+            ``filename`` names the file). Set ``BRIDGE_CLIENT_HOME`` to a folder of your own.
     """
     if not isinstance(driver, str):
         raise TypeError(

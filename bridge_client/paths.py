@@ -13,7 +13,7 @@ import secrets
 import time
 
 from .bridge.identity import make_private_dirs
-from .errors import HarnessError
+from .errors import HarnessError, UntrustedFile
 from .private_files import read_private
 from .redacted import Redacted
 
@@ -54,12 +54,30 @@ def default_secret() -> Redacted:
         UntrustedFile: the home folder or the secret file is a symlink, another user's, or
             open to others (the message says how to fix it).
         HarnessError: the secret file is empty.
-        OSError: the folder cannot be created or read.
+        OSError: the folder cannot be created or read (of the same type, e.g.
+            PermissionError; the message names the state directory and the variables that
+            set it).
     """
     from_env = os.environ.get(SECRET_ENV)
     if from_env:
         return Redacted(from_env)
     home = user_home()
+    try:
+        return _secret_in(home)
+    except UntrustedFile:
+        raise
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        text = f"{STATE_DIR_HINT.format(home=home)}: {exc.strerror}"
+        raise type(exc)(exc.errno, text, exc.filename) from None
+
+
+STATE_DIR_HINT = "cannot use the state directory {home} (set by BRIDGE_CLIENT_HOME, else XDG_STATE_HOME)"
+"""How an OSError about the state directory begins (``home=`` the folder)."""
+
+
+def _secret_in(home: str) -> Redacted:
     make_private_dirs(home)
     path = os.path.join(home, "secret")
     try:

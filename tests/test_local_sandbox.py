@@ -433,3 +433,15 @@ def test_bridge_template_checks_for_the_bridge_server_and_installs_this_version(
     (custom,) = bridge_template(python="/opt/py/bin/python", requirement="bridge-client[bridge]>=0.1").steps
     assert custom.check[0] == custom.install[0] == "/opt/py/bin/python"
     assert custom.install[-1] == "bridge-client[bridge]>=0.1"
+
+
+def test_a_folder_given_with_an_unexpanded_tilde_names_the_full_path(tmp_path, monkeypatch):
+    # `bridge-client run ls --sandbox=~/repo`: the shell leaves that '~' alone.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "repo").mkdir()
+    with pytest.raises(FileNotFoundError) as raised:
+        LocalSandbox("~/repo")
+    assert "'~' is not expanded" in str(raised.value) and str(tmp_path / "repo") in str(raised.value)
+    with pytest.raises(FileNotFoundError) as raised:
+        LocalSandbox("nosuch")
+    assert "~" not in str(raised.value)

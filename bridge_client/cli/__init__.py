@@ -58,7 +58,7 @@ if _GUARD_IMPORTS:
 try:
     from .. import __version__
     from ..errors import ApprovalsUnsupported, HarnessError
-    from ..paths import user_home
+    from ..paths import STATE_DIR_HINT, user_home
     from . import answer, bridges, cancel, continue_, prune, run, say, stop
     from .arguments import Parser
     from .exits import INTERNAL_ERROR, Failure, OutputError, UsageError
@@ -92,12 +92,12 @@ def _os_error_text(exc: OSError) -> str:
     if filename is None:
         return reason
     home = user_home()
+    hint = STATE_DIR_HINT.format(home=home)
+    if reason.startswith(hint):  # the library named the state directory already
+        return f"{reason}: {filename}"
     inside = filename.startswith(home.rstrip(os.sep) + os.sep) or home.startswith(filename + os.sep)
     if filename == home or inside:
-        return (
-            f"cannot use the state directory {home} (set by BRIDGE_CLIENT_HOME, else XDG_STATE_HOME): "
-            f"{reason}: {filename}"
-        )
+        return f"{hint}: {reason}: {filename}"
     return f"{filename}: {reason}"
 
 

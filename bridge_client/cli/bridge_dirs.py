@@ -13,17 +13,18 @@ import json
 import os
 import posixpath
 import re
+import subprocess
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..bridge import identity
 from ..paths import user_home
-from ..sandbox.base import Endpoint, Sandbox
+from ..sandbox.base import Endpoint, ExecResult, Sandbox
 from ..sandbox.local import LocalSandbox
 from ..wire.parts import TurnState
 
 __all__ = [
     "BRIDGE_ID", "has_bridge", "bridge_rows", "local_state_roots", "print_bridges", "LocalStateRoot",
-    "OPTIONS_WIDTH",
+    "OPTIONS_WIDTH", "RemovedFolder",
 ]
 
 OPTIONS_WIDTH = 40
@@ -67,6 +68,35 @@ class LocalStateRoot:
     def expose(self, port: int) -> Endpoint:
         """``ws://127.0.0.1:<port>/``, as for a LocalSandbox."""
         return Endpoint(f"ws://127.0.0.1:{int(port)}/")
+
+
+class RemovedFolder(LocalStateRoot):
+    """A local sandbox folder that was removed while bridges of it may still run: found by the
+    id its path had (its state root under the home is still there), so that ``bridges`` and
+    ``stop`` work on it. Has what ``stop`` uses of a sandbox: ``workdir`` (the path given, made
+    absolute) and ``exec`` (commands run from ``/``: there is no folder to run them in)."""
+
+    def __init__(self, state_root: str, workdir: str) -> None:
+        super().__init__(state_root)
+        self.workdir = workdir
+
+    def exec(self, argv: List[str], **_: Any) -> ExecResult:
+        """Run ``argv`` to completion from ``/`` (``kill``, for ``stop``).
+
+        Raises:
+            FileNotFoundError: the program does not exist.
+        """
+        done = subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        return ExecResult(done.returncode, done.stdout, done.stderr)
+
+
+def removed_folder(path: str, home: Optional[str] = None) -> Optional[RemovedFolder]:
+    """The :class:`RemovedFolder` for ``path`` when no folder is there but bridges of one were
+    (its state root exists under ``home``, default the user's home), else ``None``."""
+    root = os.path.join(home or user_home(), "sandboxes", LocalSandbox.id_for(path))
+    if os.path.exists(path) or not os.path.isdir(os.path.join(root, "bridges")):
+        return None
+    return RemovedFolder(root, os.path.abspath(path))
 
 
 def local_state_roots(home: Optional[str] = None) -> List[str]:

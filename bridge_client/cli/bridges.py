@@ -41,5 +41,5 @@ def _cmd_bridges(args: argparse.Namespace) -> int:
             raise UsageError("give --sandbox or --all, not both")
         roots = [LocalStateRoot(root) for root in local_state_roots()]
         return print_bridges(roots, args.json, f"no bridges under {user_home()}", print_out)
-    sandbox = open_sandbox(args.sandbox)
+    sandbox = open_sandbox(args.sandbox, removed_ok=True)
     return print_bridges([sandbox], args.json, f"no bridges in {sandbox.workdir}", print_out)

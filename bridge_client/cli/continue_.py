@@ -7,6 +7,7 @@ prompt) unless ``--rerun-here``. See the *Command line* guide (``cli``).
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 
 from .agents import session_options_for
@@ -26,15 +27,21 @@ def add_command(commands: Any) -> None:
     cont = commands.add_parser(
         "continue",
         help="continue a suspended turn",
-        description="Read a turn again from its saved state, in the bridge that runs it (use the "
-        "same --agent and --option values as the run; the sandbox defaults to the one the state "
-        "file names). When that bridge is not in the sandbox, the turn would run again from its "
-        "prompt: refused unless --rerun-here, or the sandbox is the turn's own.",
+        # Raw formatting keeps the agents' table of the epilog; the description is wrapped here.
+        description=textwrap.fill(
+            "Read a turn again from its saved state, in the bridge that runs it (use the same "
+            "--agent and --option values as the run; the sandbox defaults to the one the state "
+            "file names). When that bridge is not in the sandbox, the turn would run again from "
+            "its prompt: refused unless --rerun-here, or the sandbox is the turn's own.",
+            79,
+        ),
         epilog=AGENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cont.add_argument("turn_state_file", metavar="TURN_STATE_FILE")
-    cont.add_argument("--steps", type=int, default=0, help="complete steps you already have (skipped)")
+    cont.add_argument(
+        "--steps", type=int, default=0, metavar="K", help="complete steps you already have (skipped)"
+    )
     cont.add_argument(
         "--rerun-here",
         action="store_true",

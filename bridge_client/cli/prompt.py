@@ -88,6 +88,12 @@ def read_prompt(words: Sequence[str], stdin: Optional[BinaryIO] = None) -> str:
                 raise PromptError("'-' (standard input) can be given once")
             read_stdin = True
             stream = stdin if stdin is not None else sys.stdin.buffer
+            if stdin is None and sys.stdin.isatty():  # else it looks like a hang
+                print(
+                    "bridge-client: reading standard input from the terminal: end it with Ctrl-D",
+                    file=sys.stderr,
+                    flush=True,
+                )
             parts.append(_read_stream(stream, "the prompt on standard input"))
         elif word.startswith("@@"):
             parts.append(word[1:])

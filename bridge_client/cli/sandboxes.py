@@ -5,7 +5,7 @@ how that sandbox is named in a saved turn state and a printed command.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, cast
 
 from ..sandbox.base import Sandbox
 from ..sandbox.local import LocalSandbox
@@ -17,11 +17,14 @@ __all__ = ["open_sandbox", "sandbox_label"]
 _DOCKER_PREFIX = "docker:"
 
 
-def open_sandbox(folder: Optional[str]) -> Sandbox:
+def open_sandbox(folder: Optional[str], *, removed_ok: bool = False) -> Sandbox:
     """The sandbox ``--sandbox`` names. ``DIR`` -> a LocalSandbox; ``docker:IMAGE`` -> the
     running container made earlier for IMAGE, or a new one (see :doc:`docker`); an ``ssh://``,
     ``docker+tcp://`` or ``docker+ssh://`` URL -> a sandbox on another machine (see
     :doc:`scaling`).
+
+    With ``removed_ok``, a folder removed while its bridges may still run gives a
+    :class:`~bridge_client.cli.bridge_dirs.RemovedFolder` (for ``bridges`` and ``stop``).
 
     Raises:
         UsageError: the folder or URL is not one.
@@ -40,7 +43,15 @@ def open_sandbox(folder: Optional[str]) -> Sandbox:
         return DockerSandbox.for_image(image)
     try:
         return LocalSandbox(folder or ".")
-    except (FileNotFoundError, NotADirectoryError) as exc:
+    except FileNotFoundError as exc:
+        if removed_ok and folder:
+            from .bridge_dirs import removed_folder
+
+            removed = removed_folder(folder)
+            if removed is not None:
+                return cast(Sandbox, removed)
+        raise UsageError(str(exc)) from None
+    except NotADirectoryError as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -117,7 +117,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{args.bridge_id!r} is not a bridge id (32 hex characters, from `bridge-client bridges`)"
         )
-    sandbox = open_sandbox(args.sandbox)
+    sandbox = open_sandbox(args.sandbox, removed_ok=True)
     if args.bridge_id is not None:
         try:
             print_out(_stop_one(sandbox, args.bridge_id, args.timeout))

@@ -28,7 +28,8 @@ __all__ = ["continue_command", "progress_for", "stream_turn"]
 
 def continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     """The command that continues the turn: always with the sandbox (an absolute path or
-    ``docker:IMAGE``), so it works from any folder."""
+    ``docker:IMAGE``), so it works from any folder, and with the run's ``--json``, so the
+    output goes on in the same form."""
     words = ["bridge-client", "continue", path]
     if steps:
         words += ["--steps", str(steps)]
@@ -36,6 +37,8 @@ def continue_command(path: str, args: argparse.Namespace, steps: int) -> str:
     words += ["--agent", args.agent]
     for pair in args.option or []:
         words += ["--option", pair]
+    if getattr(args, "json", False):  # a program reading JSON lines reads them on
+        words.append("--json")
     if getattr(args, "approve", None):
         words += ["--approve", args.approve]
     for item in getattr(args, "env", None) or []:

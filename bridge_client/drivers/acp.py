@@ -73,7 +73,6 @@ Options (``agent_options``, a JSON object):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -84,6 +83,7 @@ from .acp_parts import UpdateMapper, ask_permission, taken_messages
 from .acp_fs import serve_fs
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
+from .workspace import workspace_dir
 
 __all__ = ["AcpDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT", "PROTOCOL_VERSION"]
 
@@ -249,7 +249,7 @@ class AcpDriver:
             self._stop(slot)
         self._make_room()
         try:
-            proc = JsonLinesProcess(self.argv, os.getcwd(), keep_stdin=True, env=env)
+            proc = JsonLinesProcess(self.argv, workspace_dir(), keep_stdin=True, env=env)
         except CLIStartError as exc:
             raise _Failed(f"cannot start the ACP agent: {exc}") from None
         agent = slot.agent = _Agent(proc, env)
@@ -316,7 +316,7 @@ class AcpDriver:
         wanted = wanted if isinstance(wanted, str) and wanted else None
         if agent.session_id is not None and agent.session_id == wanted:
             return
-        cwd = os.getcwd()
+        cwd = workspace_dir()
         if wanted is not None:
             if agent.capabilities.get("loadSession") is True:
                 try:

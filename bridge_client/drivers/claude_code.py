@@ -106,6 +106,7 @@ from .cli_process import (
     summarize,
 )
 from .stream_control import StreamControl, initialize_request
+from .workspace import workspace_dir
 
 __all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
 
@@ -310,7 +311,7 @@ class StreamJsonDriver:
             if approvals and self.initialize_for_approvals:
                 stdin = initialize_request() + stdin
             argv, env = self.argv(session_id, approvals), self.env(approvals)
-            proc = JsonLinesProcess(argv, os.getcwd(), stdin, keep_stdin=True, env=env)
+            proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
         mapper = _Mapper(self, ctx)

@@ -61,7 +61,6 @@ Options (``agent_options``, a JSON object or null):
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
@@ -70,6 +69,7 @@ from .claude_code import DEFAULT_CONTINUE_PROMPT
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
 from .cli_process import keep_session_id, resume_point, summarize
+from .workspace import workspace_dir
 
 __all__ = ["CodexDriver", "make_driver"]
 
@@ -238,7 +238,7 @@ class CodexDriver:
         """
         thread_id, prompt = resume_point(ctx, "thread_id", self.continue_prompt)
         try:
-            proc = JsonLinesProcess(self.argv(thread_id), os.getcwd(), prompt)
+            proc = JsonLinesProcess(self.argv(thread_id), workspace_dir(), prompt)
         except CLIStartError as exc:
             return TurnResult(
                 "error", error=f"{exc} (is the Codex CLI installed? the codex template installs it)"

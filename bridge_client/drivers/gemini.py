@@ -52,7 +52,6 @@ Options (``agent_options``, a JSON object or null):
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
@@ -61,6 +60,7 @@ from .claude_code import DEFAULT_CONTINUE_PROMPT
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
 from .cli_process import keep_session_id, resume_point, summarize
+from .workspace import workspace_dir
 
 __all__ = ["GeminiDriver", "make_driver"]
 
@@ -175,7 +175,7 @@ class GeminiDriver:
         """
         session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
-            proc = JsonLinesProcess(self.argv(session_id, prompt), os.getcwd())
+            proc = JsonLinesProcess(self.argv(session_id, prompt), workspace_dir())
         except CLIStartError as exc:
             hint = "is the Gemini CLI installed? the gemini template installs it"
             return TurnResult("error", error=f"{exc} ({hint})")

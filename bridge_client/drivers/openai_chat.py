@@ -83,6 +83,7 @@ from .openai_stream import _Answer, apply_chunk, read_answer
 from .openai_stream import _flush  # noqa: F401 - read here by tests
 from .stream_control import approval_title
 from .tools import TOOL_SPECS, run_tool
+from .workspace import workspace_dir
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
 
@@ -182,7 +183,8 @@ class OpenAIChatDriver:
                         output, is_error = denied, True
                     else:
                         output, is_error = run_tool(
-                            name, parsed, os.getcwd(), ctx.cancelled, self.command_timeout, self.max_output
+                            name, parsed, workspace_dir(), ctx.cancelled,
+                            self.command_timeout, self.max_output,
                         )
                 ctx.tool_result(cid, name, output, is_error)
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)

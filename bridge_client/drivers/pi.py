@@ -53,7 +53,6 @@ Options (``agent_options``, a JSON object or null):
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Set
 
 from ..bridge.driver import TurnContext, TurnResult
@@ -62,6 +61,7 @@ from .claude_code import DEFAULT_CONTINUE_PROMPT
 from .cli_install import find_cli
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
 from .cli_process import keep_session_id, resume_point, summarize
+from .workspace import workspace_dir
 
 __all__ = ["PiDriver", "make_driver"]
 
@@ -200,7 +200,7 @@ class PiDriver:
         """
         session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
-            proc = JsonLinesProcess(self.argv(session_id), os.getcwd(), prompt)
+            proc = JsonLinesProcess(self.argv(session_id), workspace_dir(), prompt)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
         mapper = _Mapper(ctx)

@@ -51,6 +51,7 @@ from ..bridge.driver import TurnContext, TurnResult, process_group_ended, proces
 from ..driver_options import check_agent_options
 from ..wire.parts import ToolCall, ToolResult
 from .keeper import ProcessKeeper
+from .workspace import workspace_dir
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
 
@@ -196,7 +197,7 @@ class ShellDriver:
         # one that nobody kills (its step runs again in the next bridge).
         proc = subprocess.Popen(
             [self.shell, "-c", _GATE, self.shell, line],
-            cwd=os.getcwd(),
+            cwd=workspace_dir(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -150,14 +150,28 @@ class LocalSandbox:
     def __init__(self, path: "str | os.PathLike[str]", *, home: Optional[str] = None) -> None:
         real = os.path.realpath(os.fspath(path))
         if not os.path.exists(real):
-            raise FileNotFoundError(f"sandbox folder {os.fspath(path)!r} does not exist")
+            given = os.fspath(path)
+            # `--sandbox=~/repo` reaches us with its '~': a shell expands it only at a word's start.
+            hint = (
+                f" ('~' is not expanded here: give the full path, {os.path.expanduser(given)!r})"
+                if given.startswith("~") and os.path.expanduser(given) != given
+                else ""
+            )
+            raise FileNotFoundError(f"sandbox folder {given!r} does not exist{hint}")
         if not os.path.isdir(real):
             raise NotADirectoryError(f"sandbox folder {os.fspath(path)!r} is not a folder")
         self._workdir = real
-        # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
-        self._id = "local-" + hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
+        self._id = self.id_for(real)
         self._home = os.path.abspath(home or user_home())
         self._state_root = os.path.join(self._home, "sandboxes", self._id)
+
+    @staticmethod
+    def id_for(path: "str | os.PathLike[str]") -> str:
+        """The sandbox id a LocalSandbox of ``path`` has (``"local-"`` and 16 hex characters),
+        whether or not the folder exists now: a folder removed while its bridge runs keeps its
+        id, so its bridges can still be listed and stopped."""
+        # fsencode: a folder name need not be valid UTF-8 (surrogateescape round-trips it).
+        return "local-" + hashlib.sha256(os.fsencode(os.path.realpath(os.fspath(path)))).hexdigest()[:16]
 
     @property
     def id(self) -> str:
