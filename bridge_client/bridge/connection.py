@@ -68,26 +68,27 @@ class ServerView(Protocol):
 
 
 INLINE_BYTES = 64 * 1024
-"""Largest Chunk (characters of JSON) that a thread other than the stream's own sends itself."""
+"""Largest Chunk that a thread other than the stream's own sends itself: in characters of JSON,
+and in bytes of its frame (4 per non-ASCII character, at most) with what the socket holds."""
 
 _OUTQ = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ on Linux: bytes not yet sent
 
 
-def _room(fd: int, size: int) -> bool:
-    """True when ``size`` more bytes fit in the socket's send queue without a wait, as far as
-    can be told cheaply (the bytes queued plus ``size`` stay within :data:`INLINE_BYTES`)."""
+def _queued(fd: int) -> Optional[int]:
+    """Bytes in the socket's send queue (not yet acknowledged by the peer's TCP); ``None``
+    when the kernel cannot tell, 0 where there is no way to ask (the send timeout still
+    bounds a send then)."""
     if _OUTQ is None or fd < 0:
-        return True  # pragma: no cover - no way to tell: the send timeout still bounds it
+        return 0  # pragma: no cover
     try:
-        queued = struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0]
+        return int(struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0])
     except OSError:
-        return False
-    return bool(queued + size <= INLINE_BYTES)
+        return None
 
 
 _UNREAD_SLACK = 1024
 """Bytes websockets may have sent on its own (keepalive pings, pongs, a close) besides the
-frames the connection counts: added to the bound of what the host has not read yet."""
+frames the connection counts: added to the bound of what the socket may hold."""
 
 
 def _frame_bytes(text: str) -> int:
@@ -169,17 +170,23 @@ class Connection:
         self._streams: Dict[Tuple[type, RequestId], ReadStream] = {}
         self._closed = False
         self._sending_since: Optional[float] = None  # monotonic start of the send under way
-        # What try_send knows of the socket's send queue without asking the kernel: bytes of
-        # the frames sent so far (under _send_lock), and of those, the bytes the host has read
-        # for sure (up to the end of a stream's Chunk it acked; Acks in one thread at a time).
-        self._sent_bytes = 0
-        self._read_bytes = 0
         # While set, this connection's own thread gathers what it sends into one batch frame
         # (see _answer_start); other threads send as usual.
         self._gather: Optional[List[str]] = None
         self._gatherer = 0  # the gathering thread's ident
         self._rest: Deque[Any] = deque()  # what is left of the frame being served
         self._peeked: Any = None  # a frame _answer_start took from the queue, to serve next
+        # The stream whose first Chunk is in the batch being gathered, and the Acks for it that
+        # came meanwhile (early: the host cannot have it yet), handled once the batch is out.
+        self._held: Optional[Tuple[type, RequestId]] = None
+        self._held_acks: List[Ack] = []
+        # What try_send knows of the socket's send queue without asking the kernel (both
+        # under _send_lock): an upper bound of the bytes of the frames sent so far, and of
+        # those, the bytes that had left the queue when the kernel was last asked. The queue
+        # holds at most the difference: it only drains between two questions. (A host's Ack
+        # is not trusted for this: a host may ack what it did not read.)
+        self._sent_bytes = 0
+        self._drained = 0
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
@@ -193,44 +200,45 @@ class Connection:
         since = self._sending_since
         return since is not None and time.monotonic() - since >= after
 
-    def send(self, text: str, stream: Optional[ReadStream] = None) -> bool:
+    def send(self, text: str) -> bool:
         """Send one text frame; return False when the connection is closed. A send that the
-        socket does not take within the server's ``send_timeout`` drops the connection.
-        ``stream``: the frame is that stream's Chunk (its Ack will say the host read it)."""
+        socket does not take within the server's ``send_timeout`` drops the connection."""
         gather = self._gather
         if gather is not None and self._gatherer == threading.get_ident():
             gather.append(text)  # goes out with the rest of the batch (_answer_start)
             return True
         with self._send_lock:
-            return self._send_locked(text, stream)
+            return self._send_locked(text)
 
-    def try_send(self, text: str, stream: Optional[ReadStream] = None) -> Optional[bool]:
+    def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
-        most :data:`INLINE_BYTES` characters, and room for it in the socket's buffer beside
-        what is queued there (so the calling thread, which may be a turn's or the store's,
+        most :data:`INLINE_BYTES` characters, and room for its bytes in the socket's buffer
+        beside what is queued there (so the calling thread, which may be a turn's or the store's,
         does not wait on a peer). Returns ``None`` when it did not send (send it with
         :meth:`send` from a thread that may wait), else as :meth:`send`.
 
-        The kernel is asked what is queued only when the frames sent since the last one the
-        host acked could fill the bound: that question lets go of the GIL, and in a bridge of
-        many paced streams each such release costs the committing thread a wait."""
+        The kernel is asked what is queued only when what it held at the last question plus
+        the frames sent since could fill the bound: that question lets go of the GIL, and in
+        a bridge of many paced streams each such release costs the committing thread a wait."""
         if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
             return None
         try:
-            unread = self._sent_bytes - self._read_bytes + _UNREAD_SLACK
-            if unread + _frame_bytes(text) > INLINE_BYTES and not _room(self._fd, len(text)):
-                return None
-            return self._send_locked(text, stream)
+            size = _frame_bytes(text)  # bytes, not characters: non-ASCII takes up to 4 each
+            unsent = self._sent_bytes - self._drained + _UNREAD_SLACK
+            if unsent + size > INLINE_BYTES:
+                queued = _queued(self._fd)
+                if queued is None or queued + size > INLINE_BYTES:
+                    return None
+                self._drained = self._sent_bytes - queued
+            return self._send_locked(text)
         finally:
             self._send_lock.release()
 
-    def _send_locked(self, text: str, stream: Optional[ReadStream] = None) -> bool:
+    def _send_locked(self, text: str) -> bool:
         self._sending_since = time.monotonic()
         try:
             self._ws.send(text)
             self._sent_bytes += _frame_bytes(text)
-            if stream is not None:
-                stream.sent_end = self._sent_bytes
             return True
         except ConnectionClosed as exc:
             cause = exc.__cause__
@@ -348,11 +356,13 @@ class Connection:
         elif isinstance(message, Ping):
             self.send(encode(Pong()))
         elif isinstance(message, Ack):
-            stream = self._stream(message.request_id)
+            key = _key(message.request_id)
+            with self._lock:
+                if key == self._held:  # before the batch with its Chunk is out (_answer_start)
+                    self._held_acks.append(message)
+                    return
+                stream = self._streams.get(key)
             if stream is not None:
-                # The host read the stream's last Chunk (one in flight), so all sent before it.
-                if stream.sent_end > self._read_bytes:
-                    self._read_bytes = stream.sent_end
                 stream.ack()
         elif isinstance(message, Interrupt):
             stream = self._stream(message.request_id)
@@ -424,17 +434,27 @@ class Connection:
                 self._peeked = data  # served next by the loop, in order
                 return
         gather: List[str] = []
-        self._gatherer, self._gather = threading.get_ident(), gather
+        # An Ack of the new stream before the batch is out (the host sent it before it got
+        # the first Chunk) waits for the batch: else its next Chunk could go out first.
+        with self._lock:
+            self._held = _key(read.id)
         try:
-            self.send_exit(request_id, value)
+            self._gatherer, self._gather = threading.get_ident(), gather
             try:
-                self._message(read)
-            except Exception as exc:  # as _frame does (B08)
-                log.exception("connection %d: handling %r failed", self.number, read)
-                self.send_die(read.id, f"{type(exc).__name__}: {exc}")
+                self.send_exit(request_id, value)
+                try:
+                    self._message(read)
+                except Exception as exc:  # as _frame does (B08)
+                    log.exception("connection %d: handling %r failed", self.number, read)
+                    self.send_die(read.id, f"{type(exc).__name__}: {exc}")
+            finally:
+                self._gather = None
+            self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
         finally:
-            self._gather = None
-        self.send(gather[0] if len(gather) == 1 else "[" + ",".join(gather) + "]")
+            with self._lock:
+                self._held, acks, self._held_acks = None, self._held_acks, []
+        for ack in acks:
+            self._message(ack)
 
     def _read_turn(
         self, request_id: RequestId, session_id: str, turn_id: str, offset: int, after_step: int

@@ -26,11 +26,10 @@ class StreamConnection(Protocol):
 
     number: int
 
-    def send(self, text: str, stream: Optional["ReadStream"] = None) -> bool:
-        """Send one text frame; False when the connection is closed. ``stream``: the frame is
-        that stream's Chunk (the connection notes its end in ``stream.sent_end``)."""
+    def send(self, text: str) -> bool:
+        """Send one text frame; False when the connection is closed."""
 
-    def try_send(self, text: str, stream: Optional["ReadStream"] = None) -> Optional[bool]:
+    def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once; ``None`` when it did not."""
 
     def forget(self, stream: "ReadStream") -> None:
@@ -78,9 +77,6 @@ class ReadStream:
         self._ended = False
         self._stop_reason: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
-        # Where the connection's byte count stood after this stream's last Chunk was sent (set
-        # by the connection under its send lock): its Ack says the host read that far.
-        self.sent_end = 0
 
     def start(self) -> None:
         """Start streaming: send what is committed from the offset (in the calling thread,
@@ -154,13 +150,13 @@ class ReadStream:
                 frame = encode_chunk_raw(self.request_id, texts)
                 with self._lock:
                     self._inflight = True
-                sent = self.conn.try_send(frame, self) if inline else self.conn.send(frame, self)
+                sent = self.conn.try_send(frame) if inline else self.conn.send(frame)
                 if sent is None:  # not at once: the stream's own thread sends it
                     with self._lock:
                         self._inflight = False
                     if self._hand_off():
                         return
-                    sent = self.conn.send(frame, self)  # no thread to be had: send it here
+                    sent = self.conn.send(frame)  # no thread to be had: send it here
                     with self._lock:
                         self._inflight = True
                 if not sent:

@@ -66,13 +66,13 @@ def _read_turn(port: int, session: str, turn: str, ack: bool = True) -> list:
 
 def _count_room(monkeypatch) -> list:
     calls: list = []
-    room = bridge_connection._room
+    queued = bridge_connection._queued
 
-    def counted(fd: int, size: int) -> bool:
-        calls.append(size)
-        return room(fd, size)
+    def counted(fd: int) -> object:
+        calls.append(fd)
+        return queued(fd)
 
-    monkeypatch.setattr(bridge_connection, "_room", counted)
+    monkeypatch.setattr(bridge_connection, "_queued", counted)
     return calls
 
 
@@ -85,7 +85,7 @@ def test_a_paced_stream_acked_by_its_host_is_sent_without_asking_the_socket(brid
     deltas = [v for v in values if v["type"] == "text-delta"]
     assert len(deltas) == PARTS and [v["index"] for v in values] == list(range(len(values)))
     assert values[-1]["type"] == "turn-finish"
-    assert calls == []  # the host's Acks said what it had read: nothing could fill the socket
+    assert calls == []  # the frames sent in all could not fill the socket's bound
 
 
 def test_frames_the_host_has_not_acked_make_the_bridge_ask_the_socket(bridge, monkeypatch):
