@@ -4,17 +4,13 @@ could fill the bound of a send at once, over real sockets, with a real websocket
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 import websocket
 
 from bridge_client.bridge import connection as bridge_connection
-from bridge_client.bridge.server import BridgeServer, IdleWatcher
-from bridge_client.bridge.store import Store
-from bridge_client.bridge.turns import TurnManager
 from bridge_client.drivers import echo
-from bridge_client.redacted import Redacted
+from inproc_server import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,21 +19,9 @@ PARTS = 120
 
 @pytest.fixture
 def bridge(tmp_path):
-    store = Store(str(tmp_path / "bridge.sqlite3"))
     # One part every 2 ms: a paced stream, each delta committed and sent on its own.
-    driver = echo.EchoDriver(delay=0.002, chunks=PARTS)
-    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32)
-    server = BridgeServer(manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None))
-    port = server.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield manager, port
-    finally:
-        server.shutdown()
-        thread.join(5)
-        manager.close()
-        store.close()
+    with serving(str(tmp_path / "bridge.sqlite3"), echo.EchoDriver(delay=0.002, chunks=PARTS)) as served:
+        yield served
 
 
 def _read_turn(port: int, session: str, turn: str, ack: bool = True) -> list:

@@ -15,10 +15,7 @@ import pytest
 import websocket
 
 from bridge_client.bridge.driver import TurnContext
-from bridge_client.bridge.server import BridgeServer, IdleWatcher
-from bridge_client.bridge.store import Store
-from bridge_client.bridge.turns import TurnManager
-from bridge_client.redacted import Redacted
+from inproc_server import serving
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -52,23 +49,9 @@ class _BigDriver:
 
 @pytest.fixture
 def bridge(tmp_path):
-    store = Store(str(tmp_path / "bridge.sqlite3"))
     driver = _BigDriver()
-    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32)
-    server = BridgeServer(
-        manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None),
-        send_timeout=SEND_TIMEOUT,
-    )
-    port = server.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(str(tmp_path / "bridge.sqlite3"), driver, send_timeout=SEND_TIMEOUT) as (manager, port):
         yield manager, port, driver
-    finally:
-        server.shutdown()
-        thread.join(5)
-        manager.close()
-        store.close()
 
 
 def _connect(port: int) -> websocket.WebSocket:
@@ -119,19 +102,8 @@ def test_b04_a_host_that_acks_without_reading_does_not_hold_the_committing_threa
 def paced_bridge(tmp_path):
     from bridge_client.drivers import echo
 
-    store = Store(str(tmp_path / "bridge.sqlite3"))
-    manager = TurnManager(store, echo.EchoDriver(delay=0.002, chunks=20), agent_id="echo", bridge_id="b" * 32)
-    server = BridgeServer(manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None))
-    port = server.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield manager, port
-    finally:
-        server.shutdown()
-        thread.join(5)
-        manager.close()
-        store.close()
+    with serving(str(tmp_path / "bridge.sqlite3"), echo.EchoDriver(delay=0.002, chunks=20)) as served:
+        yield served
 
 
 def test_b03_an_early_ack_during_the_batch_answer_sends_nothing_before_the_batch(paced_bridge, monkeypatch):
@@ -218,45 +190,34 @@ def test_b04_a_wide_part_for_a_host_that_stopped_reading_does_not_hold_the_commi
         set_timeout(sock, seconds)
 
     monkeypatch.setattr(listener, "set_send_timeout", small_buffer)
-    store = Store(str(tmp_path / "bridge.sqlite3"))
     driver = _WideDriver()
-    manager = TurnManager(store, driver, agent_id="echo", bridge_id="b" * 32)
-    server = BridgeServer(
-        manager, token=Redacted("tok"), hello={}, idle=IdleWatcher(60, lambda: None),
-        send_timeout=SEND_TIMEOUT,
-    )
-    port = server.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    ws = _connect(port)
-    try:
-        manager.open_session("s", None)
-        manager.start_turn("s", "t", "p")
-        read = {"_tag": "Request", "id": "r", "tag": "ReadTurn", "headers": [],
-                "payload": {"sessionId": "s", "turnId": "t", "offset": 0, "afterStep": 0}}
-        ws.send(json.dumps(read))
-        first = json.loads(ws.recv())
-        assert first["_tag"] == "Chunk", first
-        while "first" not in json.dumps(first):  # read (and ack) up to the short part
-            ws.send('{"_tag":"Ack","requestId":"r"}')
+    with serving(str(tmp_path / "bridge.sqlite3"), driver, send_timeout=SEND_TIMEOUT) as (manager, port):
+        ws = _connect(port)
+        try:
+            manager.open_session("s", None)
+            manager.start_turn("s", "t", "p")
+            read = {"_tag": "Request", "id": "r", "tag": "ReadTurn", "headers": [],
+                    "payload": {"sessionId": "s", "turnId": "t", "offset": 0, "afterStep": 0}}
+            ws.send(json.dumps(read))
             first = json.loads(ws.recv())
-        ws.send('{"_tag":"Ack","requestId":"r"}')  # then the host reads no more
-        driver.go.set()
-        assert driver.done.wait(SEND_TIMEOUT * 0.6)
-        time.sleep(0.2)  # the wide part is committed and sent (or handed to the stream's thread)
-        # Another turn's start must commit meanwhile: the store's writer is not held.
-        answered = threading.Event()
+            assert first["_tag"] == "Chunk", first
+            while "first" not in json.dumps(first):  # read (and ack) up to the short part
+                ws.send('{"_tag":"Ack","requestId":"r"}')
+                first = json.loads(ws.recv())
+            ws.send('{"_tag":"Ack","requestId":"r"}')  # then the host reads no more
+            driver.go.set()
+            assert driver.done.wait(SEND_TIMEOUT * 0.6)
+            time.sleep(0.2)  # the wide part is committed and sent (or handed to the stream's thread)
+            # Another turn's start must commit meanwhile: the store's writer is not held.
+            answered = threading.Event()
 
-        def other() -> None:
-            manager.open_session("s2", None)
-            manager.start_turn("s2", "t2", "p")
-            answered.set()
+            def other() -> None:
+                manager.open_session("s2", None)
+                manager.start_turn("s2", "t2", "p")
+                answered.set()
 
-        threading.Thread(target=other, daemon=True).start()
-        assert answered.wait(SEND_TIMEOUT * 0.5), "the store's commits waited on a host that stopped reading"
-    finally:
-        ws.sock.close()
-        server.shutdown()
-        thread.join(5)
-        manager.close()
-        store.close()
+            threading.Thread(target=other, daemon=True).start()
+            assert answered.wait(SEND_TIMEOUT * 0.5), \
+                "the store's commits waited on a host that stopped reading"
+        finally:
+            ws.sock.close()
