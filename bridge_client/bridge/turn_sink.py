@@ -103,9 +103,6 @@ class RunSink:
         # is handed to that commit (see TurnManager.start_turn), not committed alone.
         self._last = 0.0 if start is None else start
         self._gap = float("inf")  # seconds from the emit before the previous one to the previous one
-        # emit_text's (kind, step, attempt) it last saw, and its text_appender.
-        self._key: Tuple[str, Optional[int], int] = ("", None, 0)
-        self._append: Callable[[str], int] = self.text_appender("text-delta", None, 1)
 
     def _commit(self) -> None:
         """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
@@ -138,20 +135,11 @@ class RunSink:
             wait_room(self._store, turn)
         return index
 
-    def emit_text(self, kind: str, step: Optional[int], attempt: int, text: str) -> int:
-        """Append one part of a text kind, ``{"text": text}``; return its index (the per-delta
-        path of a streaming driver: :meth:`emit` without the dict and the general encoding).
-        Raises ValueError for a lone surrogate (nothing is appended then)."""
-        key = (kind, step, attempt)
-        if key != self._key:
-            self._key = key
-            self._append = self.text_appender(kind, step, attempt)
-        return self._append(text)
-
     def text_appender(self, kind: str, step: Optional[int], attempt: int) -> Callable[[str], int]:
         """Return a function that appends one ``{"text": t}`` part of ``kind`` in ``(step,
-        attempt)`` and returns its index: :meth:`emit_text` for a fixed kind, step and attempt,
-        the per-delta path of a streaming driver (one call, one lock, one format per part).
+        attempt)`` and returns its index: :meth:`emit` for a fixed kind, step and attempt without
+        the dict and the general encoding, the per-delta path of a streaming driver (one call,
+        one lock, one format per part).
 
         The function raises ValueError for a lone surrogate (nothing is appended then), and
         _Abandoned when the turn's writes are refused."""

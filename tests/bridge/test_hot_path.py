@@ -137,9 +137,10 @@ def test_b03_a_paced_stream_that_falls_behind_commits_inline_again_after_two_par
         turn.buffer = store.buffer("t", turn, turn.append_lock, 0)
         counting = _CountingStore(store)
         sink = turn_sink.RunSink(turn, counting, None, None)
+        append = sink.text_appender("text-delta", 0, 1)
         for at in (0.0, 0.005, 0.010, 0.0101, 0.015, 0.020, 0.025, 0.0251, 0.0252, 0.0253, 0.0254):
             clock[0] = 100.0 + at
-            sink.emit_text("text-delta", 0, 1, "abcd")
+            append("abcd")
         store.wait(turn.buffer.ticket(10), 10)
         assert len(turn.texts) == 11  # every part committed and published
     finally:
