@@ -25,7 +25,6 @@ from ..errors import (
     ConnectionLost,
     HarnessError,
     MayHaveBeenReceived,
-    Overloaded,
     SandboxGone,
     SessionReleased,
     TurnInProgress,
@@ -35,7 +34,7 @@ from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState
 from . import forksafe, idle_watch, launcher
 from .connection import Connection
-from .resend import resend_policy
+from .resend import RETRYABLE, resend_policy
 
 # Where the contract's rules live here: C04 and C07 connect(), C06 use() and the idle timer,
 # C08 with_connection(), C11 reading(), C14 the `link` of with_connection() and call(), C15
@@ -245,7 +244,7 @@ class SessionChannel:
         try:
             try:
                 return attempt()  # most calls: once, without building the policy
-            except (ConnectionLost, Overloaded) as exc:
+            except RETRYABLE as exc:  # what the policy would send again
                 first: Optional[BaseException] = exc
             return self._resend(attempt, first, window - (time.monotonic() - started))
         except ConnectionLost as exc:

@@ -17,7 +17,7 @@ import tenacity
 
 from ..errors import ConnectionLost, Overloaded
 
-__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "resend_policy", "backoff", "Backoff"]
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "RETRYABLE", "resend_policy", "backoff", "Backoff"]
 
 FIRST_BACKOFF = 0.05
 """Seconds before the first resend."""
@@ -57,6 +57,10 @@ class Backoff:
         self._state.attempt_number = 1
 
 
+RETRYABLE = (ConnectionLost, Overloaded)
+"""The errors after which a request is sent again (within the resend window)."""
+
+
 def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retrying:
     """Return the policy that sends a request again after ``ConnectionLost`` or
     ``Overloaded`` (the bridge is at a bound of its work).
@@ -78,7 +82,7 @@ def resend_policy(window: float, cancelled: threading.Event) -> tenacity.Retryin
         # (composed, because wait_exponential_jitter's arguments differ across tenacity 8/9).
         wait=tenacity.wait_exponential(multiplier=FIRST_BACKOFF, max=MAX_BACKOFF)
         + tenacity.wait_random(0, FIRST_BACKOFF),
-        retry=tenacity.retry_if_exception_type((ConnectionLost, Overloaded)),
+        retry=tenacity.retry_if_exception_type(RETRYABLE),
         sleep=pause,
         reraise=True,
     )
