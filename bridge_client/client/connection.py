@@ -23,14 +23,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import websocket
 
-from ..errors import ConnectionLost, ProtocolError, Unauthorized, UntrustedEndpoint, rpc_error_from_wire
+from ..errors import ConnectionLost, ProtocolError, Unauthorized, UntrustedEndpoint
 from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
-from ..wire.frames import Ack, Chunk, Defect, Die, Exit, Fail, Failure, Interrupt, Ping, Request, Success
+from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
 from .connection_life import ConnectionLife, Event, State
+from .failures import failure_error
 from .stream import END, Pending, Stream, StreamClosed
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
@@ -43,19 +44,6 @@ _FLOOD_LIMIT = 16 * _HIGH_WATER  # values buffered, with the Ack held back, befo
 _ids = itertools.count(1)
 _CHUNK_HEAD = b'{"_tag":"Chunk","requestId":"'  # how our bridge starts a Chunk (string ids)
 _ACK = b'{"_tag":"Ack","requestId":"%s"}'
-
-
-def _failure_error(exit_value: Failure) -> Exception:
-    """Turn a ``Failure`` exit into the exception the caller sees."""
-    for cause in exit_value.cause:
-        if isinstance(cause, Fail):
-            if isinstance(cause.error, dict) and isinstance(cause.error.get("_tag"), str):
-                return rpc_error_from_wire(cause.error)
-            return ProtocolError(f"the bridge failed with an untyped error: {cause.error!r}"[:500])
-    for cause in exit_value.cause:
-        if isinstance(cause, Die):
-            return ProtocolError(f"the bridge could not serve the request: {cause.defect}"[:500])
-    return ProtocolError("the request was interrupted by the bridge")
 
 
 class Connection:
@@ -355,7 +343,7 @@ class Connection:
             raise outcome
         if isinstance(outcome.exit, Success):
             return END if pending.stream else outcome.exit.value
-        raise _failure_error(outcome.exit)
+        raise failure_error(outcome.exit)
 
     def _abandon(self, pending: Pending) -> None:
         with self._lock:
