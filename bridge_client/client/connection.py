@@ -184,9 +184,8 @@ class Connection:
         return self.answer(self.request(tag, payload), tag, timeout)
 
     def request(self, tag: str, payload: Any) -> Pending:
-        """Send a request that does not stream and return at once (so that another can follow
-        it before its answer); take the answer with :meth:`answer`, or drop it with
-        :meth:`forget`. Raises as :meth:`call` does before it waits."""
+        """Send a request that does not stream and return at once; take the answer with
+        :meth:`answer`, or drop it with :meth:`forget`. Raises as :meth:`call` does."""
         pending, data = self._register(tag, payload, stream=False)
         self._transmit(data)
         return pending
@@ -226,6 +225,19 @@ class Connection:
         stream = box[-1]  # (only the caller's thread appends to its holder)
         self._transmit(data)
         return stream
+
+    def request_and_stream(self, tag: str, payload: Any, stream_tag: str, stream_payload: Any,
+                           holder: List[Stream]) -> Tuple[Pending, Stream]:
+        """:meth:`request` then :meth:`stream` in one frame (a JSON array, served in order): one
+        write. ``holder`` as for :meth:`stream`; an interrupted request is forgotten."""
+        pending, first = self._register(tag, payload, stream=False)
+        try:
+            second = self._register(stream_tag, stream_payload, stream=True, holder=holder)[1]
+            self._transmit(b"[" + first + b"," + second + b"]")
+        except BaseException:
+            self.forget(pending)
+            raise
+        return pending, holder[-1]
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
