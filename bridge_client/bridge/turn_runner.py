@@ -246,8 +246,7 @@ class TurnRunner(SessionRegistry):
             self._launch(turn, 0, [], checkpoint, launch, joins_start=True)
         finally:
             self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
-        log.info("turn %s started (session %s)", turn_id, session.id)
-        return ticket, launch.running
+        return ticket, launch.running  # its log line is written once StartTurn is answered
 
     def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, Optional[Ticket]]:
         """B05: discard the attempt a restart cut short (``step-reset``), and put the session
