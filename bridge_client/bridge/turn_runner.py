@@ -49,8 +49,9 @@ MAX_RUNNING_TURNS = 256
 
 def iso_now() -> str:
     """Return the current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T00:34:13.123Z``."""
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: a fifth of the time (strftime costs about 20 us here, on the
+    # way to every new turn's answer).
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 _dumps = json_text
