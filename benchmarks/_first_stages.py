@@ -57,7 +57,19 @@ def _wrap() -> None:
             stamps.append(["send1", _now()])
         return ok
 
+    read_turn, answer_start = conn._read_turn, conn._answer_start
+
+    def read_turn_(self: Any, *args: Any, **kw: Any) -> None:
+        stamps.append(["read", _now()])
+        read_turn(self, *args, **kw)
+        stamps.append(["served", _now()])
+
+    def answer_start_(self: Any, *args: Any, **kw: Any) -> None:
+        stamps.append(["answer0", _now()])
+        answer_start(self, *args, **kw)
+
     conn._frame, conn._send_locked = frame_, send_locked_  # type: ignore[method-assign]
+    conn._read_turn, conn._answer_start = read_turn_, answer_start_  # type: ignore[method-assign]
 
     manager = turns.TurnManager
     start_turn = manager.start_turn
@@ -80,7 +92,7 @@ def _wrap() -> None:
     write = writer._write
 
     def write_(self: Any, *args: Any, **kw: Any) -> Any:
-        stamps.append(["commit0", _now()])
+        stamps.append(["commit0", _now(), threading.current_thread().name])
         result = write(self, *args, **kw)
         stamps.append(["commit1", _now()])
         return result

@@ -93,7 +93,7 @@ def run(turns: int, synchronous: str) -> List[Dict[str, int]]:
             bridge = json.load(f)
     events = sorted(_host + bridge, key=lambda e: e[1])
     rows: List[Dict[str, int]] = []
-    for name, t in events:
+    for name, t, *_ in events:
         if name == "turn":
             rows.append({"turn": t})
         elif rows and name not in rows[-1] and "first" not in rows[-1]:

@@ -156,8 +156,12 @@ class TurnRunner(SessionRegistry):
         extra: Sequence[Op] = (),
         force: bool = False,
     ) -> Tuple[int, Ticket]:
-        """:func:`~bridge_client.bridge.turn_sink.append_part` into this bridge's store."""
-        return append_part(self._store, turn, kind, step, attempt, fields, extra, force)
+        """:func:`~bridge_client.bridge.turn_sink.append_part` into this bridge's store. While
+        a new turn's start is not committed, the part waits for that commit (StartTurn's
+        thread makes it, and wakes the writer for what is queued after it): waking the writer
+        would race it (``RunSink._commit``)."""
+        wake = turn.buffer is None or turn.buffer.committed > 0
+        return append_part(self._store, turn, kind, step, attempt, fields, extra, force, wake)
 
     def _wait_room(self, turn: Turn) -> None:
         """:func:`~bridge_client.bridge.turn_sink.wait_room` on this bridge's store."""
