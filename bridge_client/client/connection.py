@@ -321,7 +321,7 @@ class Connection:
             self._pending[request_id] = pending
         return pending, data
 
-    def _transmit(self, data: bytes) -> None:
+    def _transmit(self, data: Union[bytes, str]) -> None:
         try:
             self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
@@ -331,13 +331,7 @@ class Connection:
             raise
 
     def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
-        try:
-            self._ws.send(frames.encode(message))
-        except (OSError, websocket.WebSocketException) as exc:
-            self._lost(exc)
-        except BaseException:
-            self._cut_short()
-            raise
+        self._transmit(frames.encode(message))
 
     def _cut_short(self) -> None:
         """A send was interrupted (``KeyboardInterrupt``): part of a frame may be on the wire,
