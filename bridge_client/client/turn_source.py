@@ -187,7 +187,7 @@ class TurnSource:
         """Send ``ReadTurn`` from the cursor."""
         rx = self._st.cursor
         # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
-        return conn.stream(
+        stream = conn.stream(
             rpcs.READ_TURN.tag,
             {
                 "sessionId": self._session_id,
@@ -197,6 +197,8 @@ class TurnSource:
             },
             holder=self._opened,
         )
+        stream.take_parts()  # deltas come built (Turn._convert takes parts or JSON objects)
+        return stream
 
     def _start_and_read(self, conn: Connection) -> Stream:
         """``StartTurn``, then ``ReadTurn`` from where the read stands after its answer.
