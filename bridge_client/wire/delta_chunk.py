@@ -13,6 +13,7 @@ types) gives ``None``, and the caller takes the general path, which raises the u
 
 import re
 from collections import deque
+from functools import lru_cache
 from itertools import repeat
 from json.decoder import scanstring  # type: ignore[attr-defined]  # (C, json's own)
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -58,33 +59,52 @@ def delta_chunk(data: Any) -> Optional[Tuple[str, List[Part]]]:
     # Each value led by a comma, the first one too: values that cover the text exactly, with
     # nothing between them, are then the whole array (findall skips what it cannot match).
     body = "," + s[head.end() : -2]
-    found = _VALUE.findall(body)
+    first = _VALUE.match(body)
+    if first is None:
+        return None
+    kind, _, step, attempt, _ = first.groups()
+    # The common case: one step and attempt throughout, scanned for two fields only.
+    found = _run_of(kind, step, attempt).findall(body)
     n = len(found)
-    if not n:
+    indexes, texts = zip(*found)
+    covered = n * (_FIXED + len(kind) + len(step) + len(attempt))
+    if covered + sum(map(len, indexes)) + sum(map(len, texts)) == len(body):
+        steps, attempts = _ints((step,) * n, n), _ints((attempt,) * n, n)
+    else:
+        found = _VALUE.findall(body)
+        n = len(found)
+        kinds, indexes, step_fields, attempt_fields, texts = zip(*found)
+        covered = n * _FIXED + sum(map(len, kinds)) + sum(map(len, indexes)) + sum(map(len, step_fields))
+        if covered + sum(map(len, attempt_fields)) + sum(map(len, texts)) != len(body):
+            return None
+        if kinds.count(kind) != n:
+            return None  # both kinds: the general way
+        steps, attempts = _ints(step_fields, n), _ints(attempt_fields, n)
+    if steps is None or attempts is None:
         return None
-    kinds, indexes, steps, attempts, texts = zip(*found)
-    covered = n * _FIXED + sum(map(len, kinds)) + sum(map(len, indexes)) + sum(map(len, steps))
-    if covered + sum(map(len, attempts)) + sum(map(len, texts)) != len(body):
-        return None
-    kind = set(kinds)
-    if len(kind) != 1:
-        return None
-    cls, set_text = _KINDS[kind.pop()]
+    cls, set_text = _KINDS[kind]
     index = list(map(int, indexes))
     if max(index) > MAX_SAFE_INTEGER:
-        return None
-    step = _ints(steps, n)
-    attempt = _ints(attempts, n)
-    if step is None or attempt is None:
         return None
     if "\\" in body:  # escapes: JSON's own string decoder, for the texts that have one
         texts = tuple(scanstring(t + '"', 0, True)[0] if "\\" in t else t for t in texts)
     parts: List[Part] = list(map(_new_object, repeat(cls, n)))
     _drain(map(_set_index, parts, index))
-    _drain(map(_set_step, parts, step))
-    _drain(map(_set_attempt, parts, attempt))
+    _drain(map(_set_step, parts, steps))
+    _drain(map(_set_attempt, parts, attempts))
     _drain(map(set_text, parts, texts))
     return head.group(1), parts
+
+
+@lru_cache(maxsize=32)
+def _run_of(kind: str, step: str, attempt: str) -> "re.Pattern[str]":
+    """The pattern of a value of that kind, step and attempt (their text as sent), with two
+    groups: the index and the text."""
+    p = _PIECES
+    return re.compile(
+        f"{re.escape(p[0])}{kind}{re.escape(p[1])}({_NUMBER}){re.escape(p[2])}{step}"
+        f"{re.escape(p[3])}{attempt}{re.escape(p[4])}({_CHARS}){re.escape(p[5])}"
+    )
 
 
 def _ints(fields: Tuple[str, ...], n: int) -> Any:
