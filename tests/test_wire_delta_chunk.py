@@ -48,7 +48,8 @@ def _same(data: bytes) -> Optional[Any]:
 
 
 def test_a_chunk_as_the_bridge_writes_it_is_built_into_the_same_parts():
-    values = [_bridge_form("text-delta", 40 + i, 3, 1, t) for i, t in enumerate(["a", "é", "\n", '"', "\\", "😀"])]
+    texts = ["a", "é", "\n", '"', "\\", "😀"]
+    values = [_bridge_form("text-delta", 40 + i, 3, 1, t) for i, t in enumerate(texts)]
     got = _same(_frame(values))
     assert got is not None and got[0] == "7"
     assert [p.text for p in got[1]] == ["a", "é", "\n", '"', "\\", "😀"]
@@ -97,7 +98,9 @@ _texts = st.text(st.characters(), max_size=8)
     texts=st.lists(_texts, min_size=1, max_size=12),
     ascii_only=st.booleans(),
 )
-def test_any_chunk_of_deltas_gives_the_general_paths_parts_or_none(kind, first, steps, attempts, texts, ascii_only):
+def test_any_chunk_of_deltas_gives_the_general_paths_parts_or_none(
+    kind, first, steps, attempts, texts, ascii_only
+):
     values = [
         json.dumps(
             {"type": kind, "index": first + i, "step": steps[i % len(steps)],

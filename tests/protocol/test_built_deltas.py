@@ -84,7 +84,8 @@ def test_c09_a_real_bridges_deltas_are_built_by_the_reader_and_the_text_is_whole
 
     monkeypatch.setattr(connection_module, "delta_chunk", counting)
     prompt = " ".join(f"w{i}" for i in range(3000))
-    with bc.create_session(options("echo", agent_options={"chunks": 3000}), session_options(sandbox)) as session:
+    echo = options("echo", agent_options={"chunks": 3000})
+    with bc.create_session(echo, session_options(sandbox)) as session:
         turn = session.turn(prompt)
         parts = list(turn)
     assert turn.text() == prompt
