@@ -16,7 +16,7 @@ from collections import deque
 from functools import lru_cache
 from itertools import repeat
 from json.decoder import scanstring  # type: ignore[attr-defined]  # (C, json's own)
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .parts import _DELTA_TYPES, MAX_SAFE_INTEGER, Part, _new_object, _set_attempt, _set_index, _set_step
 
@@ -30,7 +30,6 @@ _NUMBER = r"0|[1-9][0-9]{0,15}"  # JSON's integers without sign (16 digits: MAX_
 _PIECES = (',{"type":"', '-delta","index":', ',"step":', ',"attempt":', ',"text":"', '"}')
 _FIELDS = ("(text|reasoning)", f"({_NUMBER})", f"({_NUMBER}|null)", "([1-9][0-9]{0,15})", f"({_CHARS})")
 _VALUE = re.compile("".join(re.escape(p) + f for p, f in zip(_PIECES, _FIELDS)) + re.escape(_PIECES[-1]))
-_FIXED = sum(map(len, _PIECES))  # characters of one value besides its fields
 _KINDS: Dict[str, Any] = {"text": _DELTA_TYPES["text-delta"], "reasoning": _DELTA_TYPES["reasoning-delta"]}
 _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs a map to its end, in C
 
@@ -56,30 +55,26 @@ def delta_chunk(data: Any) -> Optional[Tuple[str, List[Part]]]:
     head = _HEAD.match(s)
     if head is None or not s.endswith("]}"):
         return None
-    # Each value led by a comma, the first one too: values that cover the text exactly, with
-    # nothing between them, are then the whole array (findall skips what it cannot match).
+    # Each value led by a comma, the first one too: split at the values, the array is made of
+    # them alone when every piece between two values (and at the ends) is empty.
     body = "," + s[head.end() : -2]
     first = _VALUE.match(body)
     if first is None:
         return None
     kind, _, step, attempt, _ = first.groups()
-    # The common case: one step and attempt throughout, scanned for two fields only.
-    found = _run_of(kind, step, attempt).findall(body)
-    n = len(found)
-    indexes, texts = zip(*found)
-    covered = n * (_FIXED + len(kind) + len(step) + len(attempt))
-    if covered + sum(map(len, indexes)) + sum(map(len, texts)) == len(body):
+    # The common case: one step and attempt throughout, split out with two fields only.
+    pieces = _run_of(kind, step, attempt).split(body)
+    if not any(pieces[::3]):
+        n = len(pieces) // 3
+        indexes, texts = pieces[1::3], pieces[2::3]
         steps, attempts = _ints((step,) * n, n), _ints((attempt,) * n, n)
     else:
-        found = _VALUE.findall(body)
-        n = len(found)
-        kinds, indexes, step_fields, attempt_fields, texts = zip(*found)
-        covered = n * _FIXED + sum(map(len, kinds)) + sum(map(len, indexes)) + sum(map(len, step_fields))
-        if covered + sum(map(len, attempt_fields)) + sum(map(len, texts)) != len(body):
-            return None
-        if kinds.count(kind) != n:
-            return None  # both kinds: the general way
-        steps, attempts = _ints(step_fields, n), _ints(attempt_fields, n)
+        pieces = _VALUE.split(body)
+        if any(pieces[::6]) or pieces[1::6].count(kind) != len(pieces) // 6:
+            return None  # not values alone, or both kinds: the general way
+        n = len(pieces) // 6
+        indexes, texts = pieces[2::6], pieces[5::6]
+        steps, attempts = _ints(pieces[3::6], n), _ints(pieces[4::6], n)
     if steps is None or attempts is None:
         return None
     cls, set_text = _KINDS[kind]
@@ -87,7 +82,7 @@ def delta_chunk(data: Any) -> Optional[Tuple[str, List[Part]]]:
     if max(index) > MAX_SAFE_INTEGER:
         return None
     if "\\" in body:  # escapes: JSON's own string decoder, for the texts that have one
-        texts = tuple(scanstring(t + '"', 0, True)[0] if "\\" in t else t for t in texts)
+        texts = [scanstring(t + '"', 0, True)[0] if "\\" in t else t for t in texts]
     parts: List[Part] = list(map(_new_object, repeat(cls, n)))
     _drain(map(_set_index, parts, index))
     _drain(map(_set_step, parts, steps))
@@ -107,7 +102,7 @@ def _run_of(kind: str, step: str, attempt: str) -> "re.Pattern[str]":
     )
 
 
-def _ints(fields: Tuple[str, ...], n: int) -> Any:
+def _ints(fields: Sequence[str], n: int) -> Any:
     """The values of integer fields (``null``: ``None``) as an iterable of ``n``, or ``None``
     when one is above ``MAX_SAFE_INTEGER``. One value for all (the common case) is read once."""
     if fields.count(fields[0]) == n:
