@@ -187,7 +187,7 @@ class TurnSource:
         """Send ``ReadTurn`` from the cursor."""
         rx = self._st.cursor
         # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
-        stream = conn.stream(
+        return conn.stream(
             rpcs.READ_TURN.tag,
             {
                 "sessionId": self._session_id,
@@ -197,8 +197,6 @@ class TurnSource:
             },
             holder=self._opened,
         )
-        stream.take_parts()  # deltas come built (Turn._convert takes parts or JSON objects)
-        return stream
 
     def _start_and_read(self, conn: Connection) -> Stream:
         """``StartTurn``, then ``ReadTurn`` from where the read stands after its answer.
@@ -329,6 +327,7 @@ class TurnSource:
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
+                stream.take_parts()  # deltas may come built (Turn._convert takes parts or JSON objects)
                 self._stream, self._stream_conn = stream, conn_box[0]
             if self._suspended:
                 # suspend() from another thread, which may have missed this new stream.
