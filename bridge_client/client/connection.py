@@ -27,6 +27,7 @@ from ..errors import ConnectionLost, ProtocolError, Unauthorized, UntrustedEndpo
 from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
+from ..wire.delta_chunk import delta_chunk
 from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
@@ -381,10 +382,10 @@ class Connection:
                     p.outcome = error
                 p.cond.notify_all()
 
-    def _ack_early(self, data: Any) -> Optional[str]:
+    def _ack_early(self, data: Any) -> Optional[Pending]:
         """Ack a Chunk as soon as its frame is in, before its JSON is parsed, when its stream's
         buffer has room (the ack the routing would send anyway): the bridge prepares the next
-        Chunk while this one is decoded. Returns the request id acked, or ``None``."""
+        Chunk while this one is decoded. Returns the request acked, or ``None``."""
         if type(data) is not bytes or not data.startswith(_CHUNK_HEAD):
             return None
         end = data.find(b'"', len(_CHUNK_HEAD))
@@ -399,15 +400,15 @@ class Connection:
             if p.ack_owed or len(p.values) >= _HIGH_WATER or p.outcome is not None:
                 return None
         self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
-        return request_id
+        return p
 
-    def _route(self, message: frames.BridgeMessage, acked: Optional[str] = None) -> None:
+    def _route(self, message: frames.BridgeMessage, acked: Optional[Pending] = None) -> None:
         if isinstance(message, Chunk):
             with self._lock:
                 p = self._pending.get(str(message.request_id))
             if p is None or not p.stream:
                 return  # a late chunk of an interrupted stream
-            if acked is not None and acked == p.id:
+            if acked is p:
                 with p.cond:
                     p.values.extend(message.values)
                     p.cond.notify()
@@ -460,8 +461,13 @@ class Connection:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
                     acked = self._ack_early(data)
-                    for obj in frames.parse_frame(data):
-                        self._route(frames.bridge_message(obj), acked)
+                    # A stream that takes parts: a Chunk of deltas is built into parts at once.
+                    built = delta_chunk(data) if acked is not None and acked.parts else None
+                    if built is not None and acked is not None and built[0] == acked.id:
+                        self._route(Chunk(acked.id, built[1]), acked)
+                    else:
+                        for obj in frames.parse_frame(data):
+                            self._route(frames.bridge_message(obj), acked)
                 if now - self._last_ping >= self._ping_interval:
                     self._last_ping = now
                     self._ws.send(frames.encode(Ping()))

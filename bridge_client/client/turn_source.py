@@ -321,6 +321,7 @@ class TurnSource:
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
+                stream.take_parts()  # deltas may come built (Turn._convert takes parts or JSON objects)
                 self._stream, self._stream_conn = stream, conn_box[0]
             if self._suspended:
                 # suspend() from another thread, which may have missed this new stream.
