@@ -382,25 +382,26 @@ class Connection:
                     p.outcome = error
                 p.cond.notify_all()
 
-    def _ack_early(self, data: Any) -> Optional[Pending]:
+    def _ack_early(self, data: Any) -> Tuple[Optional[Pending], bool]:
         """Ack a Chunk as soon as its frame is in, before its JSON is parsed, when its stream's
         buffer has room (the ack the routing would send anyway): the bridge prepares the next
-        Chunk while this one is decoded. Returns the request acked, or ``None``."""
+        Chunk while this one is decoded. Returns the Chunk's open stream (or ``None``) and
+        whether it was acked."""
         if type(data) is not bytes or not data.startswith(_CHUNK_HEAD):
-            return None
+            return None, False
         end = data.find(b'"', len(_CHUNK_HEAD))
         if end < 0:
-            return None
+            return None, False
         request_id = data[len(_CHUNK_HEAD) : end].decode("ascii", "replace")
         with self._lock:
             p = self._pending.get(request_id)
         if p is None or not p.stream:
-            return None
+            return None, False
         with p.cond:
             if p.ack_owed or len(p.values) >= _HIGH_WATER or p.outcome is not None:
-                return None
+                return p, False
         self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
-        return p
+        return p, True
 
     def _route(self, message: frames.BridgeMessage, acked: Optional[Pending] = None) -> None:
         if isinstance(message, Chunk):
@@ -460,11 +461,12 @@ class Connection:
                         if self._life.stopped:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
-                    acked = self._ack_early(data)
+                    p, early = self._ack_early(data)
+                    acked = p if early else None
                     # A stream that takes parts: a Chunk of deltas is built into parts at once.
-                    built = delta_chunk(data) if acked is not None and acked.parts else None
-                    if built is not None and acked is not None and built[0] == acked.id:
-                        self._route(Chunk(acked.id, built[1]), acked)
+                    built = delta_chunk(data) if p is not None and p.parts else None
+                    if built is not None and p is not None and built[0] == p.id:
+                        self._route(Chunk(p.id, built[1]), acked)
                     else:
                         for obj in frames.parse_frame(data):
                             self._route(frames.bridge_message(obj), acked)

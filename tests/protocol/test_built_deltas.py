@@ -63,6 +63,31 @@ def test_c09_a_stream_that_takes_parts_gets_built_deltas_once_each_and_acks_ever
         conn.close()
 
 
+def test_c09_a_chunk_past_the_buffers_bound_is_built_too_and_its_ack_waits_for_the_take(fake):  # noqa: F811
+    high = connection_module._HIGH_WATER
+
+    def behaviour(ws: Any, message: Any) -> None:
+        rid = message["id"]
+        ws.send(_chunk(rid, 0, high))  # fills the buffer to its bound: acked at once
+        ws.send(_chunk(rid, high, 2))  # arrives past the bound: its Ack is held back
+        ws.send(_exit(rid, None))
+
+    server = fake(behaviour)
+    conn = _connect(server)
+    try:
+        stream = conn.stream("ReadTurn", {})
+        stream.take_parts()
+        time.sleep(0.3)  # both Chunks in, nothing taken
+        assert sum(m.get("_tag") == "Ack" for m in server.received) == 1
+        values = _read_all(stream)
+        assert [v.index if type(v) is TextDelta else v["index"] for v in values] == list(range(high + 2))
+        # The second Chunk, past the bound, is built (the first may have come before take_parts).
+        assert [type(v) for v in values[high:]] == [TextDelta, TextDelta]
+        assert wait_until(lambda: sum(m.get("_tag") == "Ack" for m in server.received) == 2, 5)
+    finally:
+        conn.close()
+
+
 def test_c09_a_stream_that_does_not_take_parts_gets_json_objects_as_before(fake):  # noqa: F811
     server = fake(_serve_three_chunks)
     conn = _connect(server)
@@ -83,12 +108,12 @@ def test_c09_a_real_bridges_deltas_are_built_by_the_reader_and_the_text_is_whole
         return got
 
     monkeypatch.setattr(connection_module, "delta_chunk", counting)
-    prompt = " ".join(f"w{i}" for i in range(3000))
-    echo = options("echo", agent_options={"chunks": 3000})
+    prompt = " ".join(f"w{i}" for i in range(20000))
+    echo = options("echo", agent_options={"chunks": 20000})
     with bc.create_session(echo, session_options(sandbox)) as session:
         turn = session.turn(prompt)
         parts = list(turn)
     assert turn.text() == prompt
     deltas = [p for p in parts if isinstance(p, TextDelta)]
-    assert len(deltas) == 3000 and [p.index for p in deltas] == sorted({p.index for p in deltas})
+    assert len(deltas) == 20000 and [p.index for p in deltas] == sorted({p.index for p in deltas})
     assert any(built), "no Chunk of the bridge's took the built path"
