@@ -222,10 +222,8 @@ class Connection:
             ConnectionLost: the connection is already closed.
         """
         box: List[Stream] = [] if holder is None else holder
-        data = self._register(tag, payload, stream=True, holder=box)[1]
-        stream = box[-1]  # (only the caller's thread appends to its holder)
-        self._transmit(data)
-        return stream
+        self._transmit(self._register(tag, payload, stream=True, holder=box)[1])
+        return box[-1]  # (only the caller's thread appends to its holder)
 
     def request_and_stream(self, tag: str, payload: Any, stream_tag: str, stream_payload: Any,
                            holder: List[Stream]) -> Tuple[Pending, Stream]:
