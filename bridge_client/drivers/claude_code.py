@@ -38,8 +38,10 @@ What each message becomes:
   ``duration_ms`` become the turn's usage; ``is_error`` or a ``subtype`` other than
   ``success`` ends the turn with ``error`` and the CLI's message.
 - A line that is not JSON → ``data`` ``claude-code-unparsed`` (``{"line": ...}``); the turn
-  goes on. Other message types (``rate_limit_event``, other ``system`` subtypes, other
-  stream events) are skipped.
+  goes on. ``system`` ``api_retry`` (the CLI retrying a failed model request: a wrong key or
+  base URL) → ``data`` ``claude-code-retry`` (``attempt``, ``max_retries``,
+  ``retry_delay_ms``, ``error_status``, ``error``). Other message types
+  (``rate_limit_event``, other ``system`` subtypes, other stream events) are skipped.
 - The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
   status and the tail of its stderr.
 
@@ -123,6 +125,9 @@ _ROOT_HINT = (
 )
 
 
+_RETRY_FIELDS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
+
+
 class _Mapper:
     """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
 
@@ -182,6 +187,10 @@ class _Mapper:
         if kind == "system":
             if msg.get("subtype") == "init":
                 self._session_id(msg.get("session_id"))
+            elif msg.get("subtype") == "api_retry":
+                # A refused key or a wrong base URL: the CLI retries for minutes (10 times,
+                # backing off), printing nothing else; say so, as codex-error does for Codex.
+                ctx.data(f"{self.driver.agent_id}-retry", {k: msg[k] for k in _RETRY_FIELDS if k in msg})
             return False
         if kind == "result":
             self._session_id(msg.get("session_id"))
