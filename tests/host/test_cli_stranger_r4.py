@@ -43,3 +43,52 @@ def test_a_standard_input_that_cannot_be_read_is_bad_input(workspace, tmp_path):
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("bridge-client: error: cannot read the prompt on standard input"), line
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_during_a_cli_install_ends_the_install_and_says_so(workspace, tmp_path):
+    # `timeout 60 bridge-client run --agent codex ...` on a machine without codex: the npm
+    # install (in a session of its own) was left running when SIGTERM ended the command,
+    # which died without a word; now SIGTERM unwinds as Ctrl-C does (exit 143, one line).
+    import signal
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pid_file = tmp_path / "npm.pid"
+    npm = bin_dir / "npm"
+    npm.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\nexec sleep 30\n')
+    npm.chmod(0o755)
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{bin_dir}:/usr/bin:/bin")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "hi", "--agent", "codex", "--sandbox", workspace],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), "the fake npm never started"
+        npm_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    try:
+        assert proc.returncode == 143, err
+        assert err.strip().splitlines()[-1] == "bridge-client: stopped (SIGTERM)", err
+        deadline = time.monotonic() + 10
+        while _alive(npm_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(npm_pid), "the npm install still runs after the command ended"
+    finally:
+        if _alive(npm_pid):
+            os.kill(npm_pid, signal.SIGKILL)
