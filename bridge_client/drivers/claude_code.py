@@ -125,6 +125,11 @@ _ROOT_HINT = (
 )
 
 
+_KEY_HINT = (
+    " (claude reads ANTHROPIC_API_KEY from the session's environment: bridge-client run --env"
+    " ANTHROPIC_API_KEY, or CreateSessionOptions(env=...); else from the bridge's own, the"
+    " environment it was launched with, which a key exported later does not reach)"
+)
 _RETRY_FIELDS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
 
 
@@ -300,6 +305,10 @@ class StreamJsonDriver:
         """Text added to the error of a CLI that exited early (given its stderr's tail)."""
         return ""
 
+    def result_hint(self, detail: str) -> str:
+        """Text added to the error of a ``result`` that says ``detail`` (its message)."""
+        return ""
+
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume it after a restart).
 
@@ -365,8 +374,8 @@ class StreamJsonDriver:
         result = mapper.results[-1] if mapper.results else {}
         usage = _usage(mapper.results)
         if result.get("is_error") or result.get("subtype", "success") != "success":
-            detail = result.get("result") or result.get("errors") or result.get("subtype")
-            return TurnResult("error", usage or None, f"{self.label}: {summarize(detail)}")
+            detail = summarize(result.get("result") or result.get("errors") or result.get("subtype"))
+            return TurnResult("error", usage or None, f"{self.label}: {detail}{self.result_hint(detail)}")
         return TurnResult("stop", usage or None)
 
     def close(self) -> None:
@@ -440,6 +449,10 @@ class ClaudeCodeDriver(StreamJsonDriver):
     def error_hint(self, stderr_tail: str) -> str:
         """The root hint when claude refused ``bypassPermissions`` as root."""
         return _ROOT_HINT if "root/sudo" in stderr_tail else ""
+
+    def result_hint(self, detail: str) -> str:
+        """Where the key comes from, when claude found none or a bad one."""
+        return _KEY_HINT if ("Not logged in" in detail or "API key" in detail) else ""
 
 
 def _usage(results: List[Dict[str, Any]]) -> Dict[str, Any]:

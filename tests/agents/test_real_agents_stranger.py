@@ -46,3 +46,23 @@ def test_claude_code_retrying_a_wrong_base_url_says_so(real_cli, sandbox, monkey
     first = retries[0]
     assert first["attempt"] == 1 and first["max_retries"] >= 1, first
     assert set(first) <= {"attempt", "max_retries", "retry_delay_ms", "error_status", "error"}, first
+
+
+def test_claude_code_without_a_key_says_where_the_key_comes_from(real_cli, model, sandbox, monkeypatch):
+    # No key in the bridge's environment: claude answers "Not logged in"; a user who then
+    # exports the key in the shell still gets it from the running bridge, so the error says
+    # where claude reads it (the session's --env / env=); with the session's key it works.
+    from model_server import text
+
+    cli = real_cli("claude-code")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    opts = options(cli.driver, agent_options=cli.agent_options)
+    with bc.create_session(opts, session_options(sandbox, launch_timeout=60.0)) as session:
+        finish = list(session.turn("hello"))[-1]
+    assert finish.finish_reason == "error", finish
+    assert "--env ANTHROPIC_API_KEY" in finish.error and "launched" in finish.error, finish.error
+    model.script(text("hello back"))
+    keyed = session_options(sandbox, launch_timeout=60.0, env={"ANTHROPIC_API_KEY": bc.Redacted("test-key")})
+    with bc.create_session(opts, keyed) as session:
+        turn = session.turn("hello")
+        assert list(turn)[-1].finish_reason == "stop" and "hello back" in turn.text()
