@@ -24,7 +24,8 @@ def test_c19_a_key_set_after_the_launch_is_said_to_need_the_session(sandbox, cha
         again = list(session.turn("hello"))[-1]
     assert again.finish_reason == "error", "the running bridge does not see the host's new variable"
     assert "already running" in again.error and "env" in again.error, again.error
-    with bc.create_session(opts, session_options(sandbox, env={"C19_LATE_KEY": bc.Redacted("sk-late")})) as session:
+    keyed = session_options(sandbox, env={"C19_LATE_KEY": bc.Redacted("sk-late")})
+    with bc.create_session(opts, keyed) as session:
         fixed = list(session.turn("hello"))[-1]
     assert fixed.finish_reason == "stop", fixed
     assert chat_server.authorizations == ["Bearer sk-late"]
