@@ -92,3 +92,29 @@ def test_sigterm_during_a_cli_install_ends_the_install_and_says_so(workspace, tm
     finally:
         if _alive(npm_pid):
             os.kill(npm_pid, signal.SIGKILL)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bridge_client.cli", *args], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ), stdin=subprocess.DEVNULL)
+
+
+def test_a_shell_command_that_cannot_be_started_is_its_tool_result(workspace, tmp_path):
+    # A prompt file with a NUL byte, or a `shell` option naming no program: before, the turn
+    # ended with Python's words ("ValueError: embedded null byte", "FileNotFoundError: [Errno
+    # 2] ...") and the tool call had no result.
+    prompt = tmp_path / "nul.txt"
+    prompt.write_bytes(b"echo a\0b\necho after\n")
+    nul = _cli("run", f"@{prompt}", "--sandbox", workspace)
+    assert nul.returncode == 1, nul.stderr
+    lines = nul.stdout.splitlines()
+    assert lines[1].startswith("[shell error]") and "NUL character" in lines[1], nul.stdout
+    assert lines[-1].startswith("[finished] error: the command holds a NUL character"), nul.stdout
+    assert "after" not in nul.stdout and "ValueError" not in nul.stdout + nul.stderr
+    going = _cli("run", f"@{prompt}", "--option", "keep_going=true", "--sandbox", workspace)
+    assert going.stdout.splitlines()[-2:] == ["[shell ok] {\"exitCode\": 0, \"timedOut\": false}",
+                                             "[finished] stop"], going.stdout
+    shell = _cli("run", "echo hi", "--option", "shell=/no/such/shell", "--sandbox", workspace)
+    assert shell.returncode == 1, shell.stderr
+    assert shell.stdout.splitlines()[-1] == (
+        "[finished] error: cannot run the shell /no/such/shell: No such file or directory"), shell.stdout
