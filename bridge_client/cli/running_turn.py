@@ -12,13 +12,14 @@ import argparse
 import contextlib
 import json
 import posixpath
+import shlex
 from typing import Any, Callable, Iterator
 
 from ..bridge import identity
 from .agents import session_options_for
 from .arguments import SANDBOX_HELP, add_verbose
-from .bridge_dirs import has_bridge
-from .exits import Failure
+from .bridge_dirs import has_bridge, removed_folder
+from .exits import Failure, UsageError
 from .sandboxes import open_sandbox, sandbox_label
 from .turn_state import read_state
 
@@ -54,12 +55,22 @@ def reach_turn(args: argparse.Namespace, absent: str = "no turn runs there") -> 
     ``cancel`` reach a turn this way; ``absent`` ends the message when its bridge is not there.
 
     Raises:
-        Failure: the turn's bridge is not in the sandbox (nothing runs there).
+        Failure: the turn's bridge is not in the sandbox (nothing runs there), or its local
+            folder was removed (its bridges can still be stopped).
     """
     state, recorded = read_state(args.turn_state_file)
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded
-    sandbox = open_sandbox(args.sandbox)
+    try:
+        sandbox = open_sandbox(args.sandbox)
+    except UsageError:
+        if args.sandbox and removed_folder(args.sandbox) is not None:  # rm -rf while it ran
+            raise Failure(
+                f"the sandbox folder {args.sandbox} was removed, so its turn cannot be reached; "
+                "its bridges may still run: stop them with "
+                f"`bridge-client stop --all --sandbox {shlex.quote(args.sandbox)}`"
+            ) from None
+        raise
     here = sandbox_label(args.sandbox)
     if not has_bridge(sandbox, state):
         raise Failure(

@@ -118,3 +118,34 @@ def test_a_shell_command_that_cannot_be_started_is_its_tool_result(workspace, tm
     assert shell.returncode == 1, shell.stderr
     assert shell.stdout.splitlines()[-1] == (
         "[finished] error: cannot run the shell /no/such/shell: No such file or directory"), shell.stdout
+
+
+def test_cancel_of_a_turn_in_a_removed_folder_says_how_to_stop_its_bridge(workspace, tmp_path):
+    # rm -rf repo while the agent works there: `cancel`, `answer` and `say` said only
+    # "sandbox folder ... does not exist" (exit 2), with no way shown to end what still runs.
+    import shutil
+    import time
+
+    state = tmp_path / "turn.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "sleep 30", "--state", str(state),
+         "--sandbox", workspace],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not state.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.exists(), "the run wrote no --state file"
+        shutil.rmtree(workspace)
+        for words in (["cancel", str(state)], ["say", str(state), "hello"]):
+            done = _cli(*words)
+            assert done.returncode == 1, done.stderr
+            line = done.stderr.strip().splitlines()[-1]
+            assert "was removed" in line and f"bridge-client stop --all --sandbox {workspace}" in line, line
+    finally:
+        proc.kill()
+        proc.wait()
+        # Also when an assertion failed: the fixture cannot find a process whose folder is gone.
+        stopped = _cli("stop", "--all", "--sandbox", workspace)
+    assert stopped.returncode == 0 and "stopped bridge" in stopped.stdout, stopped.stderr
