@@ -108,6 +108,7 @@ def test_a_shell_command_that_cannot_be_started_is_its_tool_result(workspace, tm
     nul = _cli("run", f"@{prompt}", "--sandbox", workspace)
     assert nul.returncode == 1, nul.stderr
     lines = nul.stdout.splitlines()
+    assert lines[0] == "[shell] echo a\\x00b", lines[0]  # shown as it runs: no raw control character
     assert lines[1].startswith("[shell error]") and "NUL character" in lines[1], nul.stdout
     assert lines[-1].startswith("[finished] error: the command holds a NUL character"), nul.stdout
     assert "after" not in nul.stdout and "ValueError" not in nul.stdout + nul.stderr
