@@ -202,10 +202,9 @@ class ShellDriver:
             line: the command, run as ``[shell, "-c", line]`` in the current directory.
 
         Returns:
-            How it ended. On timeout or cancel its process group is killed.
-
-        Raises:
-            _CannotRun: the command holds a NUL character, or the shell cannot be started.
+            How it ended. On timeout or cancel its process group is killed. A command that
+            cannot be started (a NUL character in it, no such shell) raises an error of this
+            module's own, which :meth:`run_turn` gives as the tool's result.
         """
         env = ctx.child_env()  # the bridge's environment, the session's over it
         # The command waits at a gate on its stdin until the keeper knows its group: a bridge
