@@ -150,3 +150,19 @@ def test_cancel_of_a_turn_in_a_removed_folder_says_how_to_stop_its_bridge(worksp
         # Also when an assertion failed: the fixture cannot find a process whose folder is gone.
         stopped = _cli("stop", "--all", "--sandbox", workspace)
     assert stopped.returncode == 0 and "stopped bridge" in stopped.stdout, stopped.stderr
+
+
+def test_continue_reads_a_saved_run_json_output(workspace, tmp_path):
+    # `run --json > parts.jsonl`: its first line is the turn-start part, with the turn state
+    # (answer, say and cancel took it); `continue` refused it ("TurnState.protocol is missing").
+    saved = tmp_path / "parts.jsonl"
+    with open(saved, "w") as out:
+        ran = subprocess.run([sys.executable, "-m", "bridge_client.cli", "run", "--json", "echo one",
+                              "echo two", "--sandbox", workspace], stdout=out, stderr=subprocess.PIPE,
+                             text=True, timeout=60, env=dict(os.environ))
+    assert ran.returncode == 0, ran.stderr
+    again = _cli("continue", str(saved), "--steps", "1", "--sandbox", workspace)
+    assert again.returncode == 0, again.stderr
+    assert "two" in again.stdout and "one" not in again.stdout.replace("[shell ok]", ""), again.stdout
+    elsewhere = _cli("continue", str(saved), "--sandbox", str(tmp_path))  # not the turn's folder
+    assert elsewhere.returncode == 2 and "--rerun-here" in elsewhere.stderr, elsewhere.stderr
