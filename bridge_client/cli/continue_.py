@@ -17,7 +17,7 @@ from .exits import UsageError
 from .output import print_err
 from .sandboxes import open_sandbox, sandbox_label
 from .stream import progress_for, stream_turn
-from .turn_state import read_state
+from .turn_state import read_state, recorded_agent
 
 __all__ = ["add_command"]
 
@@ -62,7 +62,7 @@ def _cmd_continue(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise UsageError("--steps must be >= 0")
     if args.agent is None:
-        args.agent = state.agent_id
+        args.agent = recorded_agent(args.turn_state_file) or state.agent_id
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded  # the sandbox the turn runs in, not the current folder
     sandbox = open_sandbox(args.sandbox)

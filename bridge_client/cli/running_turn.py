@@ -21,7 +21,7 @@ from .arguments import SANDBOX_HELP, add_verbose
 from .bridge_dirs import has_bridge, removed_folder
 from .exits import Failure, UsageError
 from .sandboxes import open_sandbox, sandbox_label
-from .turn_state import read_state
+from .turn_state import read_state, recorded_agent
 
 __all__ = ["STATE_HELP", "add_turn_arguments", "reach_turn"]
 
@@ -80,7 +80,7 @@ def reach_turn(args: argparse.Namespace, absent: str = "no turn runs there") -> 
     folder = identity.state_dir(sandbox.state_root, state.bridge_id)
     launch = identity.parse_launch(sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE)))
     options = launch.agent_options if isinstance(launch.agent_options, dict) else {}
-    args.agent = args.agent or state.agent_id
+    args.agent = args.agent or recorded_agent(args.turn_state_file) or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
     bridge_options, session_options = session_options_for(args, sandbox)
     from ..agent import create_session  # the host side: loaded by the commands that open a session

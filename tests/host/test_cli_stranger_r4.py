@@ -2,6 +2,7 @@
 user gives the command line. Real processes, real files."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,3 +167,92 @@ def test_continue_reads_a_saved_run_json_output(workspace, tmp_path):
     assert "two" in again.stdout and "one" not in again.stdout.replace("[shell ok]", ""), again.stdout
     elsewhere = _cli("continue", str(saved), "--sandbox", str(tmp_path))  # not the turn's folder
     assert elsewhere.returncode == 2 and "--rerun-here" in elsewhere.stderr, elsewhere.stderr
+
+
+_STUBBORN = '''
+import os, threading, time
+
+class Stubborn:
+    agent_id = "stubborn"
+
+    def run_turn(self, ctx):
+        def seen():
+            ctx.cancelled.wait()
+            open(os.path.join(os.getcwd(), "cancel-seen"), "w").close()
+        threading.Thread(target=seen, daemon=True).start()
+        ctx.start_step()
+        ctx.text("working\\n")
+        time.sleep(20)  # ignores the cancel: the bridge ends the turn after its grace
+
+def make(options):
+    return Stubborn()
+'''
+
+
+def test_ctrl_c_while_cancel_waits_says_the_cancel_was_sent(workspace, tmp_path):
+    # Ctrl-C while `cancel` waits for the turn to end printed only "interrupted": the user
+    # could not tell that the cancel had reached the bridge (it had: the turn ends cancelled).
+    import signal
+    import time
+
+    with open(os.path.join(workspace, "stubborn.py"), "w") as f:
+        f.write(_STUBBORN)
+    state = tmp_path / "turn.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "go", "--agent", "stubborn:make",
+         "--state", str(state), "--sandbox", workspace],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
+    )
+    cancel = None
+    try:
+        deadline = time.monotonic() + 30
+        while not state.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.exists(), "the run wrote no --state file"
+        cancel = subprocess.Popen([sys.executable, "-m", "bridge_client.cli", "cancel", str(state),
+                                   "--agent", "stubborn:make"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ))
+        marker = os.path.join(workspace, "cancel-seen")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert os.path.exists(marker), "the driver never saw the cancel"
+        cancel.send_signal(signal.SIGINT)  # within the bridge's grace (5 s): cancel still waits
+        _, err = cancel.communicate(timeout=30)
+        assert cancel.returncode == 130, err
+        line = err.strip().splitlines()[-1]
+        assert "the cancel of turn" in line and "was sent" in line, err
+    finally:
+        for proc in (cancel, run):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _cli("stop", "--all", "--sandbox", workspace)
+
+
+def test_a_turn_of_your_own_driver_is_cancelled_from_its_state_file_alone(workspace, tmp_path):
+    # The state file named only the driver's id ("stubborn"): `cancel FILE` (and answer, say)
+    # failed with "unknown agent 'stubborn'" unless --agent MODULE:CALLABLE was given again.
+    import time
+
+    with open(os.path.join(workspace, "stubborn.py"), "w") as f:
+        f.write(_STUBBORN)
+    state = tmp_path / "turn.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "go", "--agent", "stubborn:make",
+         "--state", str(state), "--sandbox", workspace],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not state.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.exists(), "the run wrote no --state file"
+        done = _cli("cancel", str(state))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"cancelled turn {json.loads(state.read_text())['turnId']}"
+    finally:
+        run.kill()
+        run.wait()
+        _cli("stop", "--all", "--sandbox", workspace)
