@@ -185,9 +185,8 @@ class Connection:
         return self.answer(self.request(tag, payload), tag, timeout)
 
     def request(self, tag: str, payload: Any) -> Pending:
-        """Send a request that does not stream and return at once (so that another can follow
-        it before its answer); take the answer with :meth:`answer`, or drop it with
-        :meth:`forget`. Raises as :meth:`call` does before it waits."""
+        """Send a request that does not stream and return at once; take the answer with
+        :meth:`answer`, or drop it with :meth:`forget`. Raises as :meth:`call` does."""
         pending, data = self._register(tag, payload, stream=False)
         self._transmit(data)
         return pending
@@ -223,10 +222,21 @@ class Connection:
             ConnectionLost: the connection is already closed.
         """
         box: List[Stream] = [] if holder is None else holder
-        data = self._register(tag, payload, stream=True, holder=box)[1]
-        stream = box[-1]  # (only the caller's thread appends to its holder)
-        self._transmit(data)
-        return stream
+        self._transmit(self._register(tag, payload, stream=True, holder=box)[1])
+        return box[-1]  # (only the caller's thread appends to its holder)
+
+    def request_and_stream(self, tag: str, payload: Any, stream_tag: str, stream_payload: Any,
+                           holder: List[Stream]) -> Tuple[Pending, Stream]:
+        """:meth:`request` then :meth:`stream` in one frame (a JSON array, served in order): one
+        write. ``holder`` as for :meth:`stream`; an interrupted request is forgotten."""
+        pending, first = self._register(tag, payload, stream=False)
+        try:
+            second = self._register(stream_tag, stream_payload, stream=True, holder=holder)[1]
+            self._transmit(b"[" + first + b"," + second + b"]")
+        except BaseException:
+            self.forget(pending)
+            raise
+        return pending, holder[-1]
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
@@ -310,7 +320,7 @@ class Connection:
             self._pending[request_id] = pending
         return pending, data
 
-    def _transmit(self, data: bytes) -> None:
+    def _transmit(self, data: Union[bytes, str]) -> None:
         try:
             self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
@@ -320,13 +330,7 @@ class Connection:
             raise
 
     def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
-        try:
-            self._ws.send(frames.encode(message))
-        except (OSError, websocket.WebSocketException) as exc:
-            self._lost(exc)
-        except BaseException:
-            self._cut_short()
-            raise
+        self._transmit(frames.encode(message))
 
     def _cut_short(self) -> None:
         """A send was interrupted (``KeyboardInterrupt``): part of a frame may be on the wire,

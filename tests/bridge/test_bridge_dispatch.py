@@ -6,7 +6,7 @@ import json
 import pytest
 import websocket
 
-from bridge_client.bridge.turns import MAX_CHUNK_VALUES
+from bridge_client.bridge.turn_log import MAX_CHUNK_VALUES
 from bridge_client.wire import frames
 from bridge_harness import BRIDGE_ID
 
@@ -224,8 +224,9 @@ def test_b08_over_long_frame_closes_only_that_connection_with_1009(shared_echo):
 
 
 def test_b08_duplicate_in_flight_request_id_gets_die_and_the_first_goes_on(make_bridge, sid, tid):
-    # More parts than one Chunk carries (at most MAX_CHUNK_VALUES), so that one is in flight.
-    n = 3 * MAX_CHUNK_VALUES
+    # More parts than one Chunk carries (MAX_CHUNK_VALUES, MAX_CHUNK_BYTES), so that one is
+    # in flight.
+    n = 2 * MAX_CHUNK_VALUES + 500
     bridge = make_bridge(options={"chunks": n})
     with bridge.connect() as c:
         c.open(sid)

@@ -34,7 +34,6 @@ import bridge_client.client.stream as stream_mod
 import bridge_client.client.turn as turn_mod
 import bridge_client.client.turn_source as turn_source_mod
 from bridge_client.bridge import identity
-from bridge_client.bridge.turns import MAX_CHUNK_VALUES
 from bridge_client.template import Template
 from host_support import options, session_options, wait_until
 
@@ -193,9 +192,10 @@ def test_c11_suspend_from_another_thread_while_the_reader_fills_its_buffer_loses
     sandbox, monkeypatch
 ):
     steps = 10
-    # More parts than the first reads can take at once: two Chunks' worth and more.
-    per_step = 2 * MAX_CHUNK_VALUES // steps + 1
-    with bc.create_session(_echo(steps, per_step), session_options(sandbox)) as session:
+    # 10,000+ parts: more than the first reads can take at once (a Chunk carries up to
+    # MAX_CHUNK_VALUES, 4,096, and a new turn's first commit may hold all the driver emitted
+    # at once: the turn-start's read converts its first Chunk before the hook is in).
+    with bc.create_session(_echo(steps, 1000), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
         calls, suspended = [0], []
 
