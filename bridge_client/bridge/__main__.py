@@ -95,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 start = None
 
         try:
-            return RunningBridge(launch, limits(args)).run(on_listening=listening)
+            return RunningBridge(launch, limits(args), lock_fd=lock).run(on_listening=listening)
         except LaunchError as exc:
             log.error("%s", exc)
             return 2

@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import uuid
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ProtocolError
 from . import identity
@@ -30,7 +30,9 @@ _LISTENING_CHECK = 1.0  # seconds between checks that listening.json still names
 class RunningBridge:
     """The running bridge: its parts, and the way it stops (once, from any thread)."""
 
-    def __init__(self, launch: Launch, limits: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self, launch: Launch, limits: Optional[Dict[str, Any]] = None, lock_fd: Optional[int] = None
+    ) -> None:
         # Imported here so that ``load_driver`` and the startup checks work without websockets,
         # and a bridge that loses the lock exits without importing them.
         import sqlite3
@@ -43,6 +45,10 @@ class RunningBridge:
 
         self.launch = launch
         self.instance = uuid.uuid4().hex
+        # The lock file this bridge holds, as (device, inode): the state directory is still
+        # this bridge's while the file at the lock's path is that one (see _keep_listening).
+        self._lock_file: Optional[Tuple[int, int]] = None if lock_fd is None else _file_id(os.fstat(lock_fd))
+        self._lock_path = os.path.join(launch.state, identity.LOCK_FILE)
         self.started_at = iso_now()
         self.code = 0
         self._stop_lock = threading.Lock()
@@ -184,7 +190,11 @@ class RunningBridge:
     def _keep_listening(self, listening: identity.ListeningInfo) -> None:
         """Rewrite listening.json when it no longer names this instance (removed, damaged):
         hosts find the bridge only through it, and the lock keeps any other bridge from
-        writing it."""
+        writing it. When the state directory itself is gone or replaced (its lock file is no
+        longer the one this bridge holds), the bridge stops instead: its store was removed with
+        the directory, and a listening file written into a new folder would name a bridge
+        whose turns no one can find again (or cover the listening file of the bridge that
+        now holds the new folder's lock)."""
         expected = listening.to_json().encode("utf-8")
         while not self._stopped.wait(_LISTENING_CHECK):
             if self._stopping:
@@ -195,11 +205,27 @@ class RunningBridge:
                     continue
             except OSError as exc:  # UntrustedFile included
                 log.warning("listening file is unusable (%s)", exc)
+            if not self._holds_state_dir():
+                log.error("the state directory %s was removed or replaced; stopping", self.launch.state)
+                self.stop("the state directory was removed", code=1)
+                return
             log.warning("listening file was changed or removed; writing it again")
             try:
                 identity.secure_write(self.listening_path, expected)
             except OSError as exc:
                 log.error("cannot write %s: %s", self.listening_path, exc.strerror or exc)
+
+    def _holds_state_dir(self) -> bool:
+        """Whether the lock file at the state directory's lock path is the one this bridge
+        holds (True when the bridge was made without its lock's descriptor)."""
+        if self._lock_file is None:
+            return True
+        try:
+            return _file_id(os.stat(self._lock_path)) == self._lock_file
+        except FileNotFoundError:
+            return False
+        except OSError:  # a folder we cannot search now: no proof that it is gone
+            return True
 
     def _remove_listening(self) -> None:
         """Remove listening.json, only when it still names this instance."""
@@ -218,6 +244,10 @@ class RunningBridge:
                 os.unlink(self.listening_path)
             except FileNotFoundError:
                 pass
+
+
+def _file_id(st: os.stat_result) -> Tuple[int, int]:
+    return (st.st_dev, st.st_ino)
 
 
 class SignalWatcher:
