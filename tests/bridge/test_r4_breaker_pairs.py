@@ -71,11 +71,12 @@ def test_b03_b08_a_thousand_pairs_in_one_frame_each_read_whole_once(make_bridge,
         assert client.value("Hello")["bridgeId"]
 
 
-def test_b08_garbage_between_start_turn_and_read_turn_is_answered_and_the_pair_still_reads(make_bridge, sid, tid):
+def test_b08_garbage_between_start_and_read_is_answered_and_the_pair_still_reads(make_bridge, sid, tid):
     bridge = make_bridge()
     with bridge.connect() as client:
         client.open(sid)
-        garbage: List[Any] = [17, {"_tag": "Nope"}, {"_tag": "Request", "id": 99, "tag": "NoSuch", "payload": {}}]
+        no_such = {"_tag": "Request", "id": 99, "tag": "NoSuch", "payload": {}}
+        garbage: List[Any] = [17, {"_tag": "Nope"}, no_such]
         client.ws.send(json.dumps([_start(1, sid, tid, "a b")] + garbage + [_read(2, sid, tid)]))
         got: Dict[int, Any] = {}
         defects = 0

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from host_support import _alive
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -44,14 +46,6 @@ def test_a_standard_input_that_cannot_be_read_is_bad_input(workspace, tmp_path):
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("bridge-client: error: cannot read the prompt on standard input"), line
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_sigterm_during_a_cli_install_ends_the_install_and_says_so(workspace, tmp_path):
@@ -189,26 +183,37 @@ def make(options):
 '''
 
 
+def _run_stubborn(workspace: str, state) -> subprocess.Popen:
+    """`run go --agent stubborn:make --state STATE`, once its state file is written."""
+    import time
+
+    with open(os.path.join(workspace, "stubborn.py"), "w") as f:
+        f.write(_STUBBORN)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bridge_client.cli", "run", "go", "--agent", "stubborn:make",
+         "--state", str(state), "--sandbox", workspace],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
+    )
+    deadline = time.monotonic() + 30
+    while not state.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    if not state.exists():
+        run.kill()
+        run.wait()
+        raise AssertionError("the run wrote no --state file")
+    return run
+
+
 def test_ctrl_c_while_cancel_waits_says_the_cancel_was_sent(workspace, tmp_path):
     # Ctrl-C while `cancel` waits for the turn to end printed only "interrupted": the user
     # could not tell that the cancel had reached the bridge (it had: the turn ends cancelled).
     import signal
     import time
 
-    with open(os.path.join(workspace, "stubborn.py"), "w") as f:
-        f.write(_STUBBORN)
     state = tmp_path / "turn.json"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "bridge_client.cli", "run", "go", "--agent", "stubborn:make",
-         "--state", str(state), "--sandbox", workspace],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
-    )
+    run = _run_stubborn(workspace, state)
     cancel = None
     try:
-        deadline = time.monotonic() + 30
-        while not state.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert state.exists(), "the run wrote no --state file"
         cancel = subprocess.Popen([sys.executable, "-m", "bridge_client.cli", "cancel", str(state),
                                    "--agent", "stubborn:make"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -234,21 +239,10 @@ def test_ctrl_c_while_cancel_waits_says_the_cancel_was_sent(workspace, tmp_path)
 def test_a_turn_of_your_own_driver_is_cancelled_from_its_state_file_alone(workspace, tmp_path):
     # The state file named only the driver's id ("stubborn"): `cancel FILE` (and answer, say)
     # failed with "unknown agent 'stubborn'" unless --agent MODULE:CALLABLE was given again.
-    import time
 
-    with open(os.path.join(workspace, "stubborn.py"), "w") as f:
-        f.write(_STUBBORN)
     state = tmp_path / "turn.json"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "bridge_client.cli", "run", "go", "--agent", "stubborn:make",
-         "--state", str(state), "--sandbox", workspace],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
-    )
+    run = _run_stubborn(workspace, state)
     try:
-        deadline = time.monotonic() + 30
-        while not state.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert state.exists(), "the run wrote no --state file"
         done = _cli("cancel", str(state))
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"cancelled turn {json.loads(state.read_text())['turnId']}"
