@@ -223,9 +223,12 @@ def test_ctrl_c_while_cancel_waits_says_the_cancel_was_sent(workspace, tmp_path)
         while not os.path.exists(marker) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert os.path.exists(marker), "the driver never saw the cancel"
+        seen = time.monotonic()
         cancel.send_signal(signal.SIGINT)  # within the bridge's grace (5 s): cancel still waits
-        _, err = cancel.communicate(timeout=30)
-        assert cancel.returncode == 130, err
+        out, err = cancel.communicate(timeout=30)
+        # (seen once under a loaded full run: exit 0, the turn ended before the signal landed;
+        # the figures say how late it was)
+        assert cancel.returncode == 130, (out, err, f"{time.monotonic() - seen:.2f} s after the marker")
         line = err.strip().splitlines()[-1]
         assert "the cancel of turn" in line and "was sent" in line, err
     finally:
