@@ -235,7 +235,9 @@ def connect(
     the bridge that answers now (another host's), and launches again if it was killed by a
     signal; an error exit with no bridge answering is a ``BridgeLaunchError``, after one more
     launch when the template had been skipped on a marker's word (it is then run in full
-    first: the sandbox may have lost what it installed).
+    first: the sandbox may have lost what it installed). A bridge that exits 3 (its state
+    directory cannot be written: a full disk) is ``BridgeLaunchError(unwritable=True)`` at
+    once, as are launch files that cannot be written for lack of space.
 
     A sandbox whose spawn carries the bridge's notice (``LocalSandbox``) wakes the launcher
     the moment its bridge listens; elsewhere the listening file is read every 20-50 ms while

@@ -88,6 +88,14 @@ def test_c08_b03_full_disk_mid_turn_is_a_prompt_unwritable_error_and_the_read_go
         assert "cannot be written" in str(error) and "Nothing the bridge committed is lost" in str(error)
         assert seconds < PROMPT_ERROR_BOUND, f"the error took {seconds:.1f} s (window {WINDOW:g} s)"
         assert not session.released, "a full disk does not release the session"
+        # Requests meanwhile fail the same way, at once: a cancel, a new turn (which suspends
+        # this one; iterating it again resumes it).
+        for request in (session.cancel_turn, lambda: session.turn("meanwhile ")):
+            started = time.monotonic()
+            with pytest.raises(bc.BridgeLaunchError) as also:
+                request()
+            assert also.value.unwritable, also.value
+            assert time.monotonic() - started < PROMPT_ERROR_BOUND
 
         disk.free()
         parts.extend(turn)  # iterating again reads on: a whole new window
@@ -114,6 +122,9 @@ def test_c13_sigkilled_bridge_on_a_full_disk_is_a_prompt_unwritable_error_then_r
         error, seconds = _read_until_error(turn, parts)
         assert error.unwritable, error
         assert seconds < PROMPT_ERROR_BOUND, f"the error took {seconds:.1f} s (window {WINDOW:g} s)"
+        # Not the host's own write of the launch files (that error comes from an OSError):
+        # the launched bridge exited 3 and the launcher believed it at once.
+        assert not isinstance(error.__cause__, OSError), error.__cause__
         disk.free()
         parts.extend(turn)
         final = check_turn(parts, steps=STEPS)
@@ -136,10 +147,13 @@ def test_c08_sigkilled_bridge_with_space_is_still_relaunched_and_read_on(disk, o
         assert session._hello.pid != old
 
 
-def test_c08_first_launch_on_a_full_disk_is_a_prompt_unwritable_error(disk, on_disk):
+@pytest.mark.parametrize("leave", [0, 4], ids=["full", "4-blocks-left"])
+def test_c08_first_launch_on_a_full_disk_is_a_prompt_unwritable_error(disk, on_disk, leave):
+    """Full: the host cannot write the launch files; 4 blocks left: it can, and the bridge
+    it launched cannot open its store (exit 3)."""
     session = _session(on_disk)
     try:
-        disk.fill(leave_blocks=1)
+        disk.fill(leave_blocks=leave)
         started = time.monotonic()
         with pytest.raises(bc.BridgeLaunchError) as caught:
             session.turn(PROMPT)
