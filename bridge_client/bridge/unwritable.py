@@ -69,13 +69,15 @@ def unwritable_reason(exc: Optional[BaseException]) -> Optional[str]:
 
 def is_full(path: str) -> bool:
     """True when the file system of ``path`` has no block (or no inode) left for this user,
-    or is mounted read-only; False when it has, or cannot be asked."""
+    or is mounted read-only; False when it has, or cannot be asked (or reports no sizes)."""
     try:
         st = os.statvfs(path)
     except OSError:
         return False
     if st.f_flag & os.ST_RDONLY:
         return True
+    if st.f_blocks == 0:  # a file system that reports no sizes (some FUSE ones): no word
+        return False
     root = os.geteuid() == 0  # root may use the blocks and inodes kept for it
     blocks, inodes = (st.f_bfree, st.f_ffree) if root else (st.f_bavail, st.f_favail)
     return blocks == 0 or (st.f_files > 0 and inodes == 0)
