@@ -128,8 +128,8 @@ def _unwritable(plan: LaunchPlan, reason: str, log_tail: str = "") -> BridgeLaun
     """The launch error of a state directory that takes no more writes (not worth a relaunch)."""
     return BridgeLaunchError(
         f"the bridge's state directory {plan.state_dir} cannot be written ({reason}): the disk is "
-        "full, over quota or read-only. Nothing the bridge committed is lost: free space there, "
-        "then read the turn again (iterate it, or continue_turn(state))",
+        "full, over quota or read-only. Nothing the bridge committed is lost: free space there "
+        "and try again (a turn being read goes on when iterated again, or with continue_turn)",
         log_tail,
         unwritable=True,
     )
