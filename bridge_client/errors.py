@@ -3,7 +3,8 @@
 ::
 
     HarnessError
-    ├── BridgeLaunchError          the bridge could not be launched (carries ``log_tail``)
+    ├── BridgeLaunchError          the bridge could not be launched (``log_tail``; ``unwritable``:
+    │                              its state directory cannot be written, a full disk)
     ├── BridgeUnavailable          no bridge answers within the resend window (carries ``state``)
     ├── Unauthorized               the bridge refused the token (HTTP 401; never retried)
     ├── UntrustedEndpoint          a wss:// endpoint's certificate did not verify (never retried)
@@ -89,13 +90,25 @@ class HarnessError(Exception):
 class BridgeLaunchError(HarnessError):
     """The bridge did not start answering within ``launch_timeout`` seconds, or exited.
 
+    Raised at once, also while a turn is read (instead of relaunching for the whole resend
+    window), when the bridge's state directory cannot be written: a full disk, a quota, a
+    read-only file system (``unwritable`` is then true). Nothing the bridge committed is
+    lost: free space there and read the turn again (iterate it, or ``continue_turn``). See
+    :doc:`resilience`.
+
     Args:
         message: what went wrong.
         log_tail: the last lines of the bridge's ``bridge.log`` (may be empty).
+        unwritable: the state directory (its store, its launch files) cannot be written.
+
+    Attributes:
+        log_tail: as given.
+        unwritable: as given (``bool``).
     """
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", unwritable: bool = False) -> None:
         self.log_tail = log_tail
+        self.unwritable = bool(unwritable)
         text = message if not log_tail else f"{message}\n--- bridge.log (tail) ---\n{log_tail}"
         super().__init__(text)
 

@@ -13,7 +13,9 @@ race costs an interpreter start and little more.
 
 Exit codes: 0 clean exit, or another bridge holds the lock; 1 the store failed or the
 server crashed; 2 a launch problem (environment, files, driver, bind), told in one line on
-stderr.
+stderr; 3 the state directory cannot be written (a full disk, a quota, a read-only file
+system: :mod:`.unwritable`), at start or later, said also on the notice pipe
+(``unwritable <reason>``), since ``bridge.log`` is on that disk too.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .launch import LaunchError, load_driver, prepare, state_dir
 from .locks import release_lock, take_lock, take_start_lock
 from .notice import notice_fd, notify, package_version
 from .serving import RunningBridge
+from .unwritable import NOTICE_WORD, UNWRITABLE_EXIT, is_full, unwritable_reason
 
 __all__ = ["main", "load_driver", "LaunchError"]
 
@@ -84,7 +87,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             launch = prepare(state, args.driver)
         except LaunchError as exc:
             log.error("%s", exc)
-            return 2
+            code, notice = _launch_failed(exc, notice)
+            return code
 
         def listening() -> None:
             nonlocal notice, start
@@ -95,10 +99,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 start = None
 
         try:
-            return RunningBridge(launch, limits(args), lock_fd=lock).run(on_listening=listening)
+            bridge = RunningBridge(launch, limits(args), lock_fd=lock)
+            code = bridge.run(on_listening=listening)
         except LaunchError as exc:
             log.error("%s", exc)
-            return 2
+            code, notice = _launch_failed(exc, notice, state)
+            return code
+        if code == 2 and notice is not None and is_full(state):  # the listening file, say
+            code, notice = _launch_failed(None, notice, state)
+        elif code == 1 and unwritable_reason(bridge.store.failure) is not None:
+            log.error("the state directory %s cannot be written: %s", state,
+                      unwritable_reason(bridge.store.failure))
+            code = UNWRITABLE_EXIT
+        return code
     finally:
         # The lock before the start lock: a bridge waiting to start then finds the lock free.
         if lock is not None:
@@ -106,6 +119,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if start is not None:
             release_lock(start)
         notify(notice, "")  # closed without a line: the launcher reads the exit status
+
+
+def _launch_failed(
+    exc: Optional[BaseException], notice: Optional[int], state: Optional[str] = None
+) -> "tuple[int, Optional[int]]":
+    """The exit status of a bridge that could not start, and the notice pipe left to close:
+    :data:`UNWRITABLE_EXIT` when the state directory cannot be written (said on the notice
+    pipe, which is then closed), else 2."""
+    reason = unwritable_reason(exc)
+    if reason is None and state is not None and is_full(state):
+        reason = "the file system has no space left"
+    if reason is None:
+        return 2, notice
+    notify(notice, f"{NOTICE_WORD} {reason}")
+    return UNWRITABLE_EXIT, None
 
 
 if __name__ == "__main__":

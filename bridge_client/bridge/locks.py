@@ -73,7 +73,12 @@ def take_start_lock(state: str) -> Optional[int]:
 
 
 def take_lock(state: str) -> Optional[int]:
-    """Take the state directory's lock; ``None`` when another bridge holds it."""
+    """Take the state directory's lock; ``None`` when another bridge holds it.
+
+    Raises:
+        LaunchError: the lock file cannot be opened, locked or written (from the ``OSError``:
+            on a full disk the bridge program exits 3).
+    """
     path = os.path.join(state, identity.LOCK_FILE)
     try:
         # No-follow: a planted symlink would have us truncate its target below.
@@ -89,8 +94,12 @@ def take_lock(state: str) -> Optional[int]:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
         raise LaunchError(f"cannot lock {path}: {exc.strerror}") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as exc:  # a full disk: no bridge can run here (the cause says so, exit 3)
+        os.close(fd)
+        raise LaunchError(f"cannot write the lock file {path}: {exc.strerror or exc}") from exc
     return fd
 
 

@@ -23,6 +23,7 @@ from ..wire.parts import HelloResult, TurnState
 from . import launcher
 from .channel import SessionChannel
 from .connection import Connection
+from .unwritable import Unwritable
 
 __all__ = ["ForeignBridge", "ForeignBridgeGone"]
 
@@ -115,6 +116,8 @@ class ForeignBridge:
 
         Raises:
             ForeignBridgeGone: its state directory is gone or it cannot be launched.
+            Unwritable: its state directory cannot be written (a full disk): the turn's log is
+                still there, so the turn is not run again elsewhere.
             Unauthorized, SandboxGone: as for the session's own bridge.
         """
         with self._lock:
@@ -126,6 +129,8 @@ class ForeignBridge:
             try:
                 conn, hello = launcher.connect(plan, timeout=timeout)
             except (BridgeLaunchError, TemplateError) as exc:
+                if isinstance(exc, BridgeLaunchError) and exc.unwritable:
+                    raise Unwritable(exc) from None
                 first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ForeignBridgeGone(f"bridge {self.bridge_id} cannot be launched: {first_line}") from exc
             try:

@@ -16,6 +16,7 @@ import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..bridge import identity
+from ..bridge.unwritable import NOTICE_WORD, UNWRITABLE_ERRNOS, UNWRITABLE_EXIT
 from ..errors import (
     BridgeLaunchError,
     HarnessError,
@@ -99,6 +100,8 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
     except UntrustedFile as exc:
         raise BridgeLaunchError(f"refusing the bridge's state directory {plan.state_dir}: {exc}") from None
     except OSError as exc:
+        if exc.errno in UNWRITABLE_ERRNOS:
+            raise _unwritable(plan, exc.strerror or str(exc)) from exc
         raise BridgeLaunchError(
             f"cannot write the bridge's state directory {plan.state_dir}: {exc}"
         ) from None
@@ -119,6 +122,29 @@ def _launch(plan: LaunchPlan, recheck: bool = False) -> _Launched:
     except OSError as exc:
         raise BridgeLaunchError(f"cannot start the bridge program {plan.command!r}: {exc}") from None
     return _Launched(process, trusted, deferred)
+
+
+def _unwritable(plan: LaunchPlan, reason: str, log_tail: str = "") -> BridgeLaunchError:
+    """The launch error of a state directory that takes no more writes (not worth a relaunch)."""
+    return BridgeLaunchError(
+        f"the bridge's state directory {plan.state_dir} cannot be written ({reason}): the disk is "
+        "full, over quota or read-only. Nothing the bridge committed is lost: free space there "
+        "and try again (a turn being read goes on when iterated again, or with continue_turn)",
+        log_tail,
+        unwritable=True,
+    )
+
+
+def _unwritable_exit(plan: LaunchPlan, process: Any, pause: "_Pause") -> BridgeLaunchError:
+    """The launch error of a bridge that exited with ``UNWRITABLE_EXIT``: the reason from its
+    notice line when it wrote one (its ``bridge.log`` is on the full disk)."""
+    notice = pause.notice
+    if notice is None and pause.listening_for_notice:
+        notice = process.wait_notice(0.0)
+    word, _, reason = (notice or "").partition(" ")
+    if word != NOTICE_WORD or not reason:
+        reason = f"the bridge exited with status {UNWRITABLE_EXIT}"
+    return _unwritable(plan, reason, _log_tail(plan))
 
 
 _PROOF_WAIT = 2.0  # seconds to wait for the notice of a bridge found before it was read
@@ -209,7 +235,9 @@ def connect(
     the bridge that answers now (another host's), and launches again if it was killed by a
     signal; an error exit with no bridge answering is a ``BridgeLaunchError``, after one more
     launch when the template had been skipped on a marker's word (it is then run in full
-    first: the sandbox may have lost what it installed).
+    first: the sandbox may have lost what it installed). A bridge that exits 3 (its state
+    directory cannot be written: a full disk) is ``BridgeLaunchError(unwritable=True)`` at
+    once, as are launch files that cannot be written for lack of space.
 
     A sandbox whose spawn carries the bridge's notice (``LocalSandbox``) wakes the launcher
     the moment its bridge listens; elsewhere the listening file is read every 20-50 ms while
@@ -323,6 +351,9 @@ def _launch_and_wait(
                 return found
             probed, next_probe = data, time.monotonic() + probes.next()
         status = launched.process.poll()
+        if status == UNWRITABLE_EXIT:
+            # No relaunch can help (the template cannot free space): say so at once.
+            raise _unwritable_exit(plan, launched.process, pause)
         if status is not None and status != 0:
             # Ours died. Another host's bridge may hold the lock now and answer (C05): look
             # before giving up. Killed by a signal, it may have held the lock: launch again.

@@ -24,7 +24,7 @@ from ..sandbox.base import Sandbox
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
 from . import launcher
-from .channel import SessionChannel
+from .unwritable import Unwritable, UnwritableChannel, reraise
 from .connection import Connection
 from .foreign import ForeignBridge
 from .turn import Turn
@@ -82,7 +82,8 @@ class Session:
             ca_bundle=session_options.ca_bundle,
         )
         # Connecting, resending, the idle timer, release and the turn being read (C04-C08, C15).
-        self._channel = SessionChannel(self.id, self.bridge_id, plan, session_options, resume)
+        # A full disk under the bridge is said at once, not resent (see .unwritable).
+        self._channel = UnwritableChannel(self.id, self.bridge_id, plan, session_options, resume)
 
     # ------------------------------------------------------------------ properties
 
@@ -269,8 +270,14 @@ class Session:
 
     def _connect(self, timeout: Optional[float] = None) -> Connection:
         """Return the open connection, or make one (see :meth:`SessionChannel.connect`)."""
-        return self._channel.connect(timeout)
+        try:
+            return self._channel.connect(timeout)
+        except Unwritable as carrier:
+            reraise(carrier)
 
     def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
         """Send a request that does not stream and return its ``Success`` value."""
-        return self._channel.call(rpc, payload)
+        try:
+            return self._channel.call(rpc, payload)
+        except Unwritable as carrier:  # the bridge's state directory cannot be written
+            reraise(carrier)

@@ -57,6 +57,7 @@ from .interactive import answer as _answer
 from .interactive import say as _say
 from .read_state import CHECKPOINT_EVERY, Checkpoint, Cursor, ReadState
 from .turn_source import TurnSource
+from .unwritable import Unwritable, reraise
 
 __all__ = ["Turn"]
 
@@ -162,6 +163,9 @@ class Turn(TurnSource):
             TurnInProgress: another thread is reading a turn of this session.
             TurnStalled: no part came within the session's ``turn_stall_timeout`` (carries the
                 turn state; iterating again reads on).
+            BridgeLaunchError: the bridge died and cannot be launched again; at once when its
+                state directory cannot be written (``unwritable``: a full disk): once there is
+                space, iterating again reads on.
             ProtocolError: the bridge sent something that is not a part.
         """
         if self._suspended:  # suspended from another thread: reading stops (C11)
@@ -272,7 +276,10 @@ class Turn(TurnSource):
 
     def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
         """Send a request about this turn to its bridge (resent within the window when safe)."""
-        return self._channel.call(rpc, payload, link=self._link)
+        try:
+            return self._channel.call(rpc, payload, link=self._link)
+        except Unwritable as carrier:  # the bridge's state directory cannot be written
+            reraise(carrier)
 
     def _yielded(self) -> Tuple[ReadState, int, int]:
         """The read state with how many of its parts and text chunks were yielded (``_pos``

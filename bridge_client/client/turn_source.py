@@ -28,6 +28,7 @@ from .stream import Pending
 from .foreign import ForeignBridge, ForeignBridgeGone
 from .read_state import NO_CHECKPOINT, ReadState
 from .resend import FIRST_BACKOFF, MAX_BACKOFF
+from .unwritable import Unwritable, reraise
 
 __all__ = ["TurnSource"]
 
@@ -321,6 +322,12 @@ class TurnSource:
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
+                except Unwritable as carrier:
+                    # The bridge cannot write its state directory (a full disk): say so now, not
+                    # after the window. A later read (there is space again) gets a whole window.
+                    log.info("turn %s: %s", self.id, carrier.error)
+                    self._lost_since = self._restarted_since = None
+                    reraise(carrier)
                 stream.take_parts()  # deltas may come built (Turn._convert takes parts or JSON objects)
                 self._stream, self._stream_conn = stream, conn_box[0]
             if self._suspended:

@@ -41,7 +41,9 @@ module puts them together as :class:`Store`. Import its names from here.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import urllib.parse
 from typing import Callable, Optional
 
 from .ops import (
@@ -153,4 +155,24 @@ class Store(StoreWriter, StoreReader):
                 self._conn.execute("UPDATE meta SET value = '0' WHERE key = 'dirty'")
             except sqlite3.Error as exc:
                 log.warning("store %s: cannot clear its open mark: %s", self.path, exc)
+        keep = None if self._failed is None else self._keep_wal()
         self._conn.close()
+        if keep is not None:
+            keep.close()
+
+    def _keep_wal(self) -> Optional[sqlite3.Connection]:
+        """After a failed write (a full disk), keep the ``-wal`` for the next bridge, as after a
+        crash: closing the last connection would checkpoint it into the file and remove it,
+        and a file marked open without its ``-wal`` looks like one that lost writes, which the
+        next bridge moves aside (its turns would run again from their prompts). Clearing the
+        mark needs a write, which the full disk may refuse; a read-only connection that closes
+        last neither checkpoints nor removes the ``-wal``, and writes nothing. Returns that
+        connection (close it after the writer's), or ``None`` when it cannot be opened."""
+        try:
+            uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+            keep = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            keep.execute("SELECT count(*) FROM meta").fetchone()  # holds the file while the writer closes
+        except sqlite3.Error as exc:
+            log.warning("store %s: cannot keep its -wal after the failed write: %s", self.path, exc)
+            return None
+        return keep

@@ -158,6 +158,11 @@ class StoreWriter:
         self._thread = threading.Thread(target=self._run, name="bridge-store-writer", daemon=True)
         self._thread.start()
 
+    @property
+    def failure(self) -> Optional[BaseException]:
+        """The exception of the write that failed the store (``None`` while it works)."""
+        return self._failed
+
     def buffer(
         self, turn_id: str, sink: SegmentSink, lock: threading.Lock, next_index: int = 0
     ) -> PartBuffer:
