@@ -43,6 +43,7 @@ from ..wire.frames import (
 from .dispatch import Dispatcher, die, fail, frame_text
 from .read_stream import ReadStream
 from .turns import TurnManager
+from .ws_connection import WsConnection
 
 __all__ = ["Connection", "FastAckConnection", "INLINE_BYTES", "ServerView"]
 
@@ -161,7 +162,7 @@ class Connection:
     goes through ``_send_lock``.
     """
 
-    def __init__(self, server: ServerView, ws: ServerConnection, number: int) -> None:
+    def __init__(self, server: ServerView, ws: WsConnection, number: int) -> None:
         self.server = server
         self.number = number
         self._ws = ws
