@@ -125,7 +125,8 @@ def test_b08_a_fragmented_message_is_served_whole(shared_echo):
     sock = _upgrade(shared_echo.info.port)
     try:
         data = _hello(7)
-        sock.sendall(_frame(1, data[:10], fin=False) + _frame(0, data[10:20], fin=False) + _frame(0, data[20:]))
+        parts = (_frame(1, data[:10], fin=False), _frame(0, data[10:20], fin=False), _frame(0, data[20:]))
+        sock.sendall(b"".join(parts))
         opcode, payload = _read_frame(sock)
         answer = json.loads(payload)
         assert opcode == 1 and answer["exit"]["_tag"] == "Success", answer
