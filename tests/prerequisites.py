@@ -9,7 +9,7 @@ only the first run pays for it; or a skip whose reason names what is missing.
   it is and never stopped. When none answers and we are root with apt, Debian's
   ``docker.io`` (and ``debootstrap``, for the test images) are installed and a ``dockerd`` is
   started (without iptables, bridge network or overlayfs: what a container-like CI machine
-  allows), then stopped by its pid at the end of the run.
+  allows), then stopped by its pid by the last suite run on the machine that uses it.
 """
 from __future__ import annotations
 
@@ -152,19 +152,50 @@ def _drop_stale_pid_file(path: str = "/var/run/docker.pid") -> None:
         pass
 
 
+# A test dockerd is shared by every suite run on the machine (pytest-xdist workers, and runs
+# side by side): each run holds a shared lock on _USERS while it uses it, and the run that ends
+# last stops the dockerd whose pid _STARTED names, whichever run started it.
+_USERS = ".dockerd.users"
+_STARTED = ".dockerd.started"
+STOP_WAIT = 20.0  # seconds for a test dockerd to exit after SIGTERM before SIGKILL
+
+
+def _is_dockerd(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == "dockerd"
+    except OSError:
+        return False
+
+
+def _stop_pid(pid: int) -> None:
+    """SIGTERM the dockerd ``pid`` (not necessarily our child), SIGKILL after ``STOP_WAIT``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT
+        while _is_dockerd(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _is_dockerd(pid):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 class DockerEngine:
     """The engine the Docker tests use: found, or installed and started here.
 
     Attributes:
         client: a ``docker.DockerClient`` on it, or ``None`` with ``reason`` saying why.
         started: the ``dockerd`` process started here (``None`` for an engine that was
-            already running: that one is never stopped here).
+            already running: that one is never stopped by this run, unless a suite run started
+            it and this run is the last to use it).
     """
 
     def __init__(self) -> None:
         self.client: Any = None
         self.reason = ""
         self.started: Optional["subprocess.Popen[bytes]"] = None
+        self._users: Any = None  # the open _USERS file, holding this run's shared lock
 
     def start(self) -> "DockerEngine":
         """Find an engine that answers, or install and start one; never raises."""
@@ -173,19 +204,34 @@ class DockerEngine:
         except ImportError:
             self.reason = "the docker SDK for Python is not installed (pip install -e '.[test]')"
             return self
+        os.makedirs(cache_dir(), exist_ok=True)
+        # One run at a time finds or starts the engine (two would start two dockerds on one
+        # socket); the shared lock waits while a last user stops its dockerd.
+        with open(cache_dir(".dockerd.start.lock"), "w") as starting:
+            fcntl.flock(starting, fcntl.LOCK_EX)
+            self._join()
+            self._find_or_start()
+        return self
+
+    def _join(self) -> None:
+        """Count this run among the engine's users (until :meth:`stop`)."""
+        self._users = open(cache_dir(_USERS), "w")
+        fcntl.flock(self._users, fcntl.LOCK_SH)
+
+    def _find_or_start(self) -> None:
         self.client = docker_client_or_none()
         if self.client is not None:
-            return self
+            return
         wanted = (("docker.io", "dockerd"), ("debootstrap", "debootstrap"))
         missing = [package for package, exe in wanted if not shutil.which(exe)]
         if missing:
             why = apt_install(missing)
             if shutil.which("dockerd") is None:
                 self.reason = f"no Docker engine answers (DOCKER_HOST or /var/run/docker.sock) and {why}"
-                return self
+                return
         if os.geteuid() != 0:
             self.reason = "no Docker engine answers, and starting dockerd needs root"
-            return self
+            return
         tmp = tempfile.mkdtemp(prefix="bridge-client-dockerd-")
         _drop_stale_pid_file()
         log_path = os.path.join(tmp, "dockerd.log")
@@ -194,26 +240,47 @@ class DockerEngine:
                 ["dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
+        with open(cache_dir(_STARTED), "w") as f:
+            f.write(str(self.started.pid))
         deadline = time.monotonic() + ENGINE_WAIT
         while self.client is None and time.monotonic() < deadline and self.started.poll() is None:
             time.sleep(0.2)
             self.client = docker_client_or_none()
         if self.client is None:
-            self.stop()
+            self._stop_started()
             with open(log_path, "rb") as f:
                 tail = f.read()[-1500:].decode("utf-8", "replace")
             self.reason = f"no Docker engine answers and the dockerd started here did not come up: {tail}"
-        return self
+
+    def _stop_started(self) -> None:
+        """Stop the dockerd a suite run started (its pid in _STARTED), and forget it."""
+        try:
+            with open(cache_dir(_STARTED)) as f:
+                pid = int(f.read().strip() or 0)
+            os.remove(cache_dir(_STARTED))
+        except (OSError, ValueError):
+            pid = 0
+        if pid > 0 and _is_dockerd(pid):
+            _stop_pid(pid)
+        if self.started is not None:
+            self.started.poll()  # reap it when it was our child
+            self.started = None
 
     def stop(self) -> None:
-        """Close the client; stop the dockerd started here (by its pid), if any."""
+        """Close the client; when no other run uses the engine, stop the dockerd a suite run
+        started (by its pid), if any."""
         if self.client is not None:
             self.client.close()
-        if self.started is not None:
-            self.started.send_signal(signal.SIGTERM)
-            try:
-                self.started.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.started.kill()
-                self.started.wait()
-            self.started = None
+            self.client = None
+        users, self._users = self._users, None
+        if users is None:
+            return
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another run still uses it: the last one to end stops it
+            users.close()
+            return
+        try:
+            self._stop_started()
+        finally:
+            users.close()

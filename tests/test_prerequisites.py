@@ -3,6 +3,8 @@ never stopped; the interop packages are linked from the cache keyed by the lock 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -29,3 +31,28 @@ def test_interop_packages_are_linked_from_the_cache_of_their_lock_file():
         assert os.path.realpath(path) == os.path.realpath(
             prerequisites.cache_dir("npm", f"interop-{digest}", "node_modules")
         )
+
+
+def test_a_test_dockerd_is_stopped_by_the_last_run_that_uses_it(tmp_path, monkeypatch):
+    # Two suite runs share the dockerd one of them started: the first to end leaves it to the
+    # other, the last stops it by the pid the starter wrote. A stand-in process named
+    # "dockerd" (a copy of sleep) is what gets stopped, by pid.
+    monkeypatch.setattr(prerequisites, "cache_dir", lambda *parts: os.path.join(str(tmp_path), *parts))
+    fake = tmp_path / "bin" / "dockerd"
+    fake.parent.mkdir()
+    shutil.copy(shutil.which("sleep"), fake)
+    proc = subprocess.Popen([str(fake), "60"])
+    try:
+        (tmp_path / prerequisites._STARTED).write_text(str(proc.pid))
+        first, last = prerequisites.DockerEngine(), prerequisites.DockerEngine()
+        first._join()
+        last._join()
+        first.stop()
+        assert proc.poll() is None, "the first run to end stopped a dockerd another run uses"
+        last.stop()
+        assert proc.wait(timeout=prerequisites.STOP_WAIT + 5) is not None
+        assert not (tmp_path / prerequisites._STARTED).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
