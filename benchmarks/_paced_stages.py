@@ -12,11 +12,19 @@ in the bridge process only, the store writer's round (``StoreWriter._round`` and
 - ``sent``: per turn id, per part index, ``[take, sent, inline]``: when the stream took it from
   the log, when the Chunk carrying it was in the socket, 1 when a thread other than the
   stream's own sent it;
-- ``acks``: per turn id, when each Ack was handled.
+- ``acks``: per turn id, when each Ack was handled;
+- ``emit_cpu``: per turn id, the CPU nanoseconds of the driver's thread in each ``ctx.text``
+  (the append, and the commit round, publish and send when that thread runs them);
+- ``send_cpu``: the CPU nanoseconds of all the Chunks' sends (``Connection.send`` and
+  ``try_send``: websockets' framing and the socket's send) and how many there were;
+- ``threads``: every quarter second, ``[monotonic_ns, parts published so far, {tid: [name,
+  CPU ns, voluntary switches]}]`` for every thread of the bridge (``/proc/self/task``).
 
-Every second, when something changed, the lot is written as JSON to ``$PACED_STAGES_OUT``. The
-wrappers cost a few microseconds per delta and allocate per delta (the figures are a little
-higher than the benchmark's own).
+``rounds`` also give the CPU nanoseconds of the committing thread in the transaction and in the
+publish-and-send (``write_cpu``, ``publish_cpu``). Every second, when something changed, the
+lot is written as JSON to ``$PACED_STAGES_OUT``. The wrappers cost a few microseconds per delta
+and allocate per delta (the figures are a little higher than the benchmark's own); the tool's
+own threads (the dump and the sampler) are reported apart.
 """
 from __future__ import annotations
 
@@ -39,10 +47,16 @@ _now = time.monotonic_ns
 _INDEX = re.compile(r'"index":(\d+)')
 _local = threading.local()
 
+_cpu = time.thread_time_ns
+
 rounds: List[List[Any]] = []
 pub: Dict[str, Dict[int, List[int]]] = {}
 sent: Dict[str, Dict[int, List[int]]] = {}
 acks: Dict[str, List[int]] = {}
+emit_cpu: Dict[str, List[int]] = {}
+threads: List[List[Any]] = []
+send_cpu = [0, 0]  # CPU ns in the connection's send and try_send, and how many calls
+_published = [0]
 
 
 def _wrap_writer() -> None:
@@ -50,15 +64,19 @@ def _wrap_writer() -> None:
     round_, write = cls._round, cls._write
 
     def _round(self: Any) -> bool:
-        _local.round = [_now(), 0]
+        _local.round = [_now(), 0, _cpu(), 0]
         items = len(self._queue)
         ok = round_(self)
-        rounds.append([_local.round[0], _local.round[1], _now(), items, threading.current_thread().name])
+        start, write_end, cpu0, cpu1 = _local.round
+        cpu2 = _cpu()
+        rounds.append([start, write_end, _now(), items, threading.current_thread().name,
+                       cpu1 - cpu0 if cpu1 else 0, cpu2 - cpu1 if cpu1 else 0])
         return ok
 
     def _write(self: Any, items: Any) -> Any:
         result = write(self, items)
         _local.round[1] = _now()
+        _local.round[3] = _cpu()
         return result
 
     cls._round, cls._write = _round, _write  # type: ignore[method-assign]
@@ -70,7 +88,8 @@ def _wrap_turn() -> None:
 
     def publish_segment(self: Any, texts: List[str], metas: Any, marks: Any) -> None:
         t = _now()
-        start, write_end = getattr(_local, "round", (0, 0))
+        start, write_end = getattr(_local, "round", (0, 0))[:2]
+        _published[0] += len(texts)
         stamps = pub.setdefault(self.id, {})
         for text in texts:
             m = _INDEX.search(text, 0, 80)
@@ -103,12 +122,18 @@ class _Sends:
                 stamps[int(m.group(1))] = [getattr(_local, "take", 0), t, inline]
 
     def try_send(self, text: str, *stream: Any) -> Any:
+        c = _cpu()
         ok = self._conn.try_send(text, *stream)
+        send_cpu[0] += _cpu() - c
+        send_cpu[1] += 1
         self._note(text, ok, 1)
         return ok
 
     def send(self, text: str, *stream: Any) -> Any:
+        c = _cpu()
         ok = self._conn.send(text, *stream)
+        send_cpu[0] += _cpu() - c
+        send_cpu[1] += 1
         self._note(text, ok, 0)
         return ok
 
@@ -127,6 +152,50 @@ def _wrap_stream() -> None:
     cls.__init__, cls.ack = __init__, ack_  # type: ignore[method-assign]
 
 
+class _TimedContext:
+    """A turn's context whose ``text`` notes the CPU time of each call in ``emit_cpu``."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+        self._cpu = emit_cpu.setdefault(ctx.turn_id, [])
+        self._text = ctx.text
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def text(self, text: str) -> int:
+        c = _cpu()
+        index: int = self._text(text)
+        self._cpu.append(_cpu() - c)
+        return index
+
+
+class _StagesDriver(PacedDriver):
+    def run_turn(self, ctx: Any) -> None:
+        super().run_turn(_TimedContext(ctx))
+
+
+def _thread_sample() -> List[Any]:
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    per: Dict[str, List[Any]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                cpu = int(f.read().split()[0])
+            with open(f"/proc/self/task/{tid}/status") as f:
+                vcsw = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+        except (OSError, StopIteration, ValueError):  # the thread ended meanwhile
+            continue
+        per[tid] = [names.get(int(tid), "?"), cpu, vcsw]
+    return [_now(), _published[0], per]
+
+
+def _sample_threads() -> None:
+    while True:
+        threads.append(_thread_sample())
+        time.sleep(0.25)
+
+
 def _snapshot() -> str:
     for _ in range(50):  # the dicts grow while we copy them: try again
         try:
@@ -135,6 +204,9 @@ def _snapshot() -> str:
                 "pub": {k: dict(v) for k, v in list(pub.items())},
                 "sent": {k: dict(v) for k, v in list(sent.items())},
                 "acks": {k: list(v) for k, v in list(acks.items())},
+                "emit_cpu": {k: list(v) for k, v in list(emit_cpu.items())},
+                "threads": list(threads),
+                "send_cpu": list(send_cpu),
             })
         except RuntimeError:
             continue
@@ -161,8 +233,10 @@ _wrap_turn()
 _wrap_stream()
 if os.environ.get(OUT_ENV):
     threading.Thread(target=_dump, args=(os.environ[OUT_ENV],), name="paced-stages", daemon=True).start()
+    threading.Thread(target=_sample_threads, name="paced-stages-threads", daemon=True).start()
 
 
 def make_driver(options: Any) -> PacedDriver:
-    """The driver factory the bridge calls: the paced driver (see :mod:`._paced_driver`)."""
-    return PacedDriver()
+    """The driver factory the bridge calls: the paced driver (see :mod:`._paced_driver`), its
+    ``ctx.text`` calls timed."""
+    return _StagesDriver()

@@ -20,13 +20,24 @@ The bridge's half is :mod:`benchmarks._paced_stages` (loaded as the bridge's dri
 host's wraps ``websocket.WebSocket.recv_data``, ``Connection._route`` and ``Stream.take`` in
 this process. Printed: each step's wait (p50, p90, p99 over the deltas of the steady part,
 15% to 85% of each stream), the bridge's share (emit to sent) and the host's (sent to yield),
-the commit rounds by size (their write and their publish-and-send time), and deltas per Chunk.
+the commit rounds by size (their write and their publish-and-send time), and deltas per Chunk;
+then where the bridge's CPU goes per delta in the steady part: by thread (the turns' threads,
+websockets' readers that take the Acks, the store's writer, the streams' own threads; from
+``/proc/<pid>/task``, with voluntary switches), the CPU of the driver's ``ctx.text`` calls,
+and of the commit rounds' transactions and publish-and-send.
 The stamps cost a few microseconds per delta: this is for finding where a delta waits, the
 benchmark rows (``python -m benchmarks --only paced``) are the figures.
+
+``--commit-probe`` measures instead what one lone part's commit costs the committing thread,
+with the store's own code (``Store``, a turn's ``PartBuffer``, ``commit_here``) and no bridge:
+CPU and voluntary switches per commit, under FULL and NORMAL, each paced (a sleep of one
+interval before each part, as a paced stream commits) and back to back. On a VM the two differ
+by far: a paced commit starts cold, and every I/O wait of its fsync idles the CPU.
 
 Usage (from the repository root)::
 
     python -m benchmarks.paced_stages --streams 50 --deltas 1000 [--synchronous NORMAL]
+    python -m benchmarks.paced_stages --commit-probe [--deltas 1000] [--rate 200]
 """
 from __future__ import annotations
 
@@ -51,7 +62,7 @@ from ._paced_stages import OUT_ENV
 from .paced import _run_streams, importable_benchmarks, paced_options
 from .product import session_options, warm
 
-__all__ = ["main", "stage_table"]
+__all__ = ["main", "stage_table", "cpu_table"]
 
 DRIVER = "benchmarks._paced_stages:make_driver"
 STEPS = ("emit", "round_start", "write_end", "publish", "take", "sent", "recv", "routed", "took", "yield")
@@ -186,7 +197,7 @@ def stage_table(streams: Sequence[Dict[str, Any]], bridge: Dict[str, Any]) -> Li
     lines.append(_line("host (sent -> yield)", [(r[9] - r[5]) / 1e6 for r in rows]))
     lines.append(_line("emit -> yield", [(r[9] - r[0]) / 1e6 for r in rows]))
     sizes: Dict[str, List[Tuple[float, float]]] = {}
-    for start, write_end, end, items, _ in bridge["rounds"]:
+    for start, write_end, end, items, *_ in bridge["rounds"]:
         if write_end:
             label = next(x for x in ("1", "2-5", "6-10", "11-25", "26+")
                          if items <= {"1": 1, "2-5": 5, "6-10": 10, "11-25": 25, "26+": 1 << 30}[x])
@@ -209,6 +220,94 @@ def stage_table(streams: Sequence[Dict[str, Any]], bridge: Dict[str, Any]) -> Li
     return lines
 
 
+def _thread_kind(name: str) -> str:
+    for prefix, kind in (("bridge-turn-", "turn threads (driver; inline commit and send)"),
+                         ("bridge-store-writer", "store writer"),
+                         ("bridge-read-", "streams' own threads"),
+                         ("paced-stages", "this tool's own threads")):
+        if name.startswith(prefix):
+            return kind
+    if name.endswith("(recv_events)"):
+        return "websockets readers (Acks)"
+    return "other"
+
+
+def cpu_table(streams: Sequence[Dict[str, Any]], bridge: Dict[str, Any]) -> List[str]:
+    """Where the bridge's CPU goes per delta in the steady part (see the module docstring)."""
+    first = [s["emits"][0] for s in streams if s.get("emits")]
+    last = [s["emits"][-1] for s in streams if s.get("emits")]
+    samples = bridge.get("threads") or []
+    if not first or len(samples) < 2:
+        return ["no thread samples"]
+    span = max(last) - min(first)
+    lo, hi = min(first) + 0.15 * span, min(first) + 0.85 * span
+    inside = [x for x in samples if lo <= x[0] <= hi] or samples
+    a, b = inside[0], inside[-1]
+    parts = max(b[1] - a[1], 1)
+    kinds: Dict[str, List[float]] = {}
+    for tid, (name, cpu, vcsw) in b[2].items():
+        if tid in a[2]:
+            k = kinds.setdefault(_thread_kind(name), [0.0, 0.0, 0])
+            k[0] += (cpu - a[2][tid][1]) / parts / 1e3
+            k[1] += (vcsw - a[2][tid][2]) / parts
+            k[2] += 1
+    total = sum(v[0] for k, v in kinds.items() if not k.startswith("this tool"))
+    lines = [f"bridge CPU per part published in the steady part ({parts} parts): {total:.1f} us, by thread "
+             "(CPU us, voluntary switches per part, threads):"]
+    for kind, (cpu, vcsw, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"  {kind:46s} {cpu:7.1f} us  {vcsw:5.2f}  {n}")
+    emits = [c / 1e3 for s in streams for c in bridge.get("emit_cpu", {}).get(s["turn"], [])[
+        int(0.15 * len(s["emits"] or [])):int(0.85 * len(s["emits"] or []))]]
+    if emits:
+        lines.append(f"  in the turns' threads, each ctx.text: CPU p50 {percentile(emits, 50):.1f} us, "
+                     f"mean {sum(emits) / len(emits):.1f} us")
+    steady = [r for r in bridge["rounds"] if lo <= r[0] <= hi and len(r) > 6 and r[1]]
+    if steady:
+        write = sum(r[5] for r in steady) / len(steady) / 1e3
+        publish = sum(r[6] for r in steady) / len(steady) / 1e3
+        lines.append(f"  commit rounds: {len(steady) / parts:.2f} per part; CPU per round: the "
+                     f"transaction {write:.1f} us, publish and send {publish:.1f} us")
+    total_ns, sends = bridge.get("send_cpu") or (0, 0)
+    if sends:
+        lines.append(f"  each Chunk's send (websockets' framing and the socket's send), whole run: CPU "
+                     f"{total_ns / sends / 1e3:.1f} us ({sends} sends)")
+    return lines
+
+
+class _NoSink:
+    def publish_segment(self, texts: List[str], metas: Any, marks: Any) -> None:
+        pass
+
+
+def commit_probe(synchronous: str, n: int, pause: float) -> Tuple[float, float]:
+    """Commit ``n`` lone parts of a turn with the store's own code, sleeping ``pause`` seconds
+    before each; return the committing thread's CPU (us) and voluntary switches per commit."""
+    import resource
+
+    from bridge_client.bridge.store import Store
+
+    folder = tempfile.mkdtemp(prefix="commit-probe-")
+    store = Store(os.path.join(folder, "bridge.sqlite3"), synchronous=synchronous)
+    lock = threading.Lock()
+    buffer = store.buffer("t" * 32, _NoSink(), lock)
+    cpu = switches = 0
+    try:
+        for i in range(n):
+            if pause:
+                time.sleep(pause)
+            with lock:
+                buffer.add(i, '{"type":"text-delta","index":%d,"step":0,"attempt":1,"text":"abcd"}' % i,
+                           (0, 1, "text-delta"), (), False)
+            r0, c0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw, time.thread_time_ns()
+            if not store.commit_here():
+                store.wait(buffer.ticket(i))
+            cpu += time.thread_time_ns() - c0
+            switches += resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - r0
+    finally:
+        store.close()
+    return cpu / n / 1e3, switches / n
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.paced_stages",
                                 description=__doc__.split("\n\n")[0])
@@ -216,12 +315,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--deltas", type=int, default=1000, help="deltas per stream (default 1000)")
     p.add_argument("--rate", type=float, default=200.0, help="deltas per second per stream (default 200)")
     p.add_argument("--synchronous", default="", help="the bridge's --synchronous (default: its own, FULL)")
+    p.add_argument("--commit-probe", action="store_true",
+                   help="a lone part's commit alone (no bridge), FULL and NORMAL, paced and back to back")
     args = p.parse_args(argv)
     load = os.getloadavg()[0]
+    if args.commit_probe:
+        print(f"one lone part per commit, {args.deltas} commits each, load average {load:.2f} at the start")
+        for sync in ("FULL", "NORMAL"):
+            for pause, how in ((1.0 / args.rate, f"paced ({args.rate:g}/s)"), (0.0, "back to back")):
+                cpu, switches = commit_probe(sync, args.deltas, pause)
+                print(f"  {sync:6s} {how:16s} CPU {cpu:6.1f} us, voluntary switches {switches:.2f} "
+                      "per commit")
+        return 0
     streams, bridge = run(args.streams, args.deltas, args.rate, args.synchronous)
     print(f"K={args.streams}, {args.deltas} deltas per stream at {args.rate:g}/s, synchronous "
           f"{args.synchronous or 'FULL'}, load average {load:.2f} at the start")
-    for line in stage_table(streams, bridge):
+    for line in stage_table(streams, bridge) + cpu_table(streams, bridge):
         print(line)
     return 0
 

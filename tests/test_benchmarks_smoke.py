@@ -169,5 +169,23 @@ def test_paced_stages_stamps_every_delta_at_every_step():
     # 2 streams x the steady 71 of 100 deltas, each stamped at every step
     assert "142 deltas of the steady part" in out, out
     for step in ("emit -> round_start", "publish -> take", "sent -> recv", "took -> yield",
-                 "bridge (emit -> sent)", "host (sent -> yield)", "commit rounds", "deltas per Chunk"):
+                 "bridge (emit -> sent)", "host (sent -> yield)", "commit rounds", "deltas per Chunk",
+                 "bridge CPU per part published", "turn threads", "websockets readers (Acks)",
+                 "each ctx.text: CPU", "CPU per round: the transaction", "each Chunk's send"):
         assert step in out, (step, out)
+
+
+def test_paced_stages_commit_probe_measures_a_lone_commit_at_both_levels():
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.paced_stages", "--commit-probe", "--deltas", "10",
+         "--rate", "1000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert [(w[0], w[1]) for w in lines] == [("FULL", "paced"), ("FULL", "back"), ("NORMAL", "paced"),
+                                            ("NORMAL", "back")], done.stdout
+    # FULL's fsync waits: the committing thread sleeps on the disk at least once per commit
+    assert float(lines[0][lines[0].index("switches") + 1]) >= 1.0, done.stdout

@@ -61,7 +61,7 @@ try:
     from ..paths import STATE_DIR_HINT, user_home
     from . import answer, bridges, cancel, continue_, prune, run, say, stop
     from .arguments import Parser
-    from .exits import INTERNAL_ERROR, Failure, OutputError, UsageError
+    from .exits import INTERNAL_ERROR, Failure, OutputError, Stopped, UsageError
     from .output import log_to_stderr, print_err
 finally:
     if _GUARD_IMPORTS:
@@ -101,6 +101,27 @@ def _os_error_text(exc: OSError) -> str:
     return f"{filename}: {reason}"
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise Stopped
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command with SIGTERM raising :class:`Stopped` (as Ctrl-C raises
+    KeyboardInterrupt), so that ``timeout`` or ``kill`` before a turn streams unwinds as
+    Ctrl-C does: a template step's process (an npm install, in its own session) is killed
+    rather than left running, and the exit says so. Only over the default handler, in the
+    main thread."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    guard = main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if guard:
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        return int(args.func(args))
+    finally:
+        if guard:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``bridge-client`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
@@ -114,7 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.verbose:
             log_to_stderr()
-        return int(args.func(args))
+        return _run_command(args)
     except UsageError as exc:
         print_err(f"bridge-client: error: {exc}")
         return 2
@@ -133,6 +154,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if tail:
             print_err(tail)
         return 1
+    except Stopped:
+        print_err("bridge-client: stopped (SIGTERM)")
+        return 128 + Stopped.signum
     except KeyboardInterrupt:
         print_err("bridge-client: interrupted")
         return 130

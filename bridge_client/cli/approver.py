@@ -32,7 +32,7 @@ from ..terminal import is_terminal
 from .approval_text import keys, parse_answer, question
 from .output import print_err
 from .sandboxes import sandbox_label
-from .turn_state import SANDBOX_KEY, save_turn_state
+from .turn_state import save_turn_state, state_record
 
 __all__ = ["Approver", "write_file", "begin"]
 
@@ -216,16 +216,16 @@ def begin(args: argparse.Namespace, turn: Any) -> Optional[Approver]:
     path: Optional[str] = getattr(args, "turn_state_file", None)
     wanted = getattr(args, "state", None)
     if "turn_state_file" not in args and wanted:
-        record = dict(turn.state.to_dict(), **{SANDBOX_KEY: sandbox_label(args.sandbox)})
+        record = state_record(turn.state, sandbox_label(args.sandbox), args.agent)
         path = os.path.abspath(wanted)
         try:
             write_file(path, json.dumps(record, ensure_ascii=False).encode())
         except OSError as exc:  # the turn runs already: keep its state where it can be found
-            path = save_turn_state(turn.state, sandbox_label(args.sandbox))
+            path = save_turn_state(turn.state, sandbox_label(args.sandbox), args.agent)
             reason = exc.strerror or str(exc)
             print_err(f"bridge-client: cannot write --state {wanted}: {reason}; the turn state is in {path}")
     elif "turn_state_file" not in args and mode is not None:
-        path = save_turn_state(turn.state, sandbox_label(args.sandbox))
+        path = save_turn_state(turn.state, sandbox_label(args.sandbox), args.agent)
     if mode is None:
         return None
     ask = mode == "ask" and not args.json and is_terminal(sys.stdin)

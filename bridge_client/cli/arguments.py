@@ -158,8 +158,9 @@ def add_agent_arguments(p: argparse.ArgumentParser, default_agent: Optional[str]
         action="append",
         metavar="NAME[=VALUE]",
         help="an environment variable for the agent and its commands, repeatable: NAME takes its "
-        "value from this environment, NAME=VALUE gives it; sent to the bridge on each connection, "
-        "never stored or logged there, and a running bridge is reused",
+        "value from this environment, NAME=VALUE gives it (in this command's argv, which ps shows: "
+        "give a secret as NAME); sent to the bridge on each connection, never stored or logged "
+        "there, and a running bridge is reused",
     )
     p.add_argument("--json", action="store_true", help="print one JSON part per line")
     add_verbose(p)

@@ -8,11 +8,12 @@ there is nothing running to cancel and it says so. See the *Command line* guide 
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 from typing import Any
 
-from .exits import Failure, UsageError
-from .output import print_out
+from .exits import Failure, Stopped, UsageError
+from .output import print_err, print_out
 from .running_turn import add_turn_arguments, reach_turn
 
 __all__ = ["add_command"]
@@ -49,6 +50,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
         try:
             for _ in turn:
                 pass
+        except KeyboardInterrupt as exc:  # the cancel is in the bridge already: say so
+            print_err(f"bridge-client: interrupted; the cancel of turn {turn.id} was sent, its end not seen")
+            return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
         finally:
             timer.cancel()
         finish = turn.finish

@@ -17,7 +17,7 @@ from .exits import UsageError
 from .output import print_err
 from .sandboxes import open_sandbox, sandbox_label
 from .stream import progress_for, stream_turn
-from .turn_state import read_turn_state
+from .turn_state import read_state, recorded_agent
 
 __all__ = ["add_command"]
 
@@ -38,7 +38,12 @@ def add_command(commands: Any) -> None:
         epilog=AGENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cont.add_argument("turn_state_file", metavar="TURN_STATE_FILE")
+    cont.add_argument(
+        "turn_state_file", metavar="TURN_STATE_FILE",
+        help="the file a suspend (or run --state, run --approve) wrote, or the output of run --json "
+        "saved in a file (its first line, the turn-start part, holds the turn state; it names no "
+        "sandbox: give --sandbox)",
+    )
     cont.add_argument(
         "--steps", type=int, default=0, metavar="K", help="complete steps you already have (skipped)"
     )
@@ -53,11 +58,11 @@ def add_command(commands: Any) -> None:
 
 
 def _cmd_continue(args: argparse.Namespace) -> int:
-    state, recorded = read_turn_state(args.turn_state_file)
+    state, recorded = read_state(args.turn_state_file)
     if args.steps < 0:
         raise UsageError("--steps must be >= 0")
     if args.agent is None:
-        args.agent = state.agent_id
+        args.agent = recorded_agent(args.turn_state_file) or state.agent_id
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded  # the sandbox the turn runs in, not the current folder
     sandbox = open_sandbox(args.sandbox)

@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import sys
+import unicodedata
 from typing import Any, TextIO
 
 from ..terminal import Colours, colour_enabled
@@ -52,6 +53,17 @@ def log_to_stderr() -> None:
     logger = logging.getLogger("bridge_client")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
+
+
+def _visible(text: str) -> str:
+    """``text`` with its control and format characters shown escaped (``\\x1b``, ``\\x00``,
+    ``\\r``, ``\\u202e``) except newlines and tabs: a tool call's command is shown as it
+    will run, and an escape sequence or carriage return in it cannot repaint the line."""
+    return "".join(
+        ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
+        else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
 
 
 def _killed_by(output: Any) -> str:
@@ -103,7 +115,7 @@ class Printer:
         elif isinstance(part, ToolCall):
             shown = part.input.get("command") if isinstance(part.input, dict) else None
             marker = self.c.tool(f"[{part.tool_name}]")
-            self._line(f"{marker} {shown if isinstance(shown, str) else json.dumps(part.input)}")
+            self._line(f"{marker} {_visible(shown) if isinstance(shown, str) else json.dumps(part.input)}")
         elif isinstance(part, ToolResult):
             if part.is_error:
                 marker = self.c.bad(f"[{part.tool_name} error]")

@@ -48,10 +48,24 @@ def _decode(data: bytes, what: str) -> str:
 
 
 def _read_stream(stream: BinaryIO, what: str) -> str:
-    data = stream.read(MAX_PROMPT_BYTES + 1)  # one byte more tells "too large" without reading it all
-    if len(data) > MAX_PROMPT_BYTES:
-        raise _too_large(what, len(data) + len(stream.read()))
+    try:
+        data = stream.read(MAX_PROMPT_BYTES + 1)  # one byte more tells "too large" without reading it all
+        if len(data) > MAX_PROMPT_BYTES:
+            raise _too_large(what, len(data) + len(stream.read()))
+    except OSError as exc:  # e.g. a standard input opened for writing only (EBADF)
+        raise PromptError(f"cannot read {what}: {exc.strerror or exc}") from None
     return _decode(data, what)
+
+
+def _standard_input() -> BinaryIO:
+    """The process's standard input as bytes; a closed one (``<&-``: Python then has no
+    ``sys.stdin``) is bad input, not a crash."""
+    if sys.stdin is None:
+        raise PromptError(
+            "'-' reads standard input, but it is closed: give the text as words, @FILE, "
+            "or pipe it in"
+        )
+    return sys.stdin.buffer
 
 
 def _read_file(path: str) -> str:
@@ -77,8 +91,8 @@ def read_prompt(words: Sequence[str], stdin: Optional[BinaryIO] = None) -> str:
         stdin: where ``-`` reads (default: the process's standard input, as bytes).
 
     Raises:
-        PromptError: a file cannot be read, ``-`` is given twice, the text is not UTF-8,
-            or the prompt is over 4 MiB of UTF-8.
+        PromptError: a file or standard input cannot be read (or is closed), ``-`` is given
+            twice, the text is not UTF-8, or the prompt is over 4 MiB of UTF-8.
     """
     parts: List[str] = []
     read_stdin = False
@@ -87,7 +101,7 @@ def read_prompt(words: Sequence[str], stdin: Optional[BinaryIO] = None) -> str:
             if read_stdin:
                 raise PromptError("'-' (standard input) can be given once")
             read_stdin = True
-            stream = stdin if stdin is not None else sys.stdin.buffer
+            stream = stdin if stdin is not None else _standard_input()
             if stdin is None and sys.stdin.isatty():  # else it looks like a hang
                 print(
                     "bridge-client: reading standard input from the terminal: end it with Ctrl-D",

@@ -12,15 +12,16 @@ import argparse
 import contextlib
 import json
 import posixpath
+import shlex
 from typing import Any, Callable, Iterator
 
 from ..bridge import identity
 from .agents import session_options_for
 from .arguments import SANDBOX_HELP, add_verbose
-from .bridge_dirs import has_bridge
-from .exits import Failure
+from .bridge_dirs import has_bridge, removed_folder
+from .exits import Failure, UsageError
 from .sandboxes import open_sandbox, sandbox_label
-from .turn_state import read_state
+from .turn_state import read_state, recorded_agent
 
 __all__ = ["STATE_HELP", "add_turn_arguments", "reach_turn"]
 
@@ -54,12 +55,22 @@ def reach_turn(args: argparse.Namespace, absent: str = "no turn runs there") -> 
     ``cancel`` reach a turn this way; ``absent`` ends the message when its bridge is not there.
 
     Raises:
-        Failure: the turn's bridge is not in the sandbox (nothing runs there).
+        Failure: the turn's bridge is not in the sandbox (nothing runs there), or its local
+            folder was removed (its bridges can still be stopped).
     """
     state, recorded = read_state(args.turn_state_file)
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded
-    sandbox = open_sandbox(args.sandbox)
+    try:
+        sandbox = open_sandbox(args.sandbox)
+    except UsageError:
+        if args.sandbox and removed_folder(args.sandbox) is not None:  # rm -rf while it ran
+            raise Failure(
+                f"the sandbox folder {args.sandbox} was removed, so its turn cannot be reached; "
+                "its bridges may still run: stop them with "
+                f"`bridge-client stop --all --sandbox {shlex.quote(args.sandbox)}`"
+            ) from None
+        raise
     here = sandbox_label(args.sandbox)
     if not has_bridge(sandbox, state):
         raise Failure(
@@ -69,7 +80,7 @@ def reach_turn(args: argparse.Namespace, absent: str = "no turn runs there") -> 
     folder = identity.state_dir(sandbox.state_root, state.bridge_id)
     launch = identity.parse_launch(sandbox.read_file(posixpath.join(folder, identity.LAUNCH_FILE)))
     options = launch.agent_options if isinstance(launch.agent_options, dict) else {}
-    args.agent = args.agent or state.agent_id
+    args.agent = args.agent or recorded_agent(args.turn_state_file) or state.agent_id
     args.option = [f"{key}={json.dumps(value)}" for key, value in options.items()]
     bridge_options, session_options = session_options_for(args, sandbox)
     from ..agent import create_session  # the host side: loaded by the commands that open a session

@@ -107,7 +107,7 @@ def stream_turn(session: Session, turn: Any, args: argparse.Namespace, progress:
         except KeyboardInterrupt as exc:
             progress.close()
             state = turn.suspend()
-            path = save_turn_state(state, sandbox_label(args.sandbox))
+            path = save_turn_state(state, sandbox_label(args.sandbox), getattr(args, "agent", None))
             command = continue_command(path, args, turn.steps)
             print_err(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {command}")
             return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))

@@ -6,25 +6,50 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..bridge import identity
 from ..paths import user_home
 from ..wire.parts import TurnState
 from .exits import UsageError
 
-__all__ = ["SANDBOX_KEY", "save_turn_state", "read_turn_state", "read_state"]
+__all__ = ["SANDBOX_KEY", "AGENT_KEY", "state_record", "save_turn_state", "read_turn_state", "read_state",
+           "recorded_agent"]
 
 SANDBOX_KEY = "sandbox"
 """What a saved turn state adds to TurnState's fields: the sandbox the turn runs in."""
 
+AGENT_KEY = "agent"
+"""And, for a turn of your own driver, its ``MODULE:CALLABLE`` (the state names only its id)."""
 
-def save_turn_state(state: TurnState, sandbox_label: str) -> str:
-    """Write the turn state, plus the sandbox it runs in, to ``<user_home>/turns/<turn id>.json``
-    (mode 0600); return the path. The extra key is ignored by :meth:`TurnState.from_json`."""
+
+def state_record(state: TurnState, sandbox_label: str, agent: Optional[str] = None) -> Dict[str, Any]:
+    """The JSON object of a saved turn state: the TurnState's fields, the sandbox, and the
+    ``--agent`` when it is a ``MODULE:CALLABLE`` driver (a built-in one is named by its id)."""
+    record = dict(state.to_dict(), **{SANDBOX_KEY: sandbox_label})
+    if agent and ":" in agent:
+        record[AGENT_KEY] = agent
+    return record
+
+
+def recorded_agent(path: str) -> Optional[str]:
+    """The ``MODULE:CALLABLE`` a saved turn state names (``None``: none, or not readable)."""
+    try:
+        with open(path, "rb") as f:
+            record = json.loads(f.readline(4 * 1024 * 1024 + 65536))
+    except (OSError, ValueError, RecursionError):
+        return None
+    agent = record.get(AGENT_KEY) if isinstance(record, dict) else None
+    return agent if isinstance(agent, str) and ":" in agent else None
+
+
+def save_turn_state(state: TurnState, sandbox_label: str, agent: Optional[str] = None) -> str:
+    """Write the turn state, plus the sandbox it runs in (and a ``MODULE:CALLABLE`` agent), to
+    ``<user_home>/turns/<turn id>.json`` (mode 0600); return the path. The extra keys are
+    ignored by :meth:`TurnState.from_json`."""
     folder = os.path.join(user_home(), "turns")
     path = os.path.join(folder, f"{state.turn_id}.json")
-    record = dict(state.to_dict(), **{SANDBOX_KEY: sandbox_label})
+    record = state_record(state, sandbox_label, agent)
     identity.secure_write(path, json.dumps(record, ensure_ascii=False).encode())
     return path
 

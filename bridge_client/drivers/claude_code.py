@@ -38,8 +38,10 @@ What each message becomes:
   ``duration_ms`` become the turn's usage; ``is_error`` or a ``subtype`` other than
   ``success`` ends the turn with ``error`` and the CLI's message.
 - A line that is not JSON → ``data`` ``claude-code-unparsed`` (``{"line": ...}``); the turn
-  goes on. Other message types (``rate_limit_event``, other ``system`` subtypes, other
-  stream events) are skipped.
+  goes on. ``system`` ``api_retry`` (the CLI retrying a failed model request: a wrong key or
+  base URL) → ``data`` ``claude-code-retry`` (``attempt``, ``max_retries``,
+  ``retry_delay_ms``, ``error_status``, ``error``). Other message types
+  (``rate_limit_event``, other ``system`` subtypes, other stream events) are skipped.
 - The CLI exiting before its ``result`` message → ``turn-finish`` ``error`` with its exit
   status and the tail of its stderr.
 
@@ -123,6 +125,14 @@ _ROOT_HINT = (
 )
 
 
+_KEY_HINT = (
+    " (claude reads ANTHROPIC_API_KEY from the session's environment: bridge-client run --env"
+    " ANTHROPIC_API_KEY, or CreateSessionOptions(env=...); else from the bridge's own, the"
+    " environment it was launched with, which a key exported later does not reach)"
+)
+_RETRY_FIELDS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
+
+
 class _Mapper:
     """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
 
@@ -182,6 +192,10 @@ class _Mapper:
         if kind == "system":
             if msg.get("subtype") == "init":
                 self._session_id(msg.get("session_id"))
+            elif msg.get("subtype") == "api_retry":
+                # A refused key or a wrong base URL: the CLI retries for minutes (10 times,
+                # backing off), printing nothing else; say so, as codex-error does for Codex.
+                ctx.data(f"{self.driver.agent_id}-retry", {k: msg[k] for k in _RETRY_FIELDS if k in msg})
             return False
         if kind == "result":
             self._session_id(msg.get("session_id"))
@@ -291,6 +305,10 @@ class StreamJsonDriver:
         """Text added to the error of a CLI that exited early (given its stderr's tail)."""
         return ""
 
+    def result_hint(self, detail: str) -> str:
+        """Text added to the error of a ``result`` that says ``detail`` (its message)."""
+        return ""
+
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume it after a restart).
 
@@ -356,8 +374,8 @@ class StreamJsonDriver:
         result = mapper.results[-1] if mapper.results else {}
         usage = _usage(mapper.results)
         if result.get("is_error") or result.get("subtype", "success") != "success":
-            detail = result.get("result") or result.get("errors") or result.get("subtype")
-            return TurnResult("error", usage or None, f"{self.label}: {summarize(detail)}")
+            detail = summarize(result.get("result") or result.get("errors") or result.get("subtype"))
+            return TurnResult("error", usage or None, f"{self.label}: {detail}{self.result_hint(detail)}")
         return TurnResult("stop", usage or None)
 
     def close(self) -> None:
@@ -431,6 +449,10 @@ class ClaudeCodeDriver(StreamJsonDriver):
     def error_hint(self, stderr_tail: str) -> str:
         """The root hint when claude refused ``bypassPermissions`` as root."""
         return _ROOT_HINT if "root/sudo" in stderr_tail else ""
+
+    def result_hint(self, detail: str) -> str:
+        """Where the key comes from, when claude found none or a bad one."""
+        return _KEY_HINT if ("Not logged in" in detail or "API key" in detail) else ""
 
 
 def _usage(results: List[Dict[str, Any]]) -> Dict[str, Any]:

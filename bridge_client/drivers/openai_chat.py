@@ -211,7 +211,9 @@ class OpenAIChatDriver:
         return (
             f"{name} is not set: the model endpoint {self.base_url} needs an API key; give the "
             f"session the variable (CreateSessionOptions(env={{'{name}': Redacted(...)}}), or "
-            f"bridge-client run --env {name}), or set it in the sandbox's environment"
+            f"bridge-client run --env {name}), or set it in the sandbox's environment; a bridge "
+            f"already running keeps the environment it was launched with and does not see {name} "
+            "set later in your shell"
         )
 
     def _step(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:

@@ -65,6 +65,10 @@ _DRAIN = 0.2
 """Seconds to keep reading after the command exited (a background child may hold the pipe)."""
 
 
+class _CannotRun(Exception):
+    """The command could not be started (a NUL in it, the shell missing): said as its result."""
+
+
 class CommandResult(NamedTuple):
     """How one command ended: ``exit_code`` (negative: killed by that signal), and whether it
     timed out or was cancelled."""
@@ -163,7 +167,16 @@ class ShellDriver:
                     ctx.finish_step("cancelled" if decision.by == "cancel" else "denied")
                     done += 0 if source else 1
                     continue
-            result = self.run_command(ctx, line)
+            try:
+                result = self.run_command(ctx, line)
+            except _CannotRun as exc:
+                ctx.tool_result(call_id, "shell", {"error": str(exc)}, is_error=True)
+                ctx.finish_step("error")
+                done += 0 if source else 1
+                if self.keep_going:
+                    continue
+                failure = str(exc)
+                break
             ran += 1
             output = {"exitCode": result.exit_code, "timedOut": result.timed_out}
             ctx.tool_result(call_id, "shell", output, is_error=result.exit_code != 0)
@@ -189,21 +202,29 @@ class ShellDriver:
             line: the command, run as ``[shell, "-c", line]`` in the current directory.
 
         Returns:
-            How it ended. On timeout or cancel its process group is killed.
+            How it ended. On timeout or cancel its process group is killed. A command that
+            cannot be started (a NUL character in it, no such shell) raises an error of this
+            module's own, which :meth:`run_turn` gives as the tool's result.
         """
         env = ctx.child_env()  # the bridge's environment, the session's over it
         # The command waits at a gate on its stdin until the keeper knows its group: a bridge
         # SIGKILLed in between leaves a command that reads end of file and exits unrun, never
         # one that nobody kills (its step runs again in the next bridge).
-        proc = subprocess.Popen(
-            [self.shell, "-c", _GATE, self.shell, line],
-            cwd=workspace_dir(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
+        if "\0" in line:  # no argv can carry it (Popen's ValueError: embedded null byte)
+            raise _CannotRun(f"the command holds a NUL character, which no command line can carry: {line!r}")
+        folder = workspace_dir()
+        try:
+            proc = subprocess.Popen(
+                [self.shell, "-c", _GATE, self.shell, line],
+                cwd=folder,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        except OSError as exc:
+            raise _CannotRun(f"cannot run the shell {self.shell}: {exc.strerror or exc}") from None
         with self._lock:
             self._procs.add(proc)
         self._keeper.started(proc.pid)  # its process group: start_new_session made it the leader

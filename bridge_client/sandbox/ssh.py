@@ -88,6 +88,19 @@ class SSHProcess:
         return f"SSHProcess(pid={self._pid})"
 
 
+def _local_file(path: Optional[str], what: str) -> Optional[str]:
+    """``path`` with ``~`` expanded, checked before connecting: paramiko opens it as given (a
+    ``~`` fails) and a missing file would look like a host that does not answer."""
+    if path is None:
+        return None
+    full = os.path.expanduser(path)
+    if not os.path.exists(full):
+        raise FileNotFoundError(f"the SSH {what} file {path!r} does not exist")
+    if not os.path.isfile(full):
+        raise ValueError(f"the SSH {what} file {path!r} is not a file")
+    return full
+
+
 class SSHSandbox:
     """A folder on a machine reached over SSH, as a sandbox (see the module's docs).
 
@@ -123,8 +136,10 @@ class SSHSandbox:
         UntrustedEndpoint: the server's host key is not in ``known_hosts``, or differs.
         Unauthorized: the server refused the credentials.
         SandboxGone: the host does not answer within ``reconnect_window``.
-        FileNotFoundError: ``path`` does not exist there.
+        FileNotFoundError: ``path`` does not exist there, or ``key_filename`` or
+            ``known_hosts`` does not exist here (a leading ``~`` in them is expanded).
         NotADirectoryError: ``path`` is not a folder.
+        ValueError: ``key_filename`` or ``known_hosts`` is not a file.
         HarnessError: paramiko is not installed.
     """
 
@@ -153,8 +168,9 @@ class SSHSandbox:
 
             user = getpass.getuser()
         self._target = SSHTarget(
-            host=host, port=int(port), user=user, key_filename=key_filename,
-            allow_agent=allow_agent, known_hosts=known_hosts, connect_timeout=connect_timeout,
+            host=host, port=int(port), user=user, key_filename=_local_file(key_filename, "key"),
+            allow_agent=allow_agent, known_hosts=_local_file(known_hosts, "known_hosts"),
+            connect_timeout=connect_timeout,
             reconnect_window=reconnect_window, keepalive=keepalive, timeout=timeout,
         )
         self._lock = threading.Lock()

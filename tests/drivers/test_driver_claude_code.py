@@ -218,3 +218,18 @@ def test_b05_claude_code_continues_after_a_restart_by_resuming_its_session(sandb
     assert len(calls) == 2
     assert calls[1]["argv"][calls[1]["argv"].index("--resume") + 1] == SID
     assert json.loads(calls[1]["stdin"])["message"]["content"] == DEFAULT_CONTINUE_PROMPT
+
+
+def test_claude_code_api_retries_are_data_parts(sandbox, fake_cli):
+    # The CLI's `system` `api_retry` lines (a refused key, a wrong base URL) are the only
+    # thing it prints for minutes: each is a `claude-code-retry` data part, its own fields.
+    retry = {"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 10,
+             "retry_delay_ms": 616, "error_status": 401, "error": "authentication_failed",
+             "session_id": SID, "uuid": "u-1"}
+    fake_cli.play("claude", {"lines": [INIT, retry, result("error", True, "Invalid API key")]})
+    with bc.create_session(_opts(), session_options(sandbox)) as session:
+        parts = list(session.turn("go"))
+    retries = [p for p in parts if isinstance(p, bc.Data) and p.name == "claude-code-retry"]
+    assert [p.data for p in retries] == [{"attempt": 1, "max_retries": 10, "retry_delay_ms": 616,
+                                          "error_status": 401, "error": "authentication_failed"}]
+    assert parts[-1].finish_reason == "error" and "Invalid API key" in parts[-1].error
