@@ -53,7 +53,7 @@ __all__ = [
 
 BATCH = 256
 """Values per Chunk of the transport baseline (the bridge's bound before issue 15's per-part
-work; the bridge now sends up to ``bridge_client.bridge.turns.MAX_CHUNK_VALUES``, about 64 KiB,
+work; the bridge now sends up to ``bridge_client.bridge.turns.MAX_CHUNK_VALUES``, about 256 KiB,
 when parts wait)."""
 
 

@@ -141,7 +141,7 @@ class TurnInteraction:
         self._finished = False
         self._append: Optional[Append] = None
         self._cancelled: Optional[threading.Event] = None
-        self._nonce = uuid.uuid4().hex[:8]
+        self._nonce = ""  # made at the first request: most turns ask none (a syscall less)
         self._count = 0
         self.approvals = False
         self.timeout: Optional[float] = None
@@ -258,6 +258,7 @@ class TurnInteraction:
             if append is None:
                 raise RuntimeError("ask_approval() outside the turn's run")
             self._count += 1
+            self._nonce = self._nonce or uuid.uuid4().hex[:8]
             rec = _Request(f"{step}.{attempt}.{self._count}-{self._nonce}", step, attempt, tool_name, choices)
             fields = {
                 "requestId": rec.id,

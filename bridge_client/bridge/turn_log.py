@@ -26,13 +26,16 @@ __all__ = ["Turn", "Reader", "MAX_CHUNK_VALUES", "MAX_CHUNK_BYTES"]
 
 log = logging.getLogger("bridge_client.bridge.turns")  # one logger for the turn runtime
 
-MAX_CHUNK_VALUES = 1024
+MAX_CHUNK_VALUES = 4096
 """Parts per Chunk, at most (a Chunk carries what is committed and not yet sent: many parts
-only when they wait, as when the driver is faster than the host reads)."""
+only when they wait, as when the driver is faster than the host reads). One Chunk is in flight
+per stream: a larger one spreads the wait for its Ack (a thread wake on each side) over more
+parts; it is the host's buffer bound (4096 values) too."""
 
-MAX_CHUNK_BYTES = 64 * 1024
-"""Characters of part JSON per Chunk, about (a single larger part still goes alone): what the
-connection sends at once from the committing or acking thread (``INLINE_BYTES``)."""
+MAX_CHUNK_BYTES = 256 * 1024
+"""Characters of part JSON per Chunk, about (a single larger part still goes alone). A Chunk
+larger than ``INLINE_BYTES`` is sent by the stream's own thread (a full 64 KiB Chunk already
+was: the envelope and commas take it past the bound)."""
 
 
 class Turn:

@@ -49,8 +49,9 @@ MAX_RUNNING_TURNS = 256
 
 def iso_now() -> str:
     """Return the current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T00:34:13.123Z``."""
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: a fifth of the time (strftime costs about 20 us here, on the
+    # way to every new turn's answer).
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 _dumps = json_text
@@ -155,8 +156,12 @@ class TurnRunner(SessionRegistry):
         extra: Sequence[Op] = (),
         force: bool = False,
     ) -> Tuple[int, Ticket]:
-        """:func:`~bridge_client.bridge.turn_sink.append_part` into this bridge's store."""
-        return append_part(self._store, turn, kind, step, attempt, fields, extra, force)
+        """:func:`~bridge_client.bridge.turn_sink.append_part` into this bridge's store. While
+        a new turn's start is not committed, the part waits for that commit (StartTurn's
+        thread makes it, and wakes the writer for what is queued after it): waking the writer
+        would race it (``RunSink._commit``)."""
+        wake = turn.buffer is None or turn.buffer.committed > 0
+        return append_part(self._store, turn, kind, step, attempt, fields, extra, force, wake)
 
     def _wait_room(self, turn: Turn) -> None:
         """:func:`~bridge_client.bridge.turn_sink.wait_room` on this bridge's store."""
@@ -246,8 +251,7 @@ class TurnRunner(SessionRegistry):
             self._launch(turn, 0, [], checkpoint, launch, joins_start=True)
         finally:
             self._let_go(turn, launch)  # it runs the turn, or (nothing launched) ends at once
-        log.info("turn %s started (session %s)", turn_id, session.id)
-        return ticket, launch.running
+        return ticket, launch.running  # its log line is written once StartTurn is answered
 
     def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, Optional[Ticket]]:
         """B05: discard the attempt a restart cut short (``step-reset``), and put the session

@@ -102,13 +102,19 @@ class RunSink:
         # is still to be committed; it counts as an emit, so that what the driver emits at once
         # is handed to that commit (see TurnManager.start_turn), not committed alone.
         self._last = 0.0 if start is None else start
+        self._joins = start is not None  # until that commit, nothing here commits or wakes
         self._gap = float("inf")  # seconds from the emit before the previous one to the previous one
 
     def _commit(self) -> None:
         """Commit the part just added here, or hand it to the writer (see _INLINE_GAP)."""
         now = _monotonic()
         gap, self._gap = self._gap, now - self._last
-        if gap < _INLINE_GAP or self._gap < _INLINE_GAP:
+        if self._joins and not self._buffer.committed:
+            # The turn's start is not committed yet: StartTurn's thread commits it, with this
+            # part, once it gets the GIL (or wakes the writer for what came after its commit).
+            # Waking the writer now would race it for that commit and cost a wake-up either way.
+            pass
+        elif gap < _INLINE_GAP or self._gap < _INLINE_GAP:
             self._store.wake_writer()
         elif self._store.commit_here():
             now = _monotonic()
@@ -179,7 +185,9 @@ class RunSink:
             now = monotonic()
             before = sink._gap
             sink._gap = gap = now - sink._last
-            if gap < gap_bound or before < gap_bound:
+            if sink._joins and not buffer.committed:  # the start is still to be committed: see _commit
+                pass
+            elif gap < gap_bound or before < gap_bound:
                 if store._writer_waiting:  # wake_writer's own test, without the call
                     store.wake_writer()
             elif store.commit_here():

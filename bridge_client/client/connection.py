@@ -27,6 +27,7 @@ from ..errors import ConnectionLost, ProtocolError, Unauthorized, UntrustedEndpo
 from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
+from ..wire.delta_chunk import delta_chunk
 from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Request, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
@@ -184,9 +185,8 @@ class Connection:
         return self.answer(self.request(tag, payload), tag, timeout)
 
     def request(self, tag: str, payload: Any) -> Pending:
-        """Send a request that does not stream and return at once (so that another can follow
-        it before its answer); take the answer with :meth:`answer`, or drop it with
-        :meth:`forget`. Raises as :meth:`call` does before it waits."""
+        """Send a request that does not stream and return at once; take the answer with
+        :meth:`answer`, or drop it with :meth:`forget`. Raises as :meth:`call` does."""
         pending, data = self._register(tag, payload, stream=False)
         self._transmit(data)
         return pending
@@ -222,10 +222,21 @@ class Connection:
             ConnectionLost: the connection is already closed.
         """
         box: List[Stream] = [] if holder is None else holder
-        data = self._register(tag, payload, stream=True, holder=box)[1]
-        stream = box[-1]  # (only the caller's thread appends to its holder)
-        self._transmit(data)
-        return stream
+        self._transmit(self._register(tag, payload, stream=True, holder=box)[1])
+        return box[-1]  # (only the caller's thread appends to its holder)
+
+    def request_and_stream(self, tag: str, payload: Any, stream_tag: str, stream_payload: Any,
+                           holder: List[Stream]) -> Tuple[Pending, Stream]:
+        """:meth:`request` then :meth:`stream` in one frame (a JSON array, served in order): one
+        write. ``holder`` as for :meth:`stream`; an interrupted request is forgotten."""
+        pending, first = self._register(tag, payload, stream=False)
+        try:
+            second = self._register(stream_tag, stream_payload, stream=True, holder=holder)[1]
+            self._transmit(b"[" + first + b"," + second + b"]")
+        except BaseException:
+            self.forget(pending)
+            raise
+        return pending, holder[-1]
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
@@ -309,7 +320,7 @@ class Connection:
             self._pending[request_id] = pending
         return pending, data
 
-    def _transmit(self, data: bytes) -> None:
+    def _transmit(self, data: Union[bytes, str]) -> None:
         try:
             self._ws.send(data, websocket.ABNF.OPCODE_TEXT)
         except (OSError, websocket.WebSocketException) as exc:
@@ -319,13 +330,7 @@ class Connection:
             raise
 
     def _send_quietly(self, message: Union[Ack, Interrupt, Ping]) -> None:
-        try:
-            self._ws.send(frames.encode(message))
-        except (OSError, websocket.WebSocketException) as exc:
-            self._lost(exc)
-        except BaseException:
-            self._cut_short()
-            raise
+        self._transmit(frames.encode(message))
 
     def _cut_short(self) -> None:
         """A send was interrupted (``KeyboardInterrupt``): part of a frame may be on the wire,
@@ -375,33 +380,34 @@ class Connection:
                     p.outcome = error
                 p.cond.notify_all()
 
-    def _ack_early(self, data: Any) -> Optional[str]:
+    def _ack_early(self, data: Any) -> Tuple[Optional[Pending], bool]:
         """Ack a Chunk as soon as its frame is in, before its JSON is parsed, when its stream's
         buffer has room (the ack the routing would send anyway): the bridge prepares the next
-        Chunk while this one is decoded. Returns the request id acked, or ``None``."""
+        Chunk while this one is decoded. Returns the Chunk's open stream (or ``None``) and
+        whether it was acked."""
         if type(data) is not bytes or not data.startswith(_CHUNK_HEAD):
-            return None
+            return None, False
         end = data.find(b'"', len(_CHUNK_HEAD))
         if end < 0:
-            return None
+            return None, False
         request_id = data[len(_CHUNK_HEAD) : end].decode("ascii", "replace")
         with self._lock:
             p = self._pending.get(request_id)
         if p is None or not p.stream:
-            return None
+            return None, False
         with p.cond:
             if p.ack_owed or len(p.values) >= _HIGH_WATER or p.outcome is not None:
-                return None
+                return p, False
         self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
-        return request_id
+        return p, True
 
-    def _route(self, message: frames.BridgeMessage, acked: Optional[str] = None) -> None:
+    def _route(self, message: frames.BridgeMessage, acked: Optional[Pending] = None) -> None:
         if isinstance(message, Chunk):
             with self._lock:
                 p = self._pending.get(str(message.request_id))
             if p is None or not p.stream:
                 return  # a late chunk of an interrupted stream
-            if acked is not None and acked == p.id:
+            if acked is p:
                 with p.cond:
                     p.values.extend(message.values)
                     p.cond.notify()
@@ -453,9 +459,15 @@ class Connection:
                         if self._life.stopped:
                             break  # the echo of our own close
                         raise ConnectionLost("the bridge closed the connection")
-                    acked = self._ack_early(data)
-                    for obj in frames.parse_frame(data):
-                        self._route(frames.bridge_message(obj), acked)
+                    p, early = self._ack_early(data)
+                    acked = p if early else None
+                    # A stream that takes parts: a Chunk of deltas is built into parts at once.
+                    built = delta_chunk(data) if p is not None and p.parts else None
+                    if built is not None and p is not None and built[0] == p.id:
+                        self._route(Chunk(p.id, built[1]), acked)
+                    else:
+                        for obj in frames.parse_frame(data):
+                            self._route(frames.bridge_message(obj), acked)
                 if now - self._last_ping >= self._ping_interval:
                     self._last_ping = now
                     self._ws.send(frames.encode(Ping()))

@@ -40,7 +40,7 @@ class Pending:
     All fields are guarded by ``cond``.
     """
 
-    __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed")
+    __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed", "parts")
 
     def __init__(self, request_id: str, stream: bool) -> None:
         self.id = request_id
@@ -49,6 +49,8 @@ class Pending:
         self.values: Deque[Any] = deque()
         self.outcome: Optional[Union[Exit, BaseException]] = None
         self.ack_owed = False
+        # Set by Stream.take_parts(): the reader may put built parts among the values.
+        self.parts = False
 
 
 class Stream:
@@ -96,6 +98,12 @@ class Stream:
             return values
         result: object = self._connection._finish(p, outcome)
         return result
+
+    def take_parts(self) -> None:
+        """From now on a Chunk of text or reasoning deltas in this package's form may give
+        :class:`~bridge_client.wire.parts.Part` objects among the values instead of their JSON
+        objects (built once, by the connection's reader; ``ReadTurn`` streams of a turn)."""
+        self._pending.parts = True
 
     def close(self) -> None:
         """Stop reading: send ``Interrupt`` if the stream has not ended. Idempotent."""

@@ -185,18 +185,13 @@ class TurnSource:
 
     def _read(self, conn: Connection) -> Stream:
         """Send ``ReadTurn`` from the cursor."""
-        rx = self._st.cursor
         # The stream is in self._opened before its request leaves: an interrupt cannot orphan it.
-        return conn.stream(
-            rpcs.READ_TURN.tag,
-            {
-                "sessionId": self._session_id,
-                "turnId": self.id,
-                "offset": rx.offset,
-                "afterStep": rx.after_step,
-            },
-            holder=self._opened,
-        )
+        return conn.stream(rpcs.READ_TURN.tag, self._read_payload(), holder=self._opened)
+
+    def _read_payload(self) -> Dict[str, Any]:
+        rx = self._st.cursor
+        return {"sessionId": self._session_id, "turnId": self.id, "offset": rx.offset,
+                "afterStep": rx.after_step}
 
     def _start_and_read(self, conn: Connection) -> Stream:
         """``StartTurn``, then ``ReadTurn`` from where the read stands after its answer.
@@ -215,12 +210,11 @@ class TurnSource:
             self._start_turn(conn)
             return self._read(conn)
         asked = self._st.cursor
-        sent = conn.request(rpcs.START_TURN.tag, self._start_payload())
-        try:
-            stream = self._read(conn)
-        except BaseException:
-            conn.forget(sent)
-            raise
+        # One frame for both: one write, and no preemption between two sends can separate
+        # them (the bridge answers the pair in one frame only when it has both).
+        sent, stream = conn.request_and_stream(
+            rpcs.START_TURN.tag, self._start_payload(), rpcs.READ_TURN.tag, self._read_payload(), self._opened
+        )
         try:
             self._start_turn(conn, sent)
         except BaseException:
@@ -327,6 +321,7 @@ class TurnSource:
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
+                stream.take_parts()  # deltas may come built (Turn._convert takes parts or JSON objects)
                 self._stream, self._stream_conn = stream, conn_box[0]
             if self._suspended:
                 # suspend() from another thread, which may have missed this new stream.

@@ -6,6 +6,7 @@ text and reasoning deltas is built without a function call per part, and the cal
 whether it is a plain run (deltas with consecutive indexes) that needs no look per part.
 """
 
+from operator import attrgetter
 from typing import Any, List, Optional, Sequence, Tuple
 
 from .parts import (
@@ -21,6 +22,9 @@ from .parts import (
 
 __all__ = ["parts_from_dicts"]
 
+_BUILT = frozenset(cls for cls, _ in _DELTA_TYPES.values())  # delta parts given built
+_index_of = attrgetter("index")
+
 
 def parts_from_dicts(
     values: Sequence[Any], start: int = 0, stop: Optional[int] = None
@@ -28,7 +32,8 @@ def parts_from_dicts(
     """Build the parts of ``values[start:stop]``, each as ``part_from_dict`` builds it.
 
     Args:
-        values: JSON objects, each a part's wire form (``dict``).
+        values: JSON objects, each a part's wire form (``dict``); a segment made only of
+            ``TextDelta`` and ``ReasoningDelta`` objects (built already) is given back as it is.
         start, stop: the slice of ``values`` to build (``stop`` ``None``: to the end).
 
     Returns:
@@ -39,18 +44,29 @@ def parts_from_dicts(
     Raises:
         ProtocolError: a value that is not a valid part (the error ``part_from_dict`` raises).
     """
+    segment = list(values[start:stop])
+    if segment and type(segment[0]) in _BUILT and _BUILT.issuperset(map(type, segment)):
+        # Built already (by the connection's reader: see delta_chunk): only the run to tell.
+        first = segment[0].index
+        return segment, list(map(_index_of, segment)) == list(range(first, first + len(segment)))
     out: List[Part] = []
     append = out.append
     deltas = _DELTA_TYPES
     only_deltas = True
     expected, breaks = -1, 0  # the index a run's next part has; how often it had another
-    for d in values[start:stop]:
+    for d in segment:
         # part_from_dict's fast path, inline; anything that fails a check goes through it.
         delta = None
         if type(d) is dict:
             name = d.get("type")
             if type(name) is str:
                 delta = deltas.get(name)
+        elif type(d) in _BUILT:  # a delta built already, among JSON objects
+            if d.index != expected:
+                breaks += 1
+            expected = d.index + 1
+            append(d)
+            continue
         if delta is not None:
             index, step, attempt, text = d.get("index"), d.get("step"), d.get("attempt"), d.get("text")
             if (

@@ -6,6 +6,7 @@ import json
 import pytest
 import websocket
 
+from bridge_client.bridge.turn_log import MAX_CHUNK_VALUES
 from bridge_client.wire import frames
 from bridge_harness import BRIDGE_ID
 
@@ -223,11 +224,13 @@ def test_b08_over_long_frame_closes_only_that_connection_with_1009(shared_echo):
 
 
 def test_b08_duplicate_in_flight_request_id_gets_die_and_the_first_goes_on(make_bridge, sid, tid):
-    # More parts than one Chunk carries (at most 1024, about 64 KiB), so that one is in flight.
-    bridge = make_bridge(options={"chunks": 3000})
+    # More parts than one Chunk carries (MAX_CHUNK_VALUES, MAX_CHUNK_BYTES), so that one is
+    # in flight.
+    n = 2 * MAX_CHUNK_VALUES + 500
+    bridge = make_bridge(options={"chunks": n})
     with bridge.connect() as c:
         c.open(sid)
-        c.start(sid, tid, "x" * 3000)
+        c.start(sid, tid, "x" * n)
         payload = {"sessionId": sid, "turnId": tid, "offset": 0, "afterStep": 0}
         c.request("ReadTurn", payload, request_id=7)
         first = _next(c)

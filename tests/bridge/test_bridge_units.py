@@ -25,7 +25,7 @@ from bridge_client.bridge.store import (
     summary,
     turn_op,
 )
-from bridge_client.bridge.turns import Turn, TurnManager, _outcome, _progress
+from bridge_client.bridge.turns import MAX_CHUNK_BYTES, Turn, TurnManager, _outcome, _progress
 from bridge_client.drivers import echo, shell
 from bridge_client.wire.parts import SessionState
 
@@ -543,5 +543,5 @@ def test_turn_take_cuts_a_backlog_where_the_bytes_bound_is_reached():
             taken += texts
             position = new
         assert [len(t) for t in taken] == sizes
-    texts, _, _ = turn.take(0)  # the defaults: a backlog of small parts goes about 64 KiB at once
-    assert 64 * 1024 - 5000 < sum(map(len, texts)) <= 64 * 1024
+    texts, _, _ = turn.take(0)  # the defaults: a backlog goes about MAX_CHUNK_BYTES at once
+    assert MAX_CHUNK_BYTES - 5000 < sum(map(len, texts)) <= MAX_CHUNK_BYTES

@@ -9,7 +9,7 @@ import pytest
 
 from bridge_client.bridge.server import _ReadStream
 from bridge_client.bridge.store import Store
-from bridge_client.bridge.turns import TurnManager
+from bridge_client.bridge.turns import MAX_CHUNK_VALUES, TurnManager
 from bridge_client.drivers import echo
 from bridge_client.wire.frames import Failure
 
@@ -52,10 +52,11 @@ class _Conn:
 @pytest.mark.parametrize("who", ["ack", "poke"])
 def test_b04_a_stop_during_a_send_in_another_thread_ends_the_stream(tmp_path, who):
     store = Store(str(tmp_path / "bridge.sqlite3"))
-    manager = TurnManager(store, echo.EchoDriver(chunks=2000), agent_id="echo", bridge_id="b" * 16)
+    parts = 2 * MAX_CHUNK_VALUES  # more than one Chunk of parts
+    manager = TurnManager(store, echo.EchoDriver(chunks=parts), agent_id="echo", bridge_id="b" * 16)
     manager.open_session("s", None)
     try:
-        manager.start_turn("s", "t", "x" * 2000)
+        manager.start_turn("s", "t", "x" * parts)
         turn = manager.find_turn("s", "t")
         turn.wait_for_parts(10**9, lambda: False)  # complete: more than one Chunk of parts
         conn = _Conn()

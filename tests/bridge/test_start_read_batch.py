@@ -113,10 +113,13 @@ def test_b03_one_chunk_in_flight_after_the_batch_until_the_ack(make_bridge, sid,
         assert text_of(parts) == "a b c d"
 
 
+@pytest.mark.parametrize("how", ["frames", "batch"])
 @pytest.mark.parametrize("which", ["other-turn", "offset", "after-step", "other-request"])
-def test_b03_what_is_not_the_new_turns_read_from_its_start_is_served_after_the_answer(
-    make_bridge, sid, tid, which
+def test_b03_c09_what_is_not_the_new_turns_read_from_its_start_is_served_after_the_answer(
+    make_bridge, sid, tid, which, how
 ):
+    # Behind the StartTurn in the next frame, or beside it in one batch frame (as the host
+    # sends the pair): either way the answer goes alone, and the rest is served after it.
     bridge = make_bridge()
     with bridge.connect() as client:
         client.open(sid)
@@ -128,7 +131,10 @@ def test_b03_what_is_not_the_new_turns_read_from_its_start_is_served_after_the_a
             "after-step": _read(21, sid, tid, after_step=1),
             "other-request": frames.Request(21, "Hello", None, ()),
         }[which]
-        _send_together(client, _start(20, sid, tid, "new turn"), behind)
+        if how == "frames":
+            _send_together(client, _start(20, sid, tid, "new turn"), behind)
+        else:
+            client.send([frames.to_json(_start(20, sid, tid, "new turn")), frames.to_json(behind)])
         first = _frame(client)
         assert isinstance(first, dict), f"StartTurn's answer goes alone: {first!r}"
         assert first["requestId"] == 20 and first["exit"]["value"]["status"] == "started"

@@ -201,3 +201,31 @@ def test_b07_c17_connection_level_rpcs_pings_and_failures_against_an_effect_brid
 
 def _port(plan: LaunchPlan) -> int:
     return identity.parse_listening(plan.sandbox.read_file(plan.path(identity.LISTENING_FILE))).port
+
+
+def test_c09_an_effect_bridge_serves_start_turn_and_read_turn_sent_in_one_batch_frame(sandbox):
+    # The host's StartTurn and ReadTurn go out as one frame (a JSON array): Effect RPC's JSON
+    # serialization decodes it into two requests and answers both. Its server runs each in a
+    # fiber of its own, so the ReadTurn may be served first (TurnNotFound, read again) or not.
+    conn, _ = connect(_plan(sandbox, effect_options()))
+    try:
+        conn.call("OpenSession", {"sessionId": "s-batch", "state": None}, timeout=10)
+        opened: list = []
+        start = {"sessionId": "s-batch", "turnId": "bt-1", "prompt": "a b"}
+        read = {"sessionId": "s-batch", "turnId": "bt-1", "offset": 0, "afterStep": 0}
+        sent, stream = conn.request_and_stream("StartTurn", start, "ReadTurn", read, opened)
+        assert opened == [stream]
+        assert conn.answer(sent, "StartTurn", timeout=10) == {"turnId": "bt-1", "status": "started"}
+        values: list = []
+        try:
+            while (got := stream.take(timeout=10)) is not END:
+                values.extend(got)
+        except bc.TurnNotFound:  # served before the StartTurn: the read again finds the turn
+            stream = conn.stream("ReadTurn", read)
+            while (got := stream.take(timeout=10)) is not END:
+                values.extend(got)
+        assert [v["index"] for v in values] == list(range(len(values)))
+        assert values[0]["type"] == "turn-start" and values[-1]["type"] == "turn-finish"
+        assert not conn.closed
+    finally:
+        conn.close()

@@ -24,6 +24,7 @@ from bridge_client.client.launcher import LaunchPlan, _check_hello, find
 from bridge_client.errors import ConnectionLost, HarnessError, ProtocolError
 from bridge_client.sandbox.base import Endpoint
 from bridge_client.template import Template
+from bridge_client.wire.frames import parse_frame
 from bridge_client.wire.parts import HelloResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,10 +64,10 @@ class FakeBridge:
     def _handle(self, ws: ServerConnection) -> None:
         try:
             for data in ws:
-                message = json.loads(data)
-                self.received.append(message)
-                if message.get("_tag") == "Request":
-                    self.behaviour(ws, message)
+                for message in parse_frame(data):  # the host may send a batch (a JSON array)
+                    self.received.append(message)
+                    if message.get("_tag") == "Request":
+                        self.behaviour(ws, message)
         except Exception:
             pass  # the host went away, or the behaviour closed the socket on purpose
 

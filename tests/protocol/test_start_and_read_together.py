@@ -17,6 +17,7 @@ from websockets.sync.server import ServerConnection, serve
 
 import bridge_client as bc
 from bridge_client.bridge import identity
+from bridge_client.wire.frames import parse_frame
 from host_support import options, session_options
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,22 +84,25 @@ class ScriptedBridge:
     def _handle(self, ws: ServerConnection) -> None:
         try:
             for data in ws:
-                message = json.loads(data)
-                if message.get("_tag") != "Request":
-                    continue
-                with self.lock:
-                    self.received.append(message)
-                if message["tag"] == "Hello":
-                    ws.send(_exit(message["id"], {**HELLO, "bridgeId": self.session.bridge_id}))
-                elif message["tag"] == "OpenSession":
-                    ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
-                elif message["tag"] == "CloseSession":  # the release at teardown: at once, not
-                    # after the host's keepalive gives up on an unanswered request (2.5 s)
-                    ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
-                else:
-                    self.play(self, ws, message)
+                for message in parse_frame(data):  # the host may send a batch (a JSON array)
+                    self._message(ws, message)
         except Exception:
             pass  # the host went away
+
+    def _message(self, ws: ServerConnection, message: Dict[str, Any]) -> None:
+        if message.get("_tag") != "Request":
+            return
+        with self.lock:
+            self.received.append(message)
+        if message["tag"] == "Hello":
+            ws.send(_exit(message["id"], {**HELLO, "bridgeId": self.session.bridge_id}))
+        elif message["tag"] == "OpenSession":
+            ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
+        elif message["tag"] == "CloseSession":  # the release at teardown: at once, not
+            # after the host's keepalive gives up on an unanswered request (2.5 s)
+            ws.send(_exit(message["id"], {"sessionId": self.session.id, "revision": 0, "data": None}))
+        else:
+            self.play(self, ws, message)
 
     def close(self) -> None:
         self._server.shutdown()

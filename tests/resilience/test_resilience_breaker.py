@@ -192,8 +192,10 @@ def test_c11_suspend_from_another_thread_while_the_reader_fills_its_buffer_loses
     sandbox, monkeypatch
 ):
     steps = 10
-    # 4,000+ parts: more than the first reads can take at once (a Chunk carries up to 1,024).
-    with bc.create_session(_echo(steps, 400), session_options(sandbox)) as session:
+    # 10,000+ parts: more than the first reads can take at once (a Chunk carries up to
+    # MAX_CHUNK_VALUES, 4,096, and a new turn's first commit may hold all the driver emitted
+    # at once: the turn-start's read converts its first Chunk before the hook is in).
+    with bc.create_session(_echo(steps, 1000), session_options(sandbox)) as session:
         turn = session.turn(PROMPT)
         calls, suspended = [0], []
 
