@@ -102,6 +102,10 @@ def test_a_client_that_goes_away_leaves_the_turn_running_until_cancelled(service
     turn_id = r.headers["X-Turn-Id"]
     lines = r.iter_lines()
     assert json.loads(next(lines))["type"] == "turn-start"
+    # Once the shell ran its first line (it sleeps now): a cancel sent right after turn-start
+    # can stop the shell before it echoes, the faster the bridge answers.
+    while "started" not in json.loads(next(lines)).get("text", ""):
+        pass
     r.close()  # the client goes away mid-turn
     cancelled = requests.post(f"{url}/turns/{turn_id}/cancel", timeout=60)
     assert cancelled.status_code == 200 and cancelled.json() == {"turnId": turn_id, "status": "running"}
