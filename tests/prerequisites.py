@@ -168,15 +168,27 @@ def _is_dockerd(pid: int) -> bool:
         return False
 
 
+def _running(pid: int) -> bool:
+    """Whether the dockerd ``pid`` still runs; reaps it when it is our child (an exited child
+    keeps its /proc entry, name included, until it is reaped)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:  # another process's child (or gone)
+        pass
+    return _is_dockerd(pid)
+
+
 def _stop_pid(pid: int) -> None:
     """SIGTERM the dockerd ``pid`` (not necessarily our child), SIGKILL after ``STOP_WAIT``."""
     try:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_WAIT
-        while _is_dockerd(pid) and time.monotonic() < deadline:
+        while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _is_dockerd(pid):
+        if _running(pid):
             os.kill(pid, signal.SIGKILL)
+            _running(pid)
     except ProcessLookupError:
         pass
 

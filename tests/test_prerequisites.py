@@ -50,7 +50,7 @@ def test_a_test_dockerd_is_stopped_by_the_last_run_that_uses_it(tmp_path, monkey
         first.stop()
         assert proc.poll() is None, "the first run to end stopped a dockerd another run uses"
         last.stop()
-        assert proc.wait(timeout=prerequisites.STOP_WAIT + 5) is not None
+        assert proc.poll() is not None, "the last run to end left the dockerd running"
         assert not (tmp_path / prerequisites._STARTED).exists()
     finally:
         if proc.poll() is None:

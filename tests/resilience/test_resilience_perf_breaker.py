@@ -1,5 +1,5 @@
 """The perf breaker's checks of issue 15's per-part path and Chunk bounds against a real
-bridge: a part far over a Chunk's 64 KiB among thousands of small ones, read through a
+bridge: a part over a Chunk's byte bound among thousands of small ones, read through a
 KeyboardInterrupt at any bytecode of the read (the pipelined StartTurn/ReadTurn included),
 yields every part once and ``Turn.text()`` exactly."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from test_resilience_breaker import READ_FILES, _InterruptAtBytecodes, _read_thr
 
 pytestmark = pytest.mark.timeout(120)
 
-# One word of 300,000 characters (one text delta: over four times a Chunk's byte bound), then
+# One word of 300,000 characters (one text delta: over a Chunk's byte bound), then
 # 1,500 one-word deltas: the Chunks around the big part are cut by the byte bound.
 PROMPT = "W" * 300_000 + " " + "ab " * 1_500
 
