@@ -63,6 +63,7 @@ class WsConnection:
         self._poll.register(sock.fileno(), select.POLLIN)
         self._ended = threading.Event()  # the reading side saw the end (EOF or an error)
         self._error: Optional[BaseException] = None  # why a send or a read failed
+        self.written = 0  # bytes given to the socket so far (pongs and closes too), under _lock
         self._reader = threading.current_thread()  # made in the thread that serves it
 
     # ------------------------------------------------------------------ the upgrade
@@ -203,21 +204,39 @@ class WsConnection:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, message: Message) -> None:
+    def send(
+        self, message: Message, *, wait: bool = True, fits: Optional[Callable[[int], bool]] = None
+    ) -> bool:
         """Send one text (``str``) or binary message; any thread.
+
+        Args:
+            wait: False: send only if no other write is under way (the lock is free at once);
+                a thread that must not wait on a peer (a turn's, the store's) passes False,
+                since the connection's own thread may be blocked writing a pong under the lock.
+            fits: asked under the lock with :attr:`written`, whether the message may go now.
+
+        Returns:
+            True when sent; False when it was not (``wait`` or ``fits`` said no; nothing written).
 
         Raises:
             ConnectionClosed: the connection is closed, or the socket did not take the bytes
                 (then the connection is shut and the socket's error is the ``__cause__``).
         """
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
             if self.protocol.state is not State.OPEN:
                 raise self._closed()
+            if fits is not None and not fits(self.written):
+                return False
             if isinstance(message, str):
                 self.protocol.send_text(message.encode("utf-8"))
             else:
                 self.protocol.send_binary(message)
             self._flush_locked()
+            return True
+        finally:
+            self._lock.release()
 
     def _flush_locked(self) -> None:
         """Write what the protocol has to send (lock held); ``b""`` ends our side."""
@@ -225,6 +244,7 @@ class WsConnection:
             try:
                 if data:
                     self.socket.sendall(data)
+                    self.written += len(data)
                 else:
                     self.socket.shutdown(socket.SHUT_WR)
             except OSError as exc:

@@ -1,0 +1,359 @@
+"""Attacks on the bridge's one-thread connections (``bridge/ws_connection.py``): what a peer
+that does not play by the rules can do to its own connection, and must not be able to do to
+anyone else's. Real bridge processes, raw sockets (tests/bridge/raw_ws.py)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from bridge_client.wire import frames
+
+import raw_ws
+from bridge_harness import wait_until
+from raw_ws import Peer
+
+pytestmark = pytest.mark.timeout(90)
+
+COUNTER = "breaker_drivers:make_counter"
+MIB = 1024 * 1024
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _session(peer: Peer, sid: str, tid: str, prompt: str = "one two three") -> None:
+    """OpenSession and StartTurn over ``peer`` (ids 1 and 2), answered."""
+    peer.send(raw_ws.request(1, "OpenSession", {"sessionId": sid, "state": None}))
+    peer.send(raw_ws.request(2, "StartTurn", {"sessionId": sid, "turnId": tid, "prompt": prompt}))
+    seen = {}
+    while len(seen) < 2:
+        message = peer.read_message()
+        if message["_tag"] == "Exit":
+            seen[message["requestId"]] = message["exit"]
+    assert all(e["_tag"] == "Success" for e in seen.values()), seen
+
+
+def _read_turn(sid: str, tid: str, offset: int = 0) -> Dict[str, Any]:
+    return {"sessionId": sid, "turnId": tid, "offset": offset, "afterStep": 0}
+
+
+def _read_to_exit(peer: Peer, rid: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Read a ReadTurn to its Exit, acking each Chunk; ``(parts, exit)``."""
+    parts: List[Dict[str, Any]] = []
+    while True:
+        message = peer.read_message()
+        if message.get("requestId") != rid:
+            continue
+        if message["_tag"] == "Chunk":
+            parts.extend(message["values"])
+            peer.send(raw_ws.text(frames.Ack(rid)))
+        else:
+            return parts, message["exit"]
+
+
+def _texts(parts: List[Dict[str, Any]]) -> List[str]:
+    return [p["text"] for p in parts if p["type"] == "text-delta"]
+
+
+# ---------------------------------------------------------------------- pings
+
+
+def test_b08_websocket_pings_and_protocol_pings_are_answered_while_a_turn_streams(make_bridge, sid, tid):
+    bridge = make_bridge(COUNTER, options={"count": 30, "delay": 0.005, "steps": 1})
+    peer = Peer(bridge.info.port)
+    try:
+        assert peer.upgrade().startswith(b"HTTP/1.1 101")
+        _session(peer, sid, tid)
+        peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
+        sent_pings: List[bytes] = []
+        pongs: List[bytes] = []
+        json_pongs = 0
+        json_pings = 0
+        parts: List[Dict[str, Any]] = []
+        hello = None
+        n = 0
+        while True:
+            opcode, payload = peer.read_frame()
+            if opcode == 10:
+                pongs.append(payload)
+                continue
+            assert opcode == 1, (opcode, payload)
+            message = json.loads(payload)
+            if message["_tag"] == "Pong":
+                json_pongs += 1
+                continue
+            if message["_tag"] == "Exit" and message["requestId"] == 11:
+                hello = message["exit"]
+                continue
+            assert message["requestId"] == 10, message
+            if message["_tag"] == "Exit":
+                assert message["exit"]["_tag"] == "Success", message
+                break
+            parts.extend(message["values"])
+            n += 1
+            ping = (b"%d-" % n) * (125 // len(b"%d-" % n))  # up to the 125 bytes a ping may carry
+            sent_pings.append(ping)
+            out = raw_ws.text(frames.Ack(10)) + raw_ws.frame(9, ping) + raw_ws.text(frames.Ping())
+            json_pings += 1
+            if n == 2:  # a ping between the fragments of a message
+                data = json.dumps(frames.to_json(frames.Request(11, "Hello", None, ()))).encode()
+                sent_pings.append(b"between")
+                out += raw_ws.frame(1, data[:7], fin=False) + raw_ws.frame(9, b"between")
+                out += raw_ws.frame(0, data[7:])
+            peer.send(out)
+        # what was sent behind the last Chunk is answered too
+        peer.send(raw_ws.frame(9, b"last") + raw_ws.text(frames.Ping()))
+        sent_pings.append(b"last")
+        json_pings += 1
+        while len(pongs) < len(sent_pings) or json_pongs < json_pings:
+            opcode, payload = peer.read_frame()
+            if opcode == 10:
+                pongs.append(payload)
+            elif json.loads(payload)["_tag"] == "Pong":
+                json_pongs += 1
+        assert pongs == sent_pings
+        assert json_pongs == json_pings
+        assert hello is not None and hello["_tag"] == "Success", hello
+        assert _texts(parts) == [f"<0:{i}>" for i in range(30)]
+        assert parts[-1]["type"] == "turn-finish"
+    finally:
+        peer.close()
+
+
+# ---------------------------------------------------------------------- the peer closes
+
+
+def test_b04_a_close_from_the_peer_mid_stream_is_answered_and_the_turn_goes_on(make_bridge, sid, tid):
+    bridge = make_bridge(COUNTER, options={"count": 150, "delay": 0.01, "steps": 1})
+    pid = bridge.proc.pid
+    with bridge.connect() as warm:  # the first connection's and turn's threads, pooled
+        assert warm.value("Hello")["agentId"] == "echo"
+    base = _threads(pid)
+    peer = Peer(bridge.info.port)
+    try:
+        peer.upgrade()
+        _session(peer, sid, tid)
+        peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
+        for _ in range(3):
+            message = peer.read_message()
+            assert message["_tag"] == "Chunk", message
+            peer.send(raw_ws.text(frames.Ack(10)))
+        peer.send(raw_ws.close_frame(1000, "bye"))
+        started = time.monotonic()
+        assert peer.read_close() == (1000, b"bye")
+        assert peer.at_eof()
+        assert time.monotonic() - started < 1.5
+    finally:
+        peer.close()
+    with bridge.connect() as again:  # B04: the turn ran on without its reader
+        parts, _, exit_ = again.read(sid, tid)
+        assert exit_["_tag"] == "Success"
+        assert _texts(parts) == [f"<0:{i}>" for i in range(150)]
+    assert wait_until(lambda: _threads(pid) <= base + 1, 5), (_threads(pid), base)
+    assert "Traceback" not in bridge.log()
+
+
+# ---------------------------------------------------------------------- stalls
+
+
+def test_b09_half_a_handshake_holds_only_its_connection_and_its_timeout_holds(make_bridge):
+    bridge = make_bridge(args=["--handshake-timeout", "1"])
+    port = bridge.info.port
+    half = Peer(port, timeout=4)
+    loris = Peer(port, timeout=4)
+    try:
+        started = time.monotonic()
+        half.send(raw_ws.request_bytes(port)[:30])
+        request = raw_ws.request_bytes(port)
+
+        def drip() -> None:  # a byte every 0.1 s: never done within the timeout
+            try:
+                for b in request[:-4]:
+                    loris.send(bytes([b]))
+                    time.sleep(0.1)
+            except OSError:
+                pass
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        with bridge.connect() as other:  # served meanwhile, at once
+            assert other.value("Hello")["agentId"] == "echo"
+            assert time.monotonic() - started < 1.0
+        assert half.at_eof()
+        assert loris.at_eof()
+        assert time.monotonic() - started < 2.5
+    finally:
+        half.close()
+        loris.close()
+
+
+def test_b08_half_a_frame_holds_only_its_connection(make_bridge, sid, tid):
+    bridge = make_bridge(options={"steps": 2, "chunks": 3})
+    stalled = Peer(bridge.info.port)
+    try:
+        stalled.upgrade()
+        stalled.send(b"\x81\xfe\x01")  # a text frame's first header bytes, and no more
+        with bridge.connect() as other:
+            other.open(sid)
+            assert other.start(sid, tid, "a b c") == "started"
+            parts, _, exit_ = other.read(sid, tid)
+            assert exit_["_tag"] == "Success" and parts[-1]["type"] == "turn-finish"
+        stalled.send(b"\x00")  # still not a whole header: the connection waits, it is not failed
+        stalled.sock.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            stalled.read_frame()
+    finally:
+        stalled.close()
+
+
+# ---------------------------------------------------------------------- bad frames
+
+
+def test_b08_a_frame_over_max_size_closes_1009_and_the_bridge_serves_others(make_bridge):
+    bridge = make_bridge()
+    big = Peer(bridge.info.port)
+    fragmented = Peer(bridge.info.port)
+    try:
+        big.upgrade()
+        big.send(raw_ws.frame(1, b"", length=16 * MIB + 1, mask=raw_ws.ZERO_MASK))  # the header says it
+        assert big.read_close()[0] == 1009
+        assert big.at_eof()
+        # A message whose fragments add up to more: the second one's header is enough.
+        fragmented.upgrade()
+        fragmented.send(raw_ws.frame(1, b"x" * (9 * MIB), fin=False, mask=raw_ws.ZERO_MASK))
+        fragmented.send(raw_ws.frame(0, b"", length=9 * MIB, mask=raw_ws.ZERO_MASK))
+        assert fragmented.read_close()[0] == 1009
+        assert fragmented.at_eof()
+        with bridge.connect() as other:
+            assert other.value("Hello")["agentId"] == "echo"
+    finally:
+        big.close()
+        fragmented.close()
+
+
+def test_b08_fragmented_messages_whole_split_utf8_and_misordered_fragments(make_bridge):
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    bad = Peer(bridge.info.port)
+    try:
+        peer.upgrade()
+        rid = "id-é-\U0001f600"  # a character of 2 bytes and one of 4, each split across fragments
+        data = json.dumps(frames.to_json(frames.Request(rid, "Hello", None, ())), ensure_ascii=False).encode()
+        cut1 = data.index("é".encode()) + 1
+        cut2 = data.index("\U0001f600".encode()) + 2
+        peer.send(
+            raw_ws.frame(1, data[:cut1], fin=False)
+            + raw_ws.frame(0, data[cut1:cut2], fin=False)
+            + raw_ws.frame(0, data[cut2:])
+        )
+        answer = peer.read_message()
+        assert answer["requestId"] == rid and answer["exit"]["_tag"] == "Success", answer
+        bad.upgrade()
+        bad.send(raw_ws.frame(0, b"a continuation of nothing"))
+        assert bad.read_close()[0] == 1002
+        assert bad.at_eof()
+        peer.send(raw_ws.request(2, "Hello"))  # the other connection goes on
+        assert peer.read_message()["exit"]["_tag"] == "Success"
+    finally:
+        peer.close()
+        bad.close()
+
+
+# ---------------------------------------------------------------------- a peer that never reads
+
+
+class _Victim(threading.Thread):
+    """Reads a paced turn to its end over its own connection, noting when each Chunk came."""
+
+    def __init__(self, port: int, sid: str, tid: str) -> None:
+        super().__init__(daemon=True)
+        self.peer = Peer(port, timeout=20)
+        self.peer.upgrade()
+        _session(self.peer, sid, tid)
+        self.sid, self.tid = sid, tid
+        self.times: List[float] = []
+        self.parts: List[Dict[str, Any]] = []
+        self.error: Any = None
+
+    def run(self) -> None:
+        try:
+            self.peer.send(raw_ws.request(10, "ReadTurn", _read_turn(self.sid, self.tid)))
+            while True:
+                message = self.peer.read_message()
+                if message["_tag"] == "Exit":
+                    return
+                self.times.append(time.monotonic())
+                self.parts.extend(message["values"])
+                self.peer.send(raw_ws.text(frames.Ack(10)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.peer.close()
+
+    def gap(self, start: float, end: float) -> float:
+        """The longest wait between two Chunks (or from ``start``) within ``[start, end]``."""
+        times = [start] + [t for t in self.times if start < t <= end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+
+def _attacker(port: int, sid: str, tid: str, pings: bool, until: float) -> threading.Thread:
+    """A peer that reads a turn's first answers, then never reads again: it acks ahead (a host
+    may ack what it did not read) and, with ``pings``, floods WebSocket pings."""
+    peer = Peer(port, rcvbuf=4096, timeout=5)
+    peer.upgrade()
+    _session(peer, sid, tid)
+    peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
+    burst = raw_ws.text(frames.Ack(10))
+    if pings:
+        burst += raw_ws.frame(9, b"p" * 125) * 40
+
+    def run() -> None:
+        peer.sock.settimeout(0.05)
+        try:
+            while time.monotonic() < until:
+                try:
+                    peer.send(burst)
+                except socket.timeout:
+                    pass  # its own connection is stuck: what it wanted
+                time.sleep(0.002)
+        except OSError:
+            pass  # dropped by the bridge
+        finally:
+            peer.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("pings", [False, True], ids=["acks-ahead", "acks-and-ping-flood"])
+def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_bridge, pings):
+    # Every commit pokes the turn's streams in the committing thread, which holds the store's
+    # commit: a send there that waits on a peer that does not read stalls every turn.
+    bridge = make_bridge(COUNTER, options={"count": 700, "delay": 0.01, "steps": 1}, args=["--send-timeout", "3"])
+    port = bridge.info.port
+    victim = _Victim(port, "s-victim", "t-victim")
+    victim.start()
+    start = time.monotonic()
+    until = start + 6.0
+    attackers = [_attacker(port, f"s-bad-{i}", f"t-bad-{i}", pings, until) for i in range(3)]
+    for a in attackers:
+        a.join(10)
+    end = time.monotonic()
+    victim.join(20)
+    assert victim.error is None, victim.error
+    assert _texts(victim.parts) == [f"<0:{i}>" for i in range(700)]
+    gap = victim.gap(start, end)
+    assert gap < 1.0, f"the victim's stream stalled {gap:.2f} s (the send timeout is 3 s)"
