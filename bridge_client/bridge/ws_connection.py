@@ -74,12 +74,22 @@ class WsConnection:
         a response to send instead of the 101 (``None``: upgrade), and send it. Returns True
         when the connection is open."""
         deadline = time.monotonic() + timeout
-        early: List[Frame] = []  # frames a client sent right behind its request
+        # Only the request goes to the protocol before the answer: what a client sent right
+        # behind it (frames, a ping, a close) is fed once the 101 is out, as any later bytes;
+        # fed before, its pong or close would be written ahead of the 101.
+        tail = b""  # the last bytes fed, to find the head's end across reads
+        behind = b""
         while self.request is None:
             try:
                 data = self._read(deadline)
             except OSError:  # timed out (TimeoutError), or the socket failed
                 return False
+            if data:
+                end = (tail + data).find(b"\r\n\r\n")
+                if end >= 0:
+                    cut = end + 4 - len(tail)
+                    data, behind = data[:cut], data[cut:]
+                tail = (tail + data)[-3:]
             with self._lock:
                 if data:
                     self.protocol.receive_data(data)
@@ -88,13 +98,11 @@ class WsConnection:
                 for event in self.protocol.events_received():
                     if isinstance(event, Request):
                         self.request = event
-                    elif isinstance(event, Frame):
-                        early.append(event)
                 try:
                     self._flush_locked()  # a 4xx the protocol answered a bad request with
                 except ConnectionClosed:
                     return False
-            if self.request is None and (not data or self.protocol.handshake_exc is not None):
+            if self.request is None and (not data or behind or self.protocol.handshake_exc is not None):
                 return False
         response = process_request(self, self.request)
         with self._lock:
@@ -109,8 +117,8 @@ class WsConnection:
                 return False
         if self.protocol.state is not State.OPEN:
             return False
-        for frame in early:
-            self._frame(frame)
+        if behind:
+            self._feed(behind)
         return True
 
     def respond(self, status: int, text: str) -> Response:

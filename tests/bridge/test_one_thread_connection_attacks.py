@@ -271,6 +271,37 @@ def test_b08_fragmented_messages_whole_split_utf8_and_misordered_fragments(make_
         bad.close()
 
 
+# ---------------------------------------------------------------------- right behind the upgrade
+
+
+def test_b08_a_ping_right_behind_the_upgrade_is_answered_after_the_101(make_bridge):
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        head = peer.upgrade(behind=raw_ws.frame(9, b"early") + raw_ws.request(1, "Hello"))
+        assert head.startswith(b"HTTP/1.1 101"), head
+        assert peer.read_frame() == (10, b"early")
+        assert peer.read_message()["exit"]["_tag"] == "Success"
+    finally:
+        peer.close()
+
+
+def test_b08_a_close_right_behind_the_upgrade_gets_the_101_then_the_close(make_bridge):
+    # (A close read with a request answers the close first, as websockets does at any time:
+    # the request's answer cannot follow a close.)
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        head = peer.upgrade(behind=raw_ws.request(1, "Hello") + raw_ws.close_frame(1000))
+        assert head.startswith(b"HTTP/1.1 101"), head
+        assert peer.read_frame() == (8, b"\x03\xe8")
+        assert peer.at_eof()
+    finally:
+        peer.close()
+    with bridge.connect() as other:
+        assert other.value("Hello")["agentId"] == "echo"
+
+
 # ---------------------------------------------------------------------- a peer that never reads
 
 
