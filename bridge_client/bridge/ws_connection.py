@@ -59,6 +59,7 @@ class WsConnection:
         self._lock = threading.Lock()  # the protocol's state and every write to the socket
         self._messages: Deque[Message] = deque()  # read and not yet taken (one read, many frames)
         self._fragments: Optional[List[Frame]] = None  # a fragmented message being read
+        self._failed = False  # a message failed the connection: frames read behind it are dropped
         self._poll = select.poll()
         self._poll.register(sock.fileno(), select.POLLIN)
         self._ended = threading.Event()  # the reading side saw the end (EOF or an error)
@@ -187,6 +188,8 @@ class WsConnection:
             self._ended.set()
 
     def _frame(self, frame: Frame) -> None:
+        if self._failed:
+            return  # after a message that failed the connection (1007): nothing more is served
         if frame.opcode in (Opcode.TEXT, Opcode.BINARY):
             self._fragments = [frame]
         elif frame.opcode is Opcode.CONT and self._fragments is not None:
@@ -203,6 +206,7 @@ class WsConnection:
         try:
             self._messages.append(bytes(data).decode("utf-8"))
         except UnicodeDecodeError:
+            self._failed = True
             with self._lock:
                 self.protocol.fail(1007, "invalid UTF-8")  # as websockets does
                 try:

@@ -271,6 +271,26 @@ def test_b08_fragmented_messages_whole_split_utf8_and_misordered_fragments(make_
         bad.close()
 
 
+def test_b08_invalid_utf8_closes_1007_and_nothing_behind_it_is_served(make_bridge, sid, tid):
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        peer.upgrade()
+        peer.send(raw_ws.request(1, "OpenSession", {"sessionId": sid, "state": None}))
+        assert peer.read_message()["exit"]["_tag"] == "Success"
+        start = raw_ws.request(2, "StartTurn", {"sessionId": sid, "turnId": tid, "prompt": "x"})
+        # invalid UTF-8 across two fragments, then a request in the same write
+        peer.send(raw_ws.frame(1, b'{"_tag":"Ping","x":"\xc3', fin=False) + raw_ws.frame(0, b'("}') + start)
+        code, _ = peer.read_close()
+        assert code == 1007
+        assert peer.at_eof()
+    finally:
+        peer.close()
+    with bridge.connect() as other:  # the StartTurn behind the bad frame was not served
+        other.open(sid)
+        assert other.start(sid, tid, "x") == "started"
+
+
 # ---------------------------------------------------------------------- right behind the upgrade
 
 
