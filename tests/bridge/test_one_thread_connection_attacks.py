@@ -408,3 +408,102 @@ def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_brid
     assert _texts(victim.parts) == [f"<0:{i}>" for i in range(700)]
     gap = victim.gap(start, end)
     assert gap < 1.0, f"the victim's stream stalled {gap:.2f} s (the send timeout is 3 s)"
+
+
+# ---------------------------------------------------------------------- many, quickly
+
+
+def _churn(port: int, i: int) -> None:
+    """One short-lived connection; ``i`` picks how it ends."""
+    mode = i % 7
+    peer = Peer(port, timeout=5)
+    try:
+        if mode == 0:
+            return  # connected, and gone at once
+        if mode == 1:
+            peer.send(raw_ws.request_bytes(port)[:40])  # half a request, gone
+            return
+        if mode == 2:
+            assert peer.upgrade(token="wrong").startswith(b"HTTP/1.1 401")
+            return
+        assert peer.upgrade().startswith(b"HTTP/1.1 101")
+        if mode == 3:  # a reset: no close, unread data on neither side
+            peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            return
+        peer.send(raw_ws.request(1, "Hello"))
+        if mode == 4:
+            return  # gone before its answer
+        assert peer.read_message()["exit"]["_tag"] == "Success"
+        if mode == 5:
+            return  # gone without a close
+        peer.send(raw_ws.close_frame(1000))
+        assert peer.read_close()[0] == 1000
+    finally:
+        peer.close()
+
+
+def test_b09_connections_opened_and_dropped_quickly_leave_no_thread_or_file(make_bridge):
+    bridge = make_bridge()
+    pid, port = bridge.proc.pid, bridge.info.port
+    for i in range(7):
+        _churn(port, i)  # every kind once: whatever is made once (pools, caches) is made now
+    time.sleep(0.3)
+    threads, fds = _threads(pid), _fds(pid)
+    workers = [threading.Thread(target=lambda k=k: [_churn(port, i) for i in range(k, 280, 4)]) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert wait_until(lambda: _threads(pid) <= threads and _fds(pid) <= fds, 10), (
+        f"threads {_threads(pid)} (were {threads}), files {_fds(pid)} (were {fds})"
+    )
+    with bridge.connect() as other:
+        assert other.value("Hello")["agentId"] == "echo"
+    assert "Traceback" not in bridge.log()
+
+
+# ---------------------------------------------------------------------- shutdown
+
+
+def test_b09_shutdown_with_connections_in_every_state_ends_within_its_bound(make_bridge):
+    bridge = make_bridge(
+        COUNTER,
+        options={"count": 5000, "delay": 0.002, "steps": 1},
+        args=["--handshake-timeout", "60", "--send-timeout", "60", "--cancel-grace", "1"],
+    )
+    port = bridge.info.port
+    peers: List[Peer] = []
+    try:
+        peers.append(Peer(port))  # connected, nothing sent
+        half = Peer(port)
+        half.send(raw_ws.request_bytes(port)[:50])  # half a request
+        peers.append(half)
+        idle = Peer(port)
+        idle.upgrade()  # open, idle
+        peers.append(idle)
+        half_frame = Peer(port)
+        half_frame.upgrade()
+        half_frame.send(b"\x81\xfe")  # half a frame
+        peers.append(half_frame)
+        closing = Peer(port)
+        closing.upgrade()
+        closing.send(raw_ws.close_frame(1000))  # a close, and then it never reads nor ends
+        peers.append(closing)
+        reader = _Victim(port, "s-reading", "t-reading")  # a stream read as it goes
+        reader.start()
+        until = time.monotonic() + 30
+        stuck = [_attacker(port, f"s-stuck-{i}", f"t-stuck-{i}", i == 1, until) for i in range(2)]
+        assert wait_until(lambda: len(reader.times) > 5, 10)
+        time.sleep(1.0)  # the attackers' sockets are full by now
+        started = time.monotonic()
+        bridge.signal(signal.SIGTERM)
+        code = bridge.wait(15)
+        took = time.monotonic() - started
+        assert code == 0, bridge.log()[-3000:]
+        assert took < 8.0, f"shutdown took {took:.1f} s"
+        reader.join(5)
+        for t in stuck:
+            t.join(0)
+    finally:
+        for p in peers:
+            p.close()
