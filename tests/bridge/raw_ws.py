@@ -8,7 +8,9 @@ import json
 import os
 import socket
 import struct
-from typing import Any, Optional, Tuple
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from bridge_client.wire import frames
 
@@ -149,3 +151,89 @@ class Peer:
             self.sock.close()
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------------- sessions, readers, attackers
+
+
+def session(peer: Peer, sid: str, tid: str, prompt: str = "one two three") -> None:
+    """OpenSession and StartTurn over ``peer`` (ids 1 and 2), answered."""
+    peer.send(request(1, "OpenSession", {"sessionId": sid, "state": None}))
+    peer.send(request(2, "StartTurn", {"sessionId": sid, "turnId": tid, "prompt": prompt}))
+    seen = {}
+    while len(seen) < 2:
+        message = peer.read_message()
+        if message["_tag"] == "Exit":
+            seen[message["requestId"]] = message["exit"]
+    assert all(e["_tag"] == "Success" for e in seen.values()), seen
+
+
+def read_turn(sid: str, tid: str, offset: int = 0) -> Dict[str, Any]:
+    """A ReadTurn payload."""
+    return {"sessionId": sid, "turnId": tid, "offset": offset, "afterStep": 0}
+
+
+class Victim(threading.Thread):
+    """Reads a paced turn to its end over its own connection, noting when each Chunk came."""
+
+    def __init__(self, port: int, sid: str, tid: str) -> None:
+        super().__init__(daemon=True)
+        self.peer = Peer(port, timeout=20)
+        self.peer.upgrade()
+        session(self.peer, sid, tid)
+        self.sid, self.tid = sid, tid
+        self.times: List[float] = []
+        self.parts: List[Dict[str, Any]] = []
+        self.error: Any = None
+
+    def run(self) -> None:
+        """Read the turn to its Exit (an error is kept in ``error``)."""
+        try:
+            self.peer.send(request(10, "ReadTurn", read_turn(self.sid, self.tid)))
+            while True:
+                message = self.peer.read_message()
+                if message["_tag"] == "Exit":
+                    return
+                self.times.append(time.monotonic())
+                self.parts.extend(message["values"])
+                self.peer.send(text(frames.Ack(10)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.peer.close()
+
+    def gap(self, start: float, end: float) -> float:
+        """The longest wait between two Chunks (or from ``start``) within ``[start, end]``."""
+        times = [start] + [t for t in self.times if start < t <= end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+
+def attacker(port: int, sid: str, tid: str, pings: bool, until: float) -> threading.Thread:
+    """A peer that reads a turn's first answers, then never reads again: it acks ahead (a host
+    may ack what it did not read) and, with ``pings``, floods WebSocket pings."""
+    peer = Peer(port, rcvbuf=4096, timeout=5)
+    peer.upgrade()
+    session(peer, sid, tid)
+    peer.send(request(10, "ReadTurn", read_turn(sid, tid)))
+    burst = text(frames.Ack(10))
+    if pings:
+        burst += frame(9, b"p" * 125) * 400  # 50 KB of pings: its pongs fill the socket in a second
+
+    def run() -> None:
+        peer.sock.settimeout(0.05)
+        try:
+            while time.monotonic() < until:
+                try:
+                    peer.send(burst)
+                except socket.timeout:
+                    pass  # its own connection is stuck: what it wanted (part of a burst may
+                    # have gone: what follows is garbage to a bridge that reads it again)
+                time.sleep(0.002)
+        except OSError:
+            pass  # dropped by the bridge
+        finally:
+            peer.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

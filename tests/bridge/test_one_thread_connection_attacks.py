@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import pytest
 
@@ -33,36 +33,6 @@ def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def _session(peer: Peer, sid: str, tid: str, prompt: str = "one two three") -> None:
-    """OpenSession and StartTurn over ``peer`` (ids 1 and 2), answered."""
-    peer.send(raw_ws.request(1, "OpenSession", {"sessionId": sid, "state": None}))
-    peer.send(raw_ws.request(2, "StartTurn", {"sessionId": sid, "turnId": tid, "prompt": prompt}))
-    seen = {}
-    while len(seen) < 2:
-        message = peer.read_message()
-        if message["_tag"] == "Exit":
-            seen[message["requestId"]] = message["exit"]
-    assert all(e["_tag"] == "Success" for e in seen.values()), seen
-
-
-def _read_turn(sid: str, tid: str, offset: int = 0) -> Dict[str, Any]:
-    return {"sessionId": sid, "turnId": tid, "offset": offset, "afterStep": 0}
-
-
-def _read_to_exit(peer: Peer, rid: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-    """Read a ReadTurn to its Exit, acking each Chunk; ``(parts, exit)``."""
-    parts: List[Dict[str, Any]] = []
-    while True:
-        message = peer.read_message()
-        if message.get("requestId") != rid:
-            continue
-        if message["_tag"] == "Chunk":
-            parts.extend(message["values"])
-            peer.send(raw_ws.text(frames.Ack(rid)))
-        else:
-            return parts, message["exit"]
-
-
 def _texts(parts: List[Dict[str, Any]]) -> List[str]:
     return [p["text"] for p in parts if p["type"] == "text-delta"]
 
@@ -75,8 +45,8 @@ def test_b08_websocket_pings_and_protocol_pings_are_answered_while_a_turn_stream
     peer = Peer(bridge.info.port)
     try:
         assert peer.upgrade().startswith(b"HTTP/1.1 101")
-        _session(peer, sid, tid)
-        peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
+        raw_ws.session(peer, sid, tid)
+        peer.send(raw_ws.request(10, "ReadTurn", raw_ws.read_turn(sid, tid)))
         sent_pings: List[bytes] = []
         pongs: List[bytes] = []
         json_pongs = 0
@@ -144,8 +114,8 @@ def test_b04_a_close_from_the_peer_mid_stream_is_answered_and_the_turn_goes_on(m
     peer = Peer(bridge.info.port)
     try:
         peer.upgrade()
-        _session(peer, sid, tid)
-        peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
+        raw_ws.session(peer, sid, tid)
+        peer.send(raw_ws.request(10, "ReadTurn", raw_ws.read_turn(sid, tid)))
         for _ in range(3):
             message = peer.read_message()
             assert message["_tag"] == "Chunk", message
@@ -306,6 +276,23 @@ def test_b08_a_ping_right_behind_the_upgrade_is_answered_after_the_101(make_brid
         peer.close()
 
 
+def test_b08_frames_behind_a_request_whose_end_came_in_two_reads_are_served_after_the_101(make_bridge):
+    # The head's end ("\r\n\r\n") split across two reads, a ping and a request behind it.
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        request = raw_ws.request_bytes(bridge.info.port)
+        peer.send(request[:-2])
+        time.sleep(0.2)  # read on its own by the bridge
+        peer.send(request[-2:] + raw_ws.frame(9, b"split") + raw_ws.request(1, "Hello"))
+        head = peer.read_head()
+        assert head.startswith(b"HTTP/1.1 101"), head
+        assert peer.read_frame() == (10, b"split")
+        assert peer.read_message()["exit"]["_tag"] == "Success"
+    finally:
+        peer.close()
+
+
 def test_b08_a_close_right_behind_the_upgrade_gets_the_101_then_the_close(make_bridge):
     # (A close read with a request answers the close first, as websockets does at any time:
     # the request's answer cannot follow a close.)
@@ -325,81 +312,17 @@ def test_b08_a_close_right_behind_the_upgrade_gets_the_101_then_the_close(make_b
 # ---------------------------------------------------------------------- a peer that never reads
 
 
-class _Victim(threading.Thread):
-    """Reads a paced turn to its end over its own connection, noting when each Chunk came."""
-
-    def __init__(self, port: int, sid: str, tid: str) -> None:
-        super().__init__(daemon=True)
-        self.peer = Peer(port, timeout=20)
-        self.peer.upgrade()
-        _session(self.peer, sid, tid)
-        self.sid, self.tid = sid, tid
-        self.times: List[float] = []
-        self.parts: List[Dict[str, Any]] = []
-        self.error: Any = None
-
-    def run(self) -> None:
-        try:
-            self.peer.send(raw_ws.request(10, "ReadTurn", _read_turn(self.sid, self.tid)))
-            while True:
-                message = self.peer.read_message()
-                if message["_tag"] == "Exit":
-                    return
-                self.times.append(time.monotonic())
-                self.parts.extend(message["values"])
-                self.peer.send(raw_ws.text(frames.Ack(10)))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-        finally:
-            self.peer.close()
-
-    def gap(self, start: float, end: float) -> float:
-        """The longest wait between two Chunks (or from ``start``) within ``[start, end]``."""
-        times = [start] + [t for t in self.times if start < t <= end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
-
-
-def _attacker(port: int, sid: str, tid: str, pings: bool, until: float) -> threading.Thread:
-    """A peer that reads a turn's first answers, then never reads again: it acks ahead (a host
-    may ack what it did not read) and, with ``pings``, floods WebSocket pings."""
-    peer = Peer(port, rcvbuf=4096, timeout=5)
-    peer.upgrade()
-    _session(peer, sid, tid)
-    peer.send(raw_ws.request(10, "ReadTurn", _read_turn(sid, tid)))
-    burst = raw_ws.text(frames.Ack(10))
-    if pings:
-        burst += raw_ws.frame(9, b"p" * 125) * 40
-
-    def run() -> None:
-        peer.sock.settimeout(0.05)
-        try:
-            while time.monotonic() < until:
-                try:
-                    peer.send(burst)
-                except socket.timeout:
-                    pass  # its own connection is stuck: what it wanted
-                time.sleep(0.002)
-        except OSError:
-            pass  # dropped by the bridge
-        finally:
-            peer.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("pings", [False, True], ids=["acks-ahead", "acks-and-ping-flood"])
 def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_bridge, pings):
     # Every commit pokes the turn's streams in the committing thread, which holds the store's
     # commit: a send there that waits on a peer that does not read stalls every turn.
     bridge = make_bridge(COUNTER, options={"count": 700, "delay": 0.01, "steps": 1}, args=["--send-timeout", "3"])
     port = bridge.info.port
-    victim = _Victim(port, "s-victim", "t-victim")
+    victim = raw_ws.Victim(port, "s-victim", "t-victim")
     victim.start()
     start = time.monotonic()
     until = start + 6.0
-    attackers = [_attacker(port, f"s-bad-{i}", f"t-bad-{i}", pings, until) for i in range(3)]
+    attackers = [raw_ws.attacker(port, f"s-bad-{i}", f"t-bad-{i}", pings, until) for i in range(3)]
     for a in attackers:
         a.join(10)
     end = time.monotonic()
@@ -489,10 +412,10 @@ def test_b09_shutdown_with_connections_in_every_state_ends_within_its_bound(make
         closing.upgrade()
         closing.send(raw_ws.close_frame(1000))  # a close, and then it never reads nor ends
         peers.append(closing)
-        reader = _Victim(port, "s-reading", "t-reading")  # a stream read as it goes
+        reader = raw_ws.Victim(port, "s-reading", "t-reading")  # a stream read as it goes
         reader.start()
         until = time.monotonic() + 30
-        stuck = [_attacker(port, f"s-stuck-{i}", f"t-stuck-{i}", i == 1, until) for i in range(2)]
+        stuck = [raw_ws.attacker(port, f"s-stuck-{i}", f"t-stuck-{i}", i == 1, until) for i in range(2)]
         assert wait_until(lambda: len(reader.times) > 5, 10)
         time.sleep(1.0)  # the attackers' sockets are full by now
         started = time.monotonic()
