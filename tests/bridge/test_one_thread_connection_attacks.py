@@ -316,7 +316,7 @@ def test_b08_a_close_right_behind_the_upgrade_gets_the_101_then_the_close(make_b
 def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_bridge, pings):
     # Every commit pokes the turn's streams in the committing thread, which holds the store's
     # commit: a send there that waits on a peer that does not read stalls every turn.
-    bridge = make_bridge(COUNTER, options={"count": 700, "delay": 0.01, "steps": 1}, args=["--send-timeout", "3"])
+    bridge = make_bridge(COUNTER, options={"count": 700, "delay": 0.01, "steps": 1}, args=["--send-timeout", "4"])
     port = bridge.info.port
     victim = raw_ws.Victim(port, "s-victim", "t-victim")
     victim.start()
@@ -330,7 +330,7 @@ def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_brid
     assert victim.error is None, victim.error
     assert _texts(victim.parts) == [f"<0:{i}>" for i in range(700)]
     gap = victim.gap(start, end)
-    assert gap < 1.0, f"the victim's stream stalled {gap:.2f} s (the send timeout is 3 s)"
+    assert gap < 1.5, f"the victim's stream stalled {gap:.2f} s (the send timeout is 4 s)"
 
 
 # ---------------------------------------------------------------------- many, quickly
