@@ -1,4 +1,4 @@
-"""One WebSocket connection of the bridge: it reads frames (in websockets' handler thread),
+"""One WebSocket connection of the bridge: it reads frames (in the connection's own thread),
 hands requests to the dispatch (:mod:`bridge_client.bridge.dispatch`), opens the ReadTurn
 streams (:mod:`bridge_client.bridge.read_stream`) within their bounds, and sends every frame
 through one send lock, with the at-once send (:meth:`Connection.try_send`) that lets a turn's
@@ -157,7 +157,7 @@ def _key(request_id: RequestId) -> Tuple[type, RequestId]:
 
 
 class Connection:
-    """One WebSocket connection: reads frames (in the websockets handler thread) and answers.
+    """One WebSocket connection: reads frames (in the connection's own thread) and answers.
 
     ``_streams`` (the in-flight ReadTurns, by request id) is guarded by ``_lock``; every send
     goes through ``_send_lock``.

@@ -7,7 +7,11 @@ that was about a third of the bridge's CPU when a host opens many at once. Here 
 that serves the connection reads the socket itself: a message is parsed and answered where it
 was read, with no hand-off. Any thread may send (a ReadTurn's, the store's): every write to
 the protocol and the socket is under one lock, held while the bytes go into the socket (a
-send bounded by the socket's ``SO_SNDTIMEO``).
+send bounded by the socket's ``SO_SNDTIMEO``). The connection's own thread holds it while a
+pong or a close goes out, so a thread that must not wait on the peer sends with
+``wait=False`` (see :meth:`WsConnection.send`). Bytes a client sent right behind its upgrade
+request are read once the 101 is out; nothing read behind a message that failed the
+connection (invalid UTF-8, 1007) is served.
 
 Errors are websockets' own: :class:`~websockets.exceptions.ConnectionClosed` once the
 connection is closed (its ``__cause__`` the socket's error when a send failed),
@@ -48,6 +52,7 @@ class WsConnection:
     Attributes:
         socket: the socket. request: the upgrade request, once read.
         remote_address: the peer's address.
+        written: the bytes given to the socket so far (frames, pongs, closes; under the lock).
     """
 
     def __init__(self, sock: socket.socket, address: Any, max_size: int, close_timeout: float) -> None:
