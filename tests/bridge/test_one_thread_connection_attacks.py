@@ -241,6 +241,45 @@ def test_b08_fragmented_messages_whole_split_utf8_and_misordered_fragments(make_
         bad.close()
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        raw_ws.frame(9, b"x" * 126),  # a control frame over 125 bytes
+        raw_ws.frame(9, b"half", fin=False),  # a fragmented control frame
+        b"\x81\x05hello",  # a client frame without its mask
+        b"\xc1\x80\0\0\0\0",  # a reserved bit (no extension was agreed)
+        b"\x83\x80\0\0\0\0",  # a reserved opcode
+    ],
+    ids=["big-control", "fragmented-control", "unmasked", "rsv1", "opcode-3"],
+)
+def test_b08_a_frame_that_breaks_the_websocket_protocol_closes_1002_and_only_its_connection(make_bridge, bad):
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        peer.upgrade()
+        peer.send(bad)
+        assert peer.read_close()[0] == 1002
+        assert peer.at_eof()
+    finally:
+        peer.close()
+    with bridge.connect() as other:
+        assert other.value("Hello")["agentId"] == "echo"
+
+
+def test_b08_a_message_of_megabytes_is_read_whole(make_bridge):
+    bridge = make_bridge()
+    peer = Peer(bridge.info.port)
+    try:
+        peer.upgrade()
+        rid = "r" * (3 * MIB)  # one message of 3 MiB, read 64 KiB at a time
+        data = json.dumps(frames.to_json(frames.Request(rid, "Hello", None, ()))).encode()
+        peer.send(raw_ws.frame(1, data, mask=raw_ws.ZERO_MASK))
+        answer = peer.read_message()
+        assert answer["requestId"] == rid and answer["exit"]["_tag"] == "Success"
+    finally:
+        peer.close()
+
+
 def test_b08_invalid_utf8_closes_1007_and_nothing_behind_it_is_served(make_bridge, sid, tid):
     bridge = make_bridge()
     peer = Peer(bridge.info.port)
