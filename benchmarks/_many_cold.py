@@ -12,7 +12,9 @@ from the release to each first part, and the counts of what the host did to get 
 - ``execs``: other processes started (the template's checks, each an interpreter start),
 - ``bridges_logged``: bridges that wrote to a ``bridge.log`` (``listening on`` for the one that
   won the lock, ``another bridge holds the lock`` for each that lost it): the same count seen
-  from the sandbox side.
+  from the sandbox side;
+- ``host_cpu_s``, ``bridge_cpu_s``: CPU seconds up to the end of every turn (releases left
+  out) of this process from the release, and of the bridges it reached, their start included.
 
 The counters wrap ``subprocess.Popen`` and ``Template.run`` in this process only (a
 LocalSandbox starts every process with ``subprocess.Popen``); the product is not changed. A
@@ -120,10 +122,15 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
     threads = [threading.Thread(target=work, args=(i,), name=f"cold-{i}") for i in range(n)]
     for t in threads:
         t.start()
+    host0 = _host_cpu()
     t0[0] = time.perf_counter()
     start.wait()
     for t in threads:
         t.join()
+    # CPU to the end of the turns, releases left out: this process's from the release, and
+    # the bridges' whole (their start included; the lone run's figure is the start's share).
+    host_cpu = _host_cpu() - host0
+    bridge_cpu = sum(_proc_cpu(pid) for pid in {s._hello.pid for s in sessions if s is not None and s._hello})
     for s in sessions:
         if s is not None:
             s.release()
@@ -134,9 +141,27 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
         "sessions": n,
         "first_part_s": firsts,
         "all_first_parts_s": max(firsts),
+        "host_cpu_s": host_cpu,
+        "bridge_cpu_s": bridge_cpu,
         **COUNTS,
         "bridges_logged": _settled_logs(sandboxes, COUNTS["spawned"]),
     }
+
+
+def _host_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _proc_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system, all threads, ended ones included) of process ``pid``
+    (``/proc/<pid>/stat``; 0.0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _settled_logs(sandboxes: Sequence[bc.LocalSandbox], spawned: int, wait: float = 10.0) -> Dict[str, int]:

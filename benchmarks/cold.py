@@ -99,6 +99,9 @@ def many_cold(env: BenchEnv, sizes: Sizes) -> List[Row]:
             "execs": [r["execs"] for r in runs],
             "bridges_logged": [r["bridges_logged"] for r in runs],
             "median_first_part_ms": [statistics.median(r["first_part_s"]) * 1000 for r in runs],
+            # CPU per session past the lone cold start's (its bridge start, its one session)
+            "host_cpu_per_session_ms": _per_session_cpu(runs, lone, "host_cpu_s", n),
+            "bridge_cpu_per_session_ms": _per_session_cpu(runs, lone, "bridge_cpu_s", n),
             "lone_spawned": [r["spawned"] for r in lone],
             "lone_template_runs": [r["template_runs"] for r in lone],
             "lone_execs": [r["execs"] for r in lone],
@@ -122,6 +125,17 @@ def many_cold(env: BenchEnv, sizes: Sizes) -> List[Row]:
             )
         )
     return rows
+
+
+def _per_session_cpu(
+    runs: Sequence[Dict[str, Any]], lone: Sequence[Dict[str, Any]], key: str, n: int
+) -> float:
+    """Median CPU milliseconds per session beyond the first: (a run's CPU less the median lone
+    cold start's) / (n - 1); 0.0 when a run has no such figure."""
+    if n < 2 or not all(key in r for r in list(runs) + list(lone)):
+        return 0.0
+    base = statistics.median(r[key] for r in lone)
+    return float(statistics.median((r[key] - base) * 1000 / (n - 1) for r in runs))
 
 
 # ----------------------------------------------------------------------------- wheel install
@@ -245,7 +259,10 @@ def cold_details(rows: Sequence[Row]) -> List[str]:
                 f"spawned {r.extra['spawned']}, template runs {r.extra['template_runs']}, sandbox execs "
                 f"{r.extra['execs']}, bridges in bridge.log {r.extra['bridges_logged']}; median first part "
                 f"per run {', '.join(f'{x:.0f}' for x in r.extra['median_first_part_ms'])} ms; lone cold "
-                f"start: spawned {r.extra['lone_spawned']}, template runs {r.extra['lone_template_runs']}"
+                f"start: spawned {r.extra['lone_spawned']}, template runs {r.extra['lone_template_runs']}; "
+                f"CPU per session past the lone cold start's: host "
+                f"{r.extra.get('host_cpu_per_session_ms', 0.0):.2f} ms, bridges "
+                f"{r.extra.get('bridge_cpu_per_session_ms', 0.0):.2f} ms"
             )
         if r.name == "wheel cold start" and r.extra:
             kind = "editable" if r.extra["own_install_editable"] else "installed"

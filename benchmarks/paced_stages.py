@@ -224,11 +224,12 @@ def _thread_kind(name: str) -> str:
     for prefix, kind in (("bridge-turn-", "turn threads (driver; inline commit and send)"),
                          ("bridge-store-writer", "store writer"),
                          ("bridge-read-", "streams' own threads"),
-                         ("paced-stages", "this tool's own threads")):
+                         ("paced-stages", "this tool's own threads"),
+                         ("bridge-connection", "connection threads (frames, Acks)")):
         if name.startswith(prefix):
             return kind
-    if name.endswith("(recv_events)"):
-        return "websockets readers (Acks)"
+    if name.endswith("(recv_events)"):  # websockets' sync server's readers, before r4-many
+        return "connection threads (frames, Acks)"
     return "other"
 
 

@@ -170,7 +170,7 @@ def test_paced_stages_stamps_every_delta_at_every_step():
     assert "142 deltas of the steady part" in out, out
     for step in ("emit -> round_start", "publish -> take", "sent -> recv", "took -> yield",
                  "bridge (emit -> sent)", "host (sent -> yield)", "commit rounds", "deltas per Chunk",
-                 "bridge CPU per part published", "turn threads", "websockets readers (Acks)",
+                 "bridge CPU per part published", "turn threads", "connection threads (frames, Acks)",
                  "each ctx.text: CPU", "CPU per round: the transaction", "each Chunk's send"):
         assert step in out, (step, out)
 

@@ -1,4 +1,4 @@
-"""One WebSocket connection of the bridge: it reads frames (in websockets' handler thread),
+"""One WebSocket connection of the bridge: it reads frames (in the connection's own thread),
 hands requests to the dispatch (:mod:`bridge_client.bridge.dispatch`), opens the ReadTurn
 streams (:mod:`bridge_client.bridge.read_stream`) within their bounds, and sends every frame
 through one send lock, with the at-once send (:meth:`Connection.try_send`) that lets a turn's
@@ -43,6 +43,7 @@ from ..wire.frames import (
 from .dispatch import Dispatcher, die, fail, frame_text
 from .read_stream import ReadStream
 from .turns import TurnManager
+from .ws_connection import WsConnection
 
 __all__ = ["Connection", "FastAckConnection", "INLINE_BYTES", "ServerView"]
 
@@ -88,8 +89,8 @@ def _queued(fd: int) -> Optional[int]:
 
 
 _UNREAD_SLACK = 1024
-"""Bytes websockets may have sent on its own (keepalive pings, pongs, a close) besides the
-frames the connection counts: added to the bound of what the socket may hold."""
+"""A margin added to what the WebSocket counts it wrote (its frames, pongs and closes: see
+:attr:`WsConnection.written`) in the bound of what the socket may hold."""
 
 
 def _frame_bytes(text: str) -> int:
@@ -156,13 +157,13 @@ def _key(request_id: RequestId) -> Tuple[type, RequestId]:
 
 
 class Connection:
-    """One WebSocket connection: reads frames (in the websockets handler thread) and answers.
+    """One WebSocket connection: reads frames (in the connection's own thread) and answers.
 
     ``_streams`` (the in-flight ReadTurns, by request id) is guarded by ``_lock``; every send
     goes through ``_send_lock``.
     """
 
-    def __init__(self, server: ServerView, ws: ServerConnection, number: int) -> None:
+    def __init__(self, server: ServerView, ws: WsConnection, number: int) -> None:
         self.server = server
         self.number = number
         self._ws = ws
@@ -181,12 +182,11 @@ class Connection:
         # came meanwhile (early: the host cannot have it yet), handled once the batch is out.
         self._held: Optional[Tuple[type, RequestId]] = None
         self._held_acks: List[Ack] = []
-        # What try_send knows of the socket's send queue without asking the kernel (both
-        # under _send_lock): an upper bound of the bytes of the frames sent so far, and of
-        # those, the bytes that had left the queue when the kernel was last asked. The queue
-        # holds at most the difference: it only drains between two questions. (A host's Ack
-        # is not trusted for this: a host may ack what it did not read.)
-        self._sent_bytes = 0
+        # What try_send knows of the socket's send queue without asking the kernel: of the
+        # bytes the WebSocket wrote (its ``written``: frames, pongs, closes), those that had
+        # left the queue when the kernel was last asked (under the WebSocket's lock). The
+        # queue holds at most the difference: it only drains between two questions. (A host's
+        # Ack is not trusted for this: a host may ack what it did not read.)
         self._drained = 0
         try:
             self._fd = ws.socket.fileno()
@@ -209,13 +209,14 @@ class Connection:
             gather.append(text)  # goes out with the rest of the batch (_answer_start)
             return True
         with self._send_lock:
-            return self._send_locked(text)
+            return bool(self._send_locked(text))
 
     def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
         most :data:`INLINE_BYTES` characters, and room for its bytes in the socket's buffer
-        beside what is queued there (so the calling thread, which may be a turn's or the store's,
-        does not wait on a peer). Returns ``None`` when it did not send (send it with
+        beside what is queued there, and the WebSocket's write lock free at once (its own
+        thread may hold it while a pong waits on the peer): so the calling thread, which may be
+        a turn's or the store's committing thread, never waits on a peer. Returns ``None`` when it did not send (send it with
         :meth:`send` from a thread that may wait), else as :meth:`send`.
 
         The kernel is asked what is queued only when what it held at the last question plus
@@ -223,24 +224,33 @@ class Connection:
         a bridge of many paced streams each such release costs the committing thread a wait."""
         if len(text) > INLINE_BYTES or not self._send_lock.acquire(blocking=False):
             return None
+        size = _frame_bytes(text)  # bytes, not characters: non-ASCII takes up to 4 each
+
+        def fits(written: int) -> bool:
+            # Asked under the WebSocket's write lock: what it wrote (pongs and closes too)
+            # cannot grow meanwhile.
+            unsent = written - self._drained + _UNREAD_SLACK
+            if unsent + size <= INLINE_BYTES:
+                return True
+            queued = _queued(self._fd)
+            if queued is None or queued + size > INLINE_BYTES:
+                return False
+            self._drained = written - queued
+            return True
+
         try:
-            size = _frame_bytes(text)  # bytes, not characters: non-ASCII takes up to 4 each
-            unsent = self._sent_bytes - self._drained + _UNREAD_SLACK
-            if unsent + size > INLINE_BYTES:
-                queued = _queued(self._fd)
-                if queued is None or queued + size > INLINE_BYTES:
-                    return None
-                self._drained = self._sent_bytes - queued
-            return self._send_locked(text)
+            # wait=False: the connection's own thread may hold the WebSocket's lock while a
+            # pong waits on a peer that does not read; this thread must not wait for it.
+            return self._send_locked(text, wait=False, fits=fits)
         finally:
             self._send_lock.release()
 
-    def _send_locked(self, text: str) -> bool:
+    def _send_locked(self, text: str, wait: bool = True, fits: Any = None) -> Optional[bool]:
+        """Send under ``_send_lock``; ``None`` when ``wait``/``fits`` kept it (see
+        :meth:`WsConnection.send`), False when the connection is closed."""
         self._sending_since = time.monotonic()
         try:
-            self._ws.send(text)
-            self._sent_bytes += _frame_bytes(text)
-            return True
+            return True if self._ws.send(text, wait=wait, fits=fits) else None
         except ConnectionClosed as exc:
             cause = exc.__cause__
             if isinstance(cause, (BlockingIOError, TimeoutError)):  # SO_SNDTIMEO ran out

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hmac
 import http
-import inspect
 import itertools
 import json
 import logging
@@ -29,12 +28,11 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, Optional, Set
 
-from websockets.sync.server import Server, ServerConnection, serve
 
 from ..redacted import Redacted
 from ..wire.parts import PROTOCOL_VERSION
 from ..wire.upgrade import redact_library_loggers
-from .connection import Connection, FastAckConnection
+from .connection import Connection
 from .dispatch import Dispatcher, rpc_handlers
 from .idle import IdleWatcher
 from .limits import (
@@ -62,6 +60,7 @@ from .listener import (
 )
 from .read_stream import ReadStream
 from .turns import TurnManager
+from .ws_connection import WsConnection
 
 __all__ = [
     "BridgeServer",
@@ -88,7 +87,6 @@ HEALTHZ_PATH = "/healthz"
 
 _ReadStream = ReadStream  # the name tests/bridge/test_hot_path_streams.py imports from here
 
-_SERVE_PARAMETERS = frozenset(inspect.signature(serve).parameters)
 _CLOSE_TIMEOUT = 2.0  # seconds a closing handshake may take before the socket is closed
 
 
@@ -153,10 +151,9 @@ class BridgeServer:
         )
         self.send_timeout = send_timeout
         self._numbers = itertools.count(1)
-        self._server: Optional[Server] = None
         self._listening: Optional[ListeningSocket] = None
         self._lock = threading.Lock()
-        self._live: Dict[ServerConnection, Connection] = {}  # open connections, guarded by _lock
+        self._live: Dict[WsConnection, Connection] = {}  # open connections, guarded by _lock
         self._streams = 0  # ReadTurn streams in all, guarded by _lock
         self._handlers: Set[threading.Thread] = set()  # connection threads, guarded by _lock
         self._stopping = threading.Event()
@@ -185,46 +182,8 @@ class BridgeServer:
         Raises:
             OSError: the address cannot be bound.
         """
-        options: Dict[str, Any] = {}
-        if "ping_interval" in _SERVE_PARAMETERS:  # websockets >= 15 pings by default; < 15 never
-            options["ping_interval"] = None  # the host pings with protocol Ping frames; we never ping
-        if "create_connection" in _SERVE_PARAMETERS:
-            options["create_connection"] = FastAckConnection
-        if "server_header" in _SERVE_PARAMETERS:
-            # No "Server: Python/x websockets/y" (it names versions to any peer, and the host's
-            # websocket-client reads the upgrade's answer a byte per recv: every byte costs).
-            options["server_header"] = None
-        if "process_response" in _SERVE_PARAMETERS:
-            options["process_response"] = _without_date
-        listening = listening_socket(self.bind, self.gate, self.send_timeout)
-        try:
-            self._server = serve(
-                self._handle,
-                sock=listening,
-                process_request=self._process_request,
-                max_size=self._max_size,
-                compression=None,  # parts are small JSON; deflate costs more CPU than it saves
-                close_timeout=_CLOSE_TIMEOUT,
-                open_timeout=self.handshake_timeout,
-                **options,
-            )
-        except BaseException:
-            listening.close()
-            raise
-        # Each accepted socket has a slot in the gate until its thread (websockets' handler
-        # for the whole connection, handshake included) ends.
-        handler = self._server.handler
-        gate = self.gate
-
-        def counted(sock: socket.socket, address: Any) -> None:
-            try:
-                handler(sock, address)
-            finally:
-                gate.release(sock)
-
-        self._server.handler = counted
-        self._listening = listening
-        return int(listening.getsockname()[1])
+        self._listening = listening_socket(self.bind, self.gate, self.send_timeout)
+        return int(self._listening.getsockname()[1])
 
     def serve_forever(self) -> None:
         """Accept connections until :meth:`shutdown` (called from another thread).
@@ -233,8 +192,7 @@ class BridgeServer:
         cannot be started (the task limit) refuses that connection with 503 and the loop goes
         on, where websockets' loop would end; and the threads are daemons, so a peer
         that never reads cannot keep the process from exiting."""
-        assert self._server is not None and self._listening is not None, "call start() first"
-        handler = self._server.handler
+        assert self._listening is not None, "call start() first"
         self._accepting.set()
         try:
             while not self._stopping.is_set():
@@ -244,7 +202,7 @@ class BridgeServer:
                     break  # closed by shutdown() (or an error that is not a shortage)
                 thread = threading.Thread(
                     target=self._run_handler,
-                    args=(handler, sock, address),
+                    args=(sock, address),
                     name="bridge-connection",
                     daemon=True,
                 )
@@ -262,16 +220,29 @@ class BridgeServer:
         finally:
             self._accept_ended.set()
 
-    def _run_handler(self, handler: Callable[..., None], sock: socket.socket, address: Any) -> None:
+    def _run_handler(self, sock: socket.socket, address: Any) -> None:
+        """A connection's thread: the upgrade, then serving it, then the socket's close; its
+        slot in the gate is given back at the end, whatever happened."""
+        ws: Optional[WsConnection] = None
         try:
-            handler(sock, address)
-        except Exception:  # websockets logs its own; a failure here ends this connection only
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+            ws = WsConnection(sock, address, self._max_size, _CLOSE_TIMEOUT)
+            if ws.handshake(self._process_request, self.handshake_timeout):
+                try:
+                    self._handle(ws)
+                finally:
+                    ws.close()  # a no-op when the connection was closed already
+        except Exception:  # a failure here ends this connection only
             log.exception("a connection's handler failed")
-            try:
-                sock.close()
-            except OSError:
-                pass
         finally:
+            if ws is not None:
+                ws.close_socket()
+            else:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+            self.gate.release(sock)
             with self._lock:
                 self._handlers.discard(threading.current_thread())
 
@@ -280,15 +251,10 @@ class BridgeServer:
         about ``timeout`` seconds in all, whatever the peers do: a connection whose peer
         does not read (a send blocked in its socket) or does not answer the close is shut down
         at the socket. Idempotent; call it from a thread that is not a connection's."""
-        if self._server is None:
+        if self._listening is None:
             return
         deadline = time.monotonic() + timeout
-        self._stopping.set()
-        server = self._server
-        # Hand-shaking connections are answered 503 by websockets once socket_closed is set.
-        closed = getattr(server, "socket_closed", None)
-        if closed is not None:
-            closed.set()
+        self._stopping.set()  # hand-shaking connections are answered 503 from here on
         self._close_live(deadline)
         if self._listening is not None:
             self._listening.close()  # no new connection from here on (accept() then raises)...
@@ -300,13 +266,6 @@ class BridgeServer:
             handlers = list(self._handlers)
         for thread in handlers:
             thread.join(max(0.0, deadline - time.monotonic()))
-        for name in ("shutdown_notifier", "shutdown_watcher"):  # websockets' own loop's pair
-            pair = getattr(server, name, None)
-            if pair is not None:
-                try:
-                    pair.close()
-                except OSError:
-                    pass
         left = [t for t in handlers if t.is_alive()]
         if left:
             log.warning("shutdown: %d connection thread(s) still running; leaving them", len(left))
@@ -356,7 +315,7 @@ class BridgeServer:
 
     # ------------------------------------------------------------------ HTTP, before the upgrade
 
-    def _process_request(self, connection: ServerConnection, request: Any) -> Any:
+    def _process_request(self, connection: WsConnection, request: Any) -> Any:
         self.gate.handshake_done(connection.socket)
         path = urllib.parse.urlsplit(request.path).path
         if path == HEALTHZ_PATH:
@@ -369,6 +328,8 @@ class BridgeServer:
             response = connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
             response.headers["WWW-Authenticate"] = "Bearer"
             return response
+        if self._stopping.is_set():  # no new connection for a bridge that is going away
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "the bridge is shutting down\n")
         return None  # go on with the upgrade
 
     def _authorized(self, values: Any) -> bool:
@@ -386,15 +347,13 @@ class BridgeServer:
 
     # ------------------------------------------------------------------ connections
 
-    def _handle(self, ws: ServerConnection) -> None:
+    def _handle(self, ws: WsConnection) -> None:
         number = next(self._numbers)
         # One INFO line per connection, at its end (a line costs the GIL and a write to
         # bridge.log; a host opening many sessions pays it for each).
         peer = _peer(ws)
         log.debug("connection %d opened from %s", number, peer)
         conn = Connection(self, ws, number)
-        if isinstance(ws, FastAckConnection):
-            ws.ack_hook = conn.fast_ack
         with self._lock:
             self._live[ws] = conn
         if self._idle is not None:
@@ -411,22 +370,14 @@ class BridgeServer:
             log.info("connection %d from %s closed", number, peer)
 
 
-def _without_date(connection: ServerConnection, request: Any, response: Any) -> None:
-    """Drop the ``Date`` header of a 101 (optional in a 1xx answer, RFC 9110 6.6.1), for the
-    byte-wise reads of the host's websocket-client; other answers keep theirs."""
-    if response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS and "Date" in response.headers:
-        del response.headers["Date"]
-    return None
-
-
-def _close_quietly(ws: ServerConnection) -> None:
+def _close_quietly(ws: WsConnection) -> None:
     try:
         ws.close(1001, "the bridge is shutting down")
     except Exception:
         pass  # closed was the goal
 
 
-def _peer(ws: ServerConnection) -> str:
+def _peer(ws: WsConnection) -> str:
     try:
         host, port = ws.remote_address[:2]
         return f"{host}:{port}"
