@@ -3,8 +3,8 @@ stamps (``time.monotonic_ns()``, one clock for every process of the machine) at 
 warm turn's start takes through the bridge. A diagnostic, not a row.
 
 Loaded by the bridge as ``--driver benchmarks._first_stages:make_driver``. Importing it wraps,
-in the bridge process only: websockets' reading of a request frame (``sock``), the connection
-thread's taking it (``frame``), ``StartTurn``'s handler (``start``; ``created`` once the turn
+in the bridge process only: the connection thread's reading of a request frame (``sock``),
+its taking it (``frame``), ``StartTurn``'s handler (``start``; ``created`` once the turn
 is made and its thread let go), the driver's ``run_turn`` (``run``, ``ran``), the commit's
 transaction (``commit0``, ``commit1``), StartTurn seeing it committed (``waited``), and the
 send of the answer's frame (``send0``, ``send1``). Every half second, when something changed,
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, List
 
-from bridge_client.bridge import connection, turn_runner, turns
+from bridge_client.bridge import connection, turn_runner, turns, ws_connection
 from bridge_client.bridge.store import writer as store_writer
 from bridge_client.drivers import echo
 
@@ -30,16 +30,16 @@ stamps: List[List[Any]] = []
 
 
 def _wrap() -> None:
-    fast = connection.FastAckConnection
-    process_event = fast.process_event
+    ws = ws_connection.WsConnection
+    read_frame = ws._frame
 
-    def process_event_(self: Any, event: Any) -> None:
+    def read_frame_(self: Any, event: Any) -> None:
         data = getattr(event, "data", b"")
         if data[:1] == b"[" or bytes(data[:17]) == b'{"_tag":"Request"':
             stamps.append(["sock", _now()])
-        process_event(self, event)
+        read_frame(self, event)
 
-    fast.process_event = process_event_  # type: ignore[method-assign]
+    ws._frame = read_frame_  # type: ignore[method-assign]
 
     conn = connection.Connection
     frame, send_locked = conn._frame, conn._send_locked
@@ -48,11 +48,11 @@ def _wrap() -> None:
         stamps.append(["frame", _now()])
         frame(self, data)
 
-    def send_locked_(self: Any, text: str) -> bool:
+    def send_locked_(self: Any, text: str, *args: Any, **kwargs: Any) -> Any:
         mark = '"StartTurn"' in text or text[:1] == "["
         if mark:
             stamps.append(["send0", _now()])
-        ok = send_locked(self, text)
+        ok = send_locked(self, text, *args, **kwargs)
         if mark:
             stamps.append(["send1", _now()])
         return ok

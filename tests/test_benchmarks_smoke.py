@@ -189,3 +189,19 @@ def test_paced_stages_commit_probe_measures_a_lone_commit_at_both_levels():
                                             ("NORMAL", "back")], done.stdout
     # FULL's fsync waits: the committing thread sleeps on the disk at least once per commit
     assert float(lines[0][lines[0].index("switches") + 1]) >= 1.0, done.stdout
+
+
+def test_first_stages_stamps_every_step_of_a_warm_turn_start():
+    # The bridge's half wraps the connection thread's frame reading and the connection's sends:
+    # a rename in either left a stage unstamped (or the tool failing) without a word.
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("BRIDGE_CLIENT_HOME", "BRIDGE_CLIENT_SECRET")}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.first_stages", "--turns", "5"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0] for line in done.stdout.splitlines()[2:] if line.strip()}
+    for step in ("sock", "frame", "start", "run", "commit0", "commit1", "send0", "send1", "first", "total"):
+        assert step in rows, (step, done.stdout)

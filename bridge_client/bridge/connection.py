@@ -9,18 +9,15 @@ A bad frame is answered alone and never ends the connection.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import struct
 import termios
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
 
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Frame, Opcode
-from websockets.sync.server import ServerConnection
 
 from ..errors import Overloaded, RpcError
 from ..wire.frames import (
@@ -45,7 +42,7 @@ from .read_stream import ReadStream
 from .turns import TurnManager
 from .ws_connection import WsConnection
 
-__all__ = ["Connection", "FastAckConnection", "INLINE_BYTES", "ServerView"]
+__all__ = ["Connection", "INLINE_BYTES", "ServerView"]
 
 log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
 turn_log = logging.getLogger("bridge_client.bridge.turns")  # the turn runtime's (turn_runner)
@@ -96,28 +93,6 @@ _UNREAD_SLACK = 1024
 def _frame_bytes(text: str) -> int:
     """An upper bound of the bytes of a text frame of ``text`` (UTF-8, header included)."""
     return (len(text) if text.isascii() else 4 * len(text)) + 14
-
-
-class FastAckConnection(ServerConnection):
-    """websockets' server connection, with Acks handled in the thread that reads the socket
-    (``ack_hook``, set by :class:`Connection`): a stream's next Chunk goes out without waking
-    the connection's own thread. Every other frame goes the usual way."""
-
-    ack_hook: Optional[Callable[[bytes], bool]] = None
-
-    def process_event(self, event: Any) -> None:
-        hook = self.ack_hook
-        if (
-            hook is not None
-            and type(event) is Frame
-            and event.fin
-            and event.opcode is Opcode.TEXT
-            and len(event.data) < 256
-            and bytes(event.data[:13]) == b'{"_tag":"Ack"'
-            and hook(bytes(event.data))
-        ):
-            return
-        super().process_event(event)
 
 
 _STREAM_JOIN_TIMEOUT = 2.0  # seconds a closed connection waits for its streams' threads in all
@@ -216,8 +191,9 @@ class Connection:
         most :data:`INLINE_BYTES` characters, and room for its bytes in the socket's buffer
         beside what is queued there, and the WebSocket's write lock free at once (its own
         thread may hold it while a pong waits on the peer): so the calling thread, which may be
-        a turn's or the store's committing thread, never waits on a peer. Returns ``None`` when it did not send (send it with
-        :meth:`send` from a thread that may wait), else as :meth:`send`.
+        a turn's or the store's committing thread, never waits on a peer. Returns ``None`` when
+        it did not send (send it with :meth:`send` from a thread that may wait), else as
+        :meth:`send`.
 
         The kernel is asked what is queued only when what it held at the last question plus
         the frames sent since could fill the bound: that question lets go of the GIL, and in
@@ -263,22 +239,6 @@ class Connection:
             return False
         finally:
             self._sending_since = None
-
-    def fast_ack(self, data: bytes) -> bool:
-        """Handle an Ack frame in the thread that read it from the socket (websockets' own),
-        sparing the hand-off to this connection's thread. Returns False for anything that is
-        not a well-formed Ack (the connection's thread then reads it as usual)."""
-        try:
-            message = host_message(json.loads(data))
-        except (ValueError, FrameError):
-            return False
-        if not isinstance(message, Ack):
-            return False
-        try:
-            self._message(message)
-        except Exception:  # a bug here must not end the connection's reading (B08)
-            log.exception("connection %d: handling an Ack failed", self.number)
-        return True
 
     def send_exit(self, request_id: RequestId, value: Any) -> None:
         """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""

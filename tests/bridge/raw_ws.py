@@ -30,7 +30,9 @@ def request_bytes(port: int, token: str = TOKEN, path: str = "/") -> bytes:
     ).encode()
 
 
-def frame(opcode: int, payload: bytes, fin: bool = True, mask: Optional[bytes] = None, length: Optional[int] = None) -> bytes:
+def frame(
+    opcode: int, payload: bytes, fin: bool = True, mask: Optional[bytes] = None, length: Optional[int] = None
+) -> bytes:
     """A masked client frame; ``length``: the length its header claims (default: the payload's)."""
     mask = os.urandom(4) if mask is None else mask
     n = len(payload) if length is None else length

@@ -355,7 +355,8 @@ def test_b08_a_close_right_behind_the_upgrade_gets_the_101_then_the_close(make_b
 def test_b09_peers_that_never_read_a_stream_do_not_stall_other_streams(make_bridge, pings):
     # Every commit pokes the turn's streams in the committing thread, which holds the store's
     # commit: a send there that waits on a peer that does not read stalls every turn.
-    bridge = make_bridge(COUNTER, options={"count": 700, "delay": 0.01, "steps": 1}, args=["--send-timeout", "4"])
+    options = {"count": 700, "delay": 0.01, "steps": 1}
+    bridge = make_bridge(COUNTER, options=options, args=["--send-timeout", "4"])
     port = bridge.info.port
     victim = raw_ws.Victim(port, "s-victim", "t-victim")
     victim.start()
@@ -411,7 +412,9 @@ def test_b09_connections_opened_and_dropped_quickly_leave_no_thread_file_or_slot
         _churn(port, i)  # every kind once: whatever is made once (pools, caches) is made now
     time.sleep(0.3)
     threads, fds = _threads(pid), _fds(pid)
-    workers = [threading.Thread(target=lambda k=k: [_churn(port, i) for i in range(k, 280, 4)]) for k in range(4)]
+    workers = [
+        threading.Thread(target=lambda k=k: [_churn(port, i) for i in range(k, 280, 4)]) for k in range(4)
+    ]
     for w in workers:
         w.start()
     for w in workers:

@@ -15,6 +15,7 @@ import pytest
 import websocket
 
 from bridge_client.bridge.driver import TurnContext
+from bridge_client.wire.frames import Ack
 from inproc_server import serving
 
 pytestmark = pytest.mark.timeout(90)
@@ -119,7 +120,7 @@ def test_b03_an_early_ack_during_the_batch_answer_sends_nothing_before_the_batch
     def start_then_early_ack(self: Any) -> None:
         start(self)
         time.sleep(0.05)  # parts are committed meanwhile
-        self.conn.fast_ack(json.dumps({"_tag": "Ack", "requestId": self.request_id}).encode())
+        self.conn._message(Ack(self.request_id))
 
     monkeypatch.setattr(read_stream.ReadStream, "start", start_then_early_ack)
     ws = websocket.create_connection(
