@@ -210,6 +210,8 @@ class SessionChannel:
             BridgeUnavailable: the window ran out or the sandbox is gone.
             SessionReleased: the session was released meanwhile.
             ForeignBridgeGone: ``link``'s bridge is gone.
+            BridgeLaunchError: the first launch failed, or (``unwritable``) the bridge's state
+                directory cannot be written.
         """
         self.check_open()
         window = self.options.resend_window if window is None else max(window, 0.0)
@@ -226,6 +228,10 @@ class SessionChannel:
             except BridgeLaunchError as exc:
                 if not self._ever_connected:
                     raise  # the first launch failed: the options or the sandbox are wrong
+                if exc.unwritable:
+                    # A full disk under the bridge: every launch fails so until someone frees
+                    # space, so it is said now, not after the window (the turn reads on later).
+                    raise
                 # A bridge that answered before cannot be reached now (C15): keep trying
                 # within the window.
                 first_line = str(exc).splitlines()[0]

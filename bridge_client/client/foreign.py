@@ -23,7 +23,6 @@ from ..wire.parts import HelloResult, TurnState
 from . import launcher
 from .channel import SessionChannel
 from .connection import Connection
-from .unwritable import Unwritable
 
 __all__ = ["ForeignBridge", "ForeignBridgeGone"]
 
@@ -116,8 +115,8 @@ class ForeignBridge:
 
         Raises:
             ForeignBridgeGone: its state directory is gone or it cannot be launched.
-            Unwritable: its state directory cannot be written (a full disk): the turn's log is
-                still there, so the turn is not run again elsewhere.
+            BridgeLaunchError: (``unwritable``) its state directory cannot be written (a full
+                disk): the turn's log is still there, so the turn is not run again elsewhere.
             Unauthorized, SandboxGone: as for the session's own bridge.
         """
         with self._lock:
@@ -130,7 +129,7 @@ class ForeignBridge:
                 conn, hello = launcher.connect(plan, timeout=timeout)
             except (BridgeLaunchError, TemplateError) as exc:
                 if isinstance(exc, BridgeLaunchError) and exc.unwritable:
-                    raise Unwritable(exc) from None
+                    raise  # its log is still there: not run again elsewhere
                 first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ForeignBridgeGone(f"bridge {self.bridge_id} cannot be launched: {first_line}") from exc
             try:

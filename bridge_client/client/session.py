@@ -24,7 +24,7 @@ from ..sandbox.base import Sandbox
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
 from . import launcher
-from .unwritable import Unwritable, UnwritableChannel, reraise
+from .channel import SessionChannel
 from .connection import Connection
 from .foreign import ForeignBridge
 from .turn import Turn
@@ -82,8 +82,7 @@ class Session:
             ca_bundle=session_options.ca_bundle,
         )
         # Connecting, resending, the idle timer, release and the turn being read (C04-C08, C15).
-        # A full disk under the bridge is said at once, not resent (see .unwritable).
-        self._channel = UnwritableChannel(self.id, self.bridge_id, plan, session_options, resume)
+        self._channel = SessionChannel(self.id, self.bridge_id, plan, session_options, resume)
 
     # ------------------------------------------------------------------ properties
 
@@ -270,14 +269,8 @@ class Session:
 
     def _connect(self, timeout: Optional[float] = None) -> Connection:
         """Return the open connection, or make one (see :meth:`SessionChannel.connect`)."""
-        try:
-            return self._channel.connect(timeout)
-        except Unwritable as carrier:
-            reraise(carrier)
+        return self._channel.connect(timeout)
 
     def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
         """Send a request that does not stream and return its ``Success`` value."""
-        try:
-            return self._channel.call(rpc, payload)
-        except Unwritable as carrier:  # the bridge's state directory cannot be written
-            reraise(carrier)
+        return self._channel.call(rpc, payload)

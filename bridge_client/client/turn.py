@@ -57,7 +57,6 @@ from .interactive import answer as _answer
 from .interactive import say as _say
 from .read_state import CHECKPOINT_EVERY, Checkpoint, Cursor, ReadState
 from .turn_source import TurnSource
-from .unwritable import Unwritable, reraise
 
 __all__ = ["Turn"]
 
@@ -276,10 +275,7 @@ class Turn(TurnSource):
 
     def _call(self, rpc: rpcs.Rpc, payload: Any) -> Any:
         """Send a request about this turn to its bridge (resent within the window when safe)."""
-        try:
-            return self._channel.call(rpc, payload, link=self._link)
-        except Unwritable as carrier:  # the bridge's state directory cannot be written
-            reraise(carrier)
+        return self._channel.call(rpc, payload, link=self._link)
 
     def _yielded(self) -> Tuple[ReadState, int, int]:
         """The read state with how many of its parts and text chunks were yielded (``_pos``

@@ -19,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ConnectionLost, HarnessError, Overloaded, ProtocolError, SessionNotFound, TurnNotFound
-from ..errors import TurnStalled
+from ..errors import BridgeLaunchError, TurnStalled
 from ..wire import rpcs
 from ..wire.parts import Part, StartTurnResult, TurnState
 from .channel import SessionChannel
@@ -28,7 +28,6 @@ from .stream import Pending
 from .foreign import ForeignBridge, ForeignBridgeGone
 from .read_state import NO_CHECKPOINT, ReadState
 from .resend import FIRST_BACKOFF, MAX_BACKOFF
-from .unwritable import Unwritable, reraise
 
 __all__ = ["TurnSource"]
 
@@ -322,12 +321,13 @@ class TurnSource:
                 except ForeignBridgeGone as exc:
                     self._run_again_here(exc)
                     continue
-                except Unwritable as carrier:
-                    # The bridge cannot write its state directory (a full disk): say so now, not
-                    # after the window. A later read (there is space again) gets a whole window.
-                    log.info("turn %s: %s", self.id, carrier.error)
-                    self._lost_since = self._restarted_since = None
-                    reraise(carrier)
+                except BridgeLaunchError as exc:
+                    if exc.unwritable:
+                        # The bridge cannot write its state directory (a full disk): said now,
+                        # not after the window. A later read (space again) gets a whole window.
+                        log.info("turn %s: %s", self.id, exc)
+                        self._lost_since = self._restarted_since = None
+                    raise
                 stream.take_parts()  # deltas may come built (Turn._convert takes parts or JSON objects)
                 self._stream, self._stream_conn = stream, conn_box[0]
             if self._suspended:
