@@ -1,7 +1,8 @@
 """How a connection reaches a bridge's URL: TLS verification and HTTP proxies.
 
 Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy_host``,
-``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``); no socket is opened here.
+``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``, and for a direct ``ws://`` URL the
+``socket`` it upgrades: see :func:`open_options`).
 
 - ``wss://`` URLs are verified (certificate chain and host name) against the system's
   trust store, or against ``ca_bundle`` (a PEM file or a folder of hashed certificates)
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import ssl
 import urllib.request
 from typing import Any, Dict, Optional
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["connect_options", "proxy_for", "is_loopback"]
+__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "UpgradeSocket"]
 
 _PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
@@ -160,3 +162,82 @@ def connect_options(url: str, ca_bundle: Optional[str] = None) -> Dict[str, Any]
 
 
 _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port": 9, "http_no_proxy": ["*"]}
+
+
+def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
+    """:func:`connect_options`, plus for a direct ``ws://`` URL (no proxy, no TLS) the TCP
+    connection itself, already open, as websocket-client's ``socket`` option: an
+    :class:`UpgradeSocket`, which hands websocket-client the upgrade's answer from one read.
+
+    Raises:
+        ValueError: as :func:`connect_options`.
+        OSError: the TCP connect failed or took longer than ``timeout`` seconds.
+    """
+    options = connect_options(url, ca_bundle)
+    parts = urlsplit(url)
+    if parts.scheme != "ws" or options.get("http_proxy_host") != _DIRECT["http_proxy_host"]:
+        return options  # TLS, a proxy: websocket-client connects
+    options["socket"] = UpgradeSocket.connect_to(parts.hostname or "", parts.port or 80, timeout)
+    return options
+
+
+# websocket-client's own options on the sockets it opens (websocket._socket.DEFAULT_SOCKET_OPTION).
+_SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+for _name, _value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+    if hasattr(socket, _name):
+        _SOCKET_OPTIONS.append((socket.IPPROTO_TCP, getattr(socket, _name), _value))
+_HEAD_END = b"\r\n\r\n"
+_PEEK = 4096
+
+
+class UpgradeSocket(socket.socket):
+    """A TCP socket whose one-byte reads before the end of the HTTP answer's head are served
+    from one peek and one read of the kernel's queue.
+
+    websocket-client reads the upgrade's answer a byte per ``recv(1)`` (a poll and a recv
+    system call each, and the GIL given up twice: about 150 of each per connection). Here the
+    first ``recv(1)`` peeks at what has come (``MSG_PEEK``), takes from the queue exactly the
+    bytes up to and including the blank line that ends the head (or all of them when the head
+    has not ended yet), and serves the next ``recv(1)`` calls from them. Nothing past the head
+    is ever taken: the frames that follow are read by websocket-client as before. Every other
+    read goes straight to the socket.
+    """
+
+    _head = b""  # bytes of the answer's head taken from the queue and not yet served
+    _head_over = False  # the blank line that ends the head has been taken
+
+    @classmethod
+    def connect_to(cls, host: str, port: int, timeout: float) -> "UpgradeSocket":
+        """Open a TCP connection to ``host:port`` (each address in turn), with
+        websocket-client's socket options and ``timeout`` on every operation.
+
+        Raises:
+            OSError: no address could be connected to in time.
+        """
+        error: Optional[OSError] = None
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = cls(family, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                for option in _SOCKET_OPTIONS:
+                    sock.setsockopt(*option)
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error if error is not None else OSError(f"no address for {host}:{port}")
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        """``socket.recv``; see the class docstring for the reads of the answer's head."""
+        if self._head_over and not self._head or bufsize != 1 or flags:
+            return super().recv(bufsize, flags)
+        if not self._head:
+            seen = super().recv(_PEEK, socket.MSG_PEEK)
+            end = seen.find(_HEAD_END)
+            self._head_over = end >= 0
+            self._head = super().recv(end + len(_HEAD_END) if end >= 0 else max(len(seen), 1))
+            if not self._head:
+                return self._head  # the peer closed
+        byte, self._head = self._head[:1], self._head[1:]
+        return byte
