@@ -25,7 +25,7 @@ import urllib.request
 from typing import Any, Dict, Optional
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "UpgradeSocket"]
+__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket"]
 
 _PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
@@ -166,8 +166,9 @@ _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port
 
 def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
     """:func:`connect_options`, plus for a direct ``ws://`` URL (no proxy, no TLS) the TCP
-    connection itself, already open, as websocket-client's ``socket`` option: an
-    :class:`UpgradeSocket`, which hands websocket-client the upgrade's answer from one read.
+    connection itself, already open, as websocket-client's ``socket`` option: a
+    :class:`BufferedSocket`, which serves websocket-client's small reads (the upgrade's
+    answer a byte at a time, each frame's head) from one read of the kernel.
 
     Raises:
         ValueError: as :func:`connect_options`.
@@ -177,7 +178,7 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
     parts = urlsplit(url)
     if parts.scheme != "ws" or options.get("http_proxy_host") != _DIRECT["http_proxy_host"]:
         return options  # TLS, a proxy: websocket-client connects
-    options["socket"] = UpgradeSocket.connect_to(parts.hostname or "", parts.port or 80, timeout)
+    options["socket"] = BufferedSocket.connect_to(parts.hostname or "", parts.port or 80, timeout)
     return options
 
 
@@ -186,28 +187,27 @@ _SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), (socket.SOL_SOCK
 for _name, _value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
     if hasattr(socket, _name):
         _SOCKET_OPTIONS.append((socket.IPPROTO_TCP, getattr(socket, _name), _value))
-_HEAD_END = b"\r\n\r\n"
-_PEEK = 4096
+_READ = 16384  # bytes asked of the kernel per read (websocket-client asks at most as many)
 
 
-class UpgradeSocket(socket.socket):
-    """A TCP socket whose one-byte reads before the end of the HTTP answer's head are served
-    from one peek and one read of the kernel's queue.
+class BufferedSocket(socket.socket):
+    """A TCP socket whose reads take what the kernel has (up to 16 KiB) and hand it out in
+    the pieces websocket-client asks for.
 
-    websocket-client reads the upgrade's answer a byte per ``recv(1)`` (a poll and a recv
-    system call each, and the GIL given up twice: about 150 of each per connection). Here the
-    first ``recv(1)`` peeks at what has come (``MSG_PEEK``), takes from the queue exactly the
-    bytes up to and including the blank line that ends the head (or all of them when the head
-    has not ended yet), and serves the next ``recv(1)`` calls from them. Nothing past the head
-    is ever taken: the frames that follow are read by websocket-client as before. Every other
-    read goes straight to the socket.
+    websocket-client reads the upgrade's answer a byte per ``recv(1)``, and each frame in two
+    or three reads (its head, its length, its payload): on a socket with a timeout every
+    ``recv`` is a poll and a recv system call, the GIL given up around each (about 130 of them
+    for the 101 alone). Here a read asks the kernel for at least 16 KiB and keeps what goes
+    past the piece asked for; the next reads are served from it, in order, without a system
+    call. Nothing is lost or reordered: every byte the kernel handed over is served before the
+    kernel is asked again. Used for direct ``ws://`` connections only (:func:`open_options`).
     """
 
-    _head = b""  # bytes of the answer's head taken from the queue and not yet served
-    _head_over = False  # the blank line that ends the head has been taken
+    _buf = b""  # the last read from the kernel
+    _pos = 0  # how much of it has been handed out
 
     @classmethod
-    def connect_to(cls, host: str, port: int, timeout: float) -> "UpgradeSocket":
+    def connect_to(cls, host: str, port: int, timeout: float) -> "BufferedSocket":
         """Open a TCP connection to ``host:port`` (each address in turn), with
         websocket-client's socket options and ``timeout`` on every operation.
 
@@ -229,15 +229,17 @@ class UpgradeSocket(socket.socket):
         raise error if error is not None else OSError(f"no address for {host}:{port}")
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        """``socket.recv``; see the class docstring for the reads of the answer's head."""
-        if self._head_over and not self._head or bufsize != 1 or flags:
+        """``socket.recv``: what is kept from the last read first (see the class docstring);
+        ``flags`` go to the kernel, and only when nothing is kept."""
+        buf, pos = self._buf, self._pos
+        if pos < len(buf):
+            self._pos = pos + bufsize
+            return buf[pos : pos + bufsize]
+        if flags:
             return super().recv(bufsize, flags)
-        if not self._head:
-            seen = super().recv(_PEEK, socket.MSG_PEEK)
-            end = seen.find(_HEAD_END)
-            self._head_over = end >= 0
-            self._head = super().recv(end + len(_HEAD_END) if end >= 0 else max(len(seen), 1))
-            if not self._head:
-                return self._head  # the peer closed
-        byte, self._head = self._head[:1], self._head[1:]
-        return byte
+        data = super().recv(bufsize if bufsize >= _READ else _READ)
+        if len(data) <= bufsize:
+            self._buf = b""
+            return data
+        self._buf, self._pos = data, bufsize
+        return data[:bufsize]

@@ -1,7 +1,7 @@
-"""The upgrade's answer is read from one peek and one read (C04, issue 15 fifth round): the
-head is served to websocket-client's one-byte reads without a system call each, a head that
-comes in pieces is still read whole, and nothing past the head's blank line is taken (the
-frame that follows in the same segment is the reader's)."""
+"""A direct connection's socket reads what the kernel has and serves websocket-client's small
+reads from it (C04, issue 15 fifth round): the upgrade's head to its one-byte reads without a
+system call each, a head that comes in pieces whole, and every byte in order, once: the frame
+that follows the head in the same segment is the reader's."""
 from __future__ import annotations
 
 import base64
@@ -63,7 +63,7 @@ def test_c04_upgrade_socket_serves_a_head_in_pieces_and_leaves_what_follows(list
 
     server = _serve_once(listener, answer, hold)
     try:
-        sock = transport.UpgradeSocket.connect_to("127.0.0.1", listener.getsockname()[1], 5.0)
+        sock = transport.BufferedSocket.connect_to("127.0.0.1", listener.getsockname()[1], 5.0)
         with sock:
             sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
             head = b""
@@ -72,7 +72,7 @@ def test_c04_upgrade_socket_serves_a_head_in_pieces_and_leaves_what_follows(list
             assert head == b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
             rest = b""
             while len(rest) < 4:
-                rest += sock.recv(16)  # straight from the socket: the bytes past the head are there
+                rest += sock.recv(16)  # what the head's read took past the head, then the kernel
             assert rest == b"REST"
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
@@ -92,7 +92,7 @@ def test_c04_the_frame_in_the_heads_segment_reaches_the_reader(listener):
     try:
         conn = Connection(Endpoint(url=f"ws://127.0.0.1:{listener.getsockname()[1]}/", headers=()),
                           Redacted("t" * 32), open_timeout=5.0, ping_interval=5.0, ping_timeout=5.0)
-        assert isinstance(conn._ws.sock, transport.UpgradeSocket)
+        assert isinstance(conn._ws.sock, transport.BufferedSocket)
         assert conn._reader is not None
         conn._reader.join(5)
         assert conn.closed and not conn._reader.is_alive()
@@ -125,3 +125,28 @@ def test_c04_tls_and_proxied_urls_keep_websocket_clients_own_connect(monkeypatch
     monkeypatch.delenv("NO_PROXY", raising=False)
     assert "socket" not in transport.open_options("wss://127.0.0.1:1/", None, 1.0)
     assert "socket" not in transport.open_options("ws://bridge.example:1/", None, 1.0)
+
+
+def test_c04_buffered_socket_serves_every_byte_once_in_order(listener):
+    hold = threading.Event()
+
+    def answer(sock: socket.socket, request: bytes) -> None:
+        sock.sendall(b"abcdefghij")
+        time.sleep(0.05)
+        sock.sendall(b"XYZ")
+
+    server = _serve_once(listener, answer, hold)
+    try:
+        sock = transport.BufferedSocket.connect_to("127.0.0.1", listener.getsockname()[1], 5.0)
+        with sock:
+            sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            assert sock.recv(3) == b"abc"
+            assert sock.recv(100) == b"defghij"  # what is kept, without waiting for more
+            assert sock.recv(2) == b"XY"
+            assert sock.recv(5) == b"Z"
+            sock.settimeout(0.05)
+            with pytest.raises(socket.timeout):
+                sock.recv(1)  # nothing kept, nothing sent: the kernel is asked, and times out
+    finally:
+        hold.set()
+        server.join(10)
