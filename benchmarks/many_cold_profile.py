@@ -112,7 +112,7 @@ def one_run(n: int, use_yappi: bool) -> Dict[str, Any]:
         _instrument()
     folder = tempfile.mkdtemp(prefix="many-cold-profile-")
     result = _many_cold.run("one", folder, n)
-    out: Dict[str, Any] = {k: result[k] for k in ("all_first_parts_s", "host_cpu_s", "bridge_cpu_s", "spawned")}
+    out: Dict[str, Any] = {k: result[k] for k in ("all_first_parts_s", "host_cpu_s", "host_switches", "bridge_cpu_s", "spawned")}
     if yappi is not None:
         yappi.stop()
         stats = yappi.get_func_stats()
@@ -148,7 +148,7 @@ def main(argv: List[str]) -> int:
         r = json.loads(done.stdout.strip().splitlines()[-1])
         n = args.sessions
         print(f"all first parts {r['all_first_parts_s'] * 1000:.0f} ms, host CPU {r['host_cpu_s'] * 1000:.0f} ms "
-              f"({r['host_cpu_s'] * 1000 / n:.2f} ms/session), bridge CPU {r['bridge_cpu_s'] * 1000:.0f} ms, "
+              f"({r['host_cpu_s'] * 1000 / n:.2f} ms/session), {r['host_switches'] / n:.0f} context switches/session, bridge CPU {r['bridge_cpu_s'] * 1000:.0f} ms, "
               f"load {os.getloadavg()[0]:.1f}")
         if "yappi" in r:
             for ncall, tsub, ttot, name in r["yappi"]:

@@ -21,11 +21,12 @@ import ipaddress
 import os
 import socket
 import ssl
+import threading
 import urllib.request
 from typing import Any, Dict, Optional
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket"]
+__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket", "MaskKeys"]
 
 _PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
@@ -165,7 +166,8 @@ _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port
 
 
 def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
-    """:func:`connect_options`, plus for a direct ``ws://`` URL (no proxy, no TLS) the TCP
+    """:func:`connect_options`, plus the connection's own :class:`MaskKeys` (websocket-client's
+    ``get_mask_key``), and for a direct ``ws://`` URL (no proxy, no TLS) the TCP
     connection itself, already open, as websocket-client's ``socket`` option: a
     :class:`BufferedSocket`, which serves websocket-client's small reads (the upgrade's
     answer a byte at a time, each frame's head) from one read of the kernel.
@@ -175,11 +177,35 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
         OSError: the TCP connect failed or took longer than ``timeout`` seconds.
     """
     options = connect_options(url, ca_bundle)
+    options["get_mask_key"] = MaskKeys()
     parts = urlsplit(url)
     if parts.scheme != "ws" or options.get("http_proxy_host") != _DIRECT["http_proxy_host"]:
         return options  # TLS, a proxy: websocket-client connects
     options["socket"] = BufferedSocket.connect_to(parts.hostname or "", parts.port or 80, timeout)
     return options
+
+
+class MaskKeys:
+    """The mask keys of one connection's frames (websocket-client's ``get_mask_key``): as
+    random as websocket-client's own (``os.urandom``), drawn 64 keys at a time instead of
+    one system call (and one hand-over of the GIL) per frame sent. Safe from several threads
+    (websocket-client masks a frame before it takes its send lock)."""
+
+    _KEYS = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = b""
+        self._pos = 0
+
+    def __call__(self, length: int) -> bytes:
+        """``length`` random bytes (4 for a mask key), each handed out once."""
+        with self._lock:
+            pos = self._pos
+            if pos + length > len(self._pool):
+                self._pool, pos = os.urandom(max(length, 4) * self._KEYS), 0
+            self._pos = pos + length
+            return self._pool[pos : pos + length]
 
 
 # websocket-client's own options on the sockets it opens (websocket._socket.DEFAULT_SOCKET_OPTION).

@@ -80,7 +80,7 @@ def test_c04_upgrade_socket_serves_a_head_in_pieces_and_leaves_what_follows(list
         server.join(10)
 
 
-def test_c04_the_frame_in_the_heads_segment_reaches_the_reader(listener):
+def test_c04_the_frame_in_the_heads_segment_reaches_the_reader(listener, monkeypatch):
     # The bridge's close frame comes in the same write as the 101: had the head's read taken
     # it, the connection would stay open until the server let go.
     hold = threading.Event()
@@ -88,11 +88,15 @@ def test_c04_the_frame_in_the_heads_segment_reaches_the_reader(listener):
     def answer(sock: socket.socket, request: bytes) -> None:
         sock.sendall(_HEAD + b"Sec-WebSocket-Accept: " + _accept_for(request) + b"\r\n\r\n" + _CLOSE_FRAME)
 
+    made = []
+    connect_to = transport.BufferedSocket.connect_to
+    monkeypatch.setattr(transport.BufferedSocket, "connect_to",
+                        classmethod(lambda cls, *a: made.append(connect_to(*a)) or made[-1]))
     server = _serve_once(listener, answer, hold)
     try:
         conn = Connection(Endpoint(url=f"ws://127.0.0.1:{listener.getsockname()[1]}/", headers=()),
                           Redacted("t" * 32), open_timeout=5.0, ping_interval=5.0, ping_timeout=5.0)
-        assert isinstance(conn._ws.sock, transport.BufferedSocket)
+        assert len(made) == 1  # the direct URL went through a BufferedSocket
         assert conn._reader is not None
         conn._reader.join(5)
         assert conn.closed and not conn._reader.is_alive()
@@ -150,3 +154,19 @@ def test_c04_buffered_socket_serves_every_byte_once_in_order(listener):
     finally:
         hold.set()
         server.join(10)
+
+
+def test_c04_mask_keys_are_handed_out_once_from_random_draws(monkeypatch):
+    draws = []
+
+    def urandom(n: int) -> bytes:
+        draws.append(n)
+        return bytes((len(draws) * 7 + i) % 256 for i in range(n))
+
+    monkeypatch.setattr(transport.os, "urandom", urandom)
+    keys = transport.MaskKeys()
+    got = [keys(4) for _ in range(transport.MaskKeys._KEYS + 1)]
+    assert all(len(k) == 4 for k in got)
+    assert len(set(got[: transport.MaskKeys._KEYS])) == transport.MaskKeys._KEYS  # none reused
+    assert draws == [4 * transport.MaskKeys._KEYS] * 2  # one draw per 64 keys, then the next
+    assert "get_mask_key" in transport.open_options("wss://127.0.0.1:1/", None, 1.0)
