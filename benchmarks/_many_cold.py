@@ -14,7 +14,10 @@ from the release to each first part, and the counts of what the host did to get 
   won the lock, ``another bridge holds the lock`` for each that lost it): the same count seen
   from the sandbox side;
 - ``host_cpu_s``, ``bridge_cpu_s``: CPU seconds up to the end of every turn (releases left
-  out) of this process from the release, and of the bridges it reached, their start included.
+  out) of this process from the release, and of the bridges it reached, their start included;
+- ``host_switches``: this process's context switches (voluntary and not, all threads) over the
+  same span: each is a thread that blocked or was preempted (under 100 threads, mostly a GIL
+  hand-over around a system call).
 
 The counters wrap ``subprocess.Popen`` and ``Template.run`` in this process only (a
 LocalSandbox starts every process with ``subprocess.Popen``); the product is not changed. A
@@ -26,6 +29,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -122,7 +126,7 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
     threads = [threading.Thread(target=work, args=(i,), name=f"cold-{i}") for i in range(n)]
     for t in threads:
         t.start()
-    host0 = _host_cpu()
+    host0, switches0 = _host_cpu(), _host_switches()
     t0[0] = time.perf_counter()
     start.wait()
     for t in threads:
@@ -130,6 +134,7 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
     # CPU to the end of the turns, releases left out: this process's from the release, and
     # the bridges' whole (their start included; the lone run's figure is the start's share).
     host_cpu = _host_cpu() - host0
+    host_switches = _host_switches() - switches0
     bridge_cpu = sum(_proc_cpu(pid) for pid in {s._hello.pid for s in sessions if s is not None and s._hello})
     for s in sessions:
         if s is not None:
@@ -142,6 +147,7 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
         "first_part_s": firsts,
         "all_first_parts_s": max(firsts),
         "host_cpu_s": host_cpu,
+        "host_switches": host_switches,
         "bridge_cpu_s": bridge_cpu,
         **COUNTS,
         "bridges_logged": _settled_logs(sandboxes, COUNTS["spawned"]),
@@ -151,6 +157,11 @@ def run(mode: str, folder: str, n: int) -> Dict[str, Any]:
 def _host_cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def _host_switches() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def _proc_cpu(pid: int) -> float:

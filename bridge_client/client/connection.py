@@ -127,7 +127,7 @@ class Connection:
         headers.append(f"Authorization: Bearer {token.reveal()}")
         try:
             # Verification on, CA bundle, proxies: websocket-client's own options.
-            how = transport.connect_options(endpoint.url, ca_bundle)
+            how = transport.open_options(endpoint.url, ca_bundle, open_timeout)
             self._ws = websocket.create_connection(
                 endpoint.url,
                 timeout=open_timeout,

@@ -1,7 +1,8 @@
 """How a connection reaches a bridge's URL: TLS verification and HTTP proxies.
 
 Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy_host``,
-``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``); no socket is opened here.
+``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``, and for a direct ``ws://`` URL the
+``socket`` it upgrades: see :func:`open_options`).
 
 - ``wss://`` URLs are verified (certificate chain and host name) against the system's
   trust store, or against ``ca_bundle`` (a PEM file or a folder of hashed certificates)
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import ssl
+import threading
 import urllib.request
 from typing import Any, Dict, Optional
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["connect_options", "proxy_for", "is_loopback"]
+__all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket", "MaskKeys"]
 
 _PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
@@ -160,3 +163,109 @@ def connect_options(url: str, ca_bundle: Optional[str] = None) -> Dict[str, Any]
 
 
 _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port": 9, "http_no_proxy": ["*"]}
+
+
+def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
+    """:func:`connect_options`, plus the connection's own :class:`MaskKeys` (websocket-client's
+    ``get_mask_key``), and for a direct ``ws://`` URL (no proxy, no TLS) the TCP
+    connection itself, already open, as websocket-client's ``socket`` option: a
+    :class:`BufferedSocket`, which serves websocket-client's small reads (the upgrade's
+    answer a byte at a time, each frame's head) from one read of the kernel.
+
+    Raises:
+        ValueError: as :func:`connect_options`.
+        OSError: the TCP connect failed or took longer than ``timeout`` seconds.
+    """
+    options = connect_options(url, ca_bundle)
+    options["get_mask_key"] = MaskKeys()
+    parts = urlsplit(url)
+    if parts.scheme != "ws" or options.get("http_proxy_host") != _DIRECT["http_proxy_host"]:
+        return options  # TLS, a proxy: websocket-client connects
+    options["socket"] = BufferedSocket.connect_to(parts.hostname or "", parts.port or 80, timeout)
+    return options
+
+
+class MaskKeys:
+    """The mask keys of one connection's frames (websocket-client's ``get_mask_key``): as
+    random as websocket-client's own (``os.urandom``), drawn 64 keys at a time instead of
+    one system call (and one hand-over of the GIL) per frame sent. Safe from several threads
+    (websocket-client masks a frame before it takes its send lock)."""
+
+    _KEYS = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = b""
+        self._pos = 0
+
+    def __call__(self, length: int) -> bytes:
+        """``length`` random bytes (4 for a mask key), each handed out once."""
+        with self._lock:
+            pos = self._pos
+            if pos + length > len(self._pool):
+                self._pool, pos = os.urandom(max(length, 4) * self._KEYS), 0
+            self._pos = pos + length
+            return self._pool[pos : pos + length]
+
+
+# websocket-client's own options on the sockets it opens (websocket._socket.DEFAULT_SOCKET_OPTION).
+_SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+for _name, _value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+    if hasattr(socket, _name):
+        _SOCKET_OPTIONS.append((socket.IPPROTO_TCP, getattr(socket, _name), _value))
+_READ = 16384  # bytes asked of the kernel per read (websocket-client asks at most as many)
+
+
+class BufferedSocket(socket.socket):
+    """A TCP socket whose reads take what the kernel has (up to 16 KiB) and hand it out in
+    the pieces websocket-client asks for.
+
+    websocket-client reads the upgrade's answer a byte per ``recv(1)``, and each frame in two
+    or three reads (its head, its length, its payload): on a socket with a timeout every
+    ``recv`` is a poll and a recv system call, the GIL given up around each (about 130 of them
+    for the 101 alone). Here a read asks the kernel for at least 16 KiB and keeps what goes
+    past the piece asked for; the next reads are served from it, in order, without a system
+    call. Nothing is lost or reordered: every byte the kernel handed over is served before the
+    kernel is asked again. Used for direct ``ws://`` connections only (:func:`open_options`).
+    """
+
+    _buf = b""  # the last read from the kernel
+    _pos = 0  # how much of it has been handed out
+
+    @classmethod
+    def connect_to(cls, host: str, port: int, timeout: float) -> "BufferedSocket":
+        """Open a TCP connection to ``host:port`` (each address in turn), with
+        websocket-client's socket options and ``timeout`` on every operation.
+
+        Raises:
+            OSError: no address could be connected to in time.
+        """
+        error: Optional[OSError] = None
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = cls(family, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                for option in _SOCKET_OPTIONS:
+                    sock.setsockopt(*option)
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error if error is not None else OSError(f"no address for {host}:{port}")
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        """``socket.recv``: what is kept from the last read first (see the class docstring);
+        ``flags`` go to the kernel, and only when nothing is kept."""
+        buf, pos = self._buf, self._pos
+        if pos < len(buf):
+            self._pos = pos + bufsize
+            return buf[pos : pos + bufsize]
+        if flags:
+            return super().recv(bufsize, flags)
+        data = super().recv(bufsize if bufsize >= _READ else _READ)
+        if len(data) <= bufsize:
+            self._buf = b""
+            return data
+        self._buf, self._pos = data, bufsize
+        return data[:bufsize]
