@@ -63,8 +63,10 @@ def _wrap(owner: Any, attr: str, name: str, per_tag: bool = False) -> None:
 
 
 def _thread_kind(name: str) -> str:
-    for prefix, kind in (("cold-", "threads: cold-* callers"),
-                         ("bridge-client-reader-", "threads: connection readers")):
+    for prefix, kind in (
+        ("cold-", "threads: cold-* callers"),
+        ("bridge-client-reader-", "threads: connection readers"),
+    ):
         if name.startswith(prefix):
             return kind
     return f"threads: other ({name.split('-')[0]})"
@@ -84,7 +86,7 @@ def _wrap_threads() -> None:
 
 def _instrument() -> None:
     import bridge_client as bc
-    from bridge_client.client import channel, connection, finder, flights, launcher, session
+    from bridge_client.client import channel, connection, flights, launcher, session
 
     _wrap(bc, "create_session", "create_session")
     _wrap(channel.SessionChannel, "connect", "  SessionChannel.connect")
@@ -112,13 +114,20 @@ def one_run(n: int, use_yappi: bool) -> Dict[str, Any]:
         _instrument()
     folder = tempfile.mkdtemp(prefix="many-cold-profile-")
     result = _many_cold.run("one", folder, n)
-    out: Dict[str, Any] = {k: result[k] for k in ("all_first_parts_s", "host_cpu_s", "host_switches", "bridge_cpu_s", "spawned")}
+    out: Dict[str, Any] = {
+        k: result[k] for k in ("all_first_parts_s", "host_cpu_s", "host_switches", "bridge_cpu_s", "spawned")
+    }
     if yappi is not None:
         yappi.stop()
         stats = yappi.get_func_stats()
         stats.sort("tsub", "desc")
         out["yappi"] = [
-            (s.ncall, round(s.tsub * 1000, 1), round(s.ttot * 1000, 1), f"{os.path.basename(s.module)}:{s.lineno} {s.name}")
+            (
+                s.ncall,
+                round(s.tsub * 1000, 1),
+                round(s.ttot * 1000, 1),
+                f"{os.path.basename(s.module)}:{s.lineno} {s.name}",
+            )
             for s in list(stats)[:40]
         ]
     else:
@@ -138,7 +147,14 @@ def main(argv: List[str]) -> int:
         print(json.dumps(one_run(args.sessions, args.yappi)), flush=True)
         return 0
     for _ in range(args.runs):
-        cmd = [sys.executable, "-m", "benchmarks.many_cold_profile", "--child", "--sessions", str(args.sessions)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.many_cold_profile",
+            "--child",
+            "--sessions",
+            str(args.sessions),
+        ]
         if args.yappi:
             cmd.append("--yappi")
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -147,9 +163,12 @@ def main(argv: List[str]) -> int:
             return done.returncode
         r = json.loads(done.stdout.strip().splitlines()[-1])
         n = args.sessions
-        print(f"all first parts {r['all_first_parts_s'] * 1000:.0f} ms, host CPU {r['host_cpu_s'] * 1000:.0f} ms "
-              f"({r['host_cpu_s'] * 1000 / n:.2f} ms/session), {r['host_switches'] / n:.0f} context switches/session, bridge CPU {r['bridge_cpu_s'] * 1000:.0f} ms, "
-              f"load {os.getloadavg()[0]:.1f}")
+        host_ms, bridge_ms = r["host_cpu_s"] * 1000, r["bridge_cpu_s"] * 1000
+        print(
+            f"all first parts {r['all_first_parts_s'] * 1000:.0f} ms, host CPU {host_ms:.0f} ms "
+            f"({host_ms / n:.2f} ms/session), {r['host_switches'] / n:.0f} context switches/session, "
+            f"bridge CPU {bridge_ms:.0f} ms, load {os.getloadavg()[0]:.1f}"
+        )
         if "yappi" in r:
             for ncall, tsub, ttot, name in r["yappi"]:
                 print(f"  {ncall:7d} own {tsub:8.1f} ms  total {ttot:8.1f} ms  {name}")

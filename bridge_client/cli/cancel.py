@@ -8,6 +8,7 @@ there is nothing running to cancel and it says so. See the *Command line* guide 
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import threading
 from typing import Any
@@ -41,7 +42,14 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be > 0")
     with reach_turn(args, absent="nothing runs there to cancel") as turn:
-        answer = turn.cancel()
+        try:
+            answer = turn.cancel()
+        except KeyboardInterrupt as exc:  # its answer not seen: it may or may not be in the bridge
+            print_err(
+                f"bridge-client: interrupted; the cancel of turn {turn.id} may not have reached "
+                f"the bridge: run `bridge-client cancel {shlex.quote(args.turn_state_file)}` again"
+            )
+            return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
         already = answer is not None and answer.status == "finished"
         # Read to turn-finish; a driver that ignores the cancel must not hold the command.
         timer = threading.Timer(args.timeout, turn.suspend)

@@ -240,7 +240,9 @@ def test_ctrl_c_while_cancel_waits_says_the_cancel_was_sent(workspace, tmp_path)
         late = f"{time.monotonic() - seen:.2f} s after the marker"
         assert cancel.returncode == 130, (out, err, late, dispositions)
         line = err.strip().splitlines()[-1]
-        assert "the cancel of turn" in line and "was sent" in line, err
+        # The driver saw the cancel; the command may still wait for its answer (then it cannot
+        # know that the cancel arrived) or for the turn's end.
+        assert "the cancel of turn" in line and ("was sent" in line or "may not have reached" in line), err
     finally:
         for proc in (cancel, run):
             if proc is not None and proc.poll() is None:
