@@ -188,7 +188,10 @@ def _stop_pid(pid: int) -> None:
             time.sleep(0.1)
         if _running(pid):
             os.kill(pid, signal.SIGKILL)
-            _running(pid)
+            # A SIGKILLed process is gone a moment later, not at once: wait for that (bounded).
+            deadline = time.monotonic() + 5.0
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
     except ProcessLookupError:
         pass
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -33,6 +35,11 @@ def test_interop_packages_are_linked_from_the_cache_of_their_lock_file():
         )
 
 
+def _default_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def test_a_test_dockerd_is_stopped_by_the_last_run_that_uses_it(tmp_path, monkeypatch):
     # Two suite runs share the dockerd one of them started: the first to end leaves it to the
     # other, the last stops it by the pid the starter wrote. A stand-in process named
@@ -41,7 +48,9 @@ def test_a_test_dockerd_is_stopped_by_the_last_run_that_uses_it(tmp_path, monkey
     fake = tmp_path / "bin" / "dockerd"
     fake.parent.mkdir()
     shutil.copy(shutil.which("sleep"), fake)
-    proc = subprocess.Popen([str(fake), "60"])
+    # SIGTERM as the stand-in's own default (a runner may pass it on ignored or blocked): the
+    # stop is then one SIGTERM, not the STOP_WAIT and a SIGKILL.
+    proc = subprocess.Popen([str(fake), "60"], preexec_fn=_default_sigterm)
     try:
         (tmp_path / prerequisites._STARTED).write_text(str(proc.pid))
         first, last = prerequisites.DockerEngine(), prerequisites.DockerEngine()
@@ -49,8 +58,11 @@ def test_a_test_dockerd_is_stopped_by_the_last_run_that_uses_it(tmp_path, monkey
         last._join()
         first.stop()
         assert proc.poll() is None, "the first run to end stopped a dockerd another run uses"
+        started = time.monotonic()
         last.stop()
-        assert proc.poll() is not None, "the last run to end left the dockerd running"
+        took = time.monotonic() - started
+        assert proc.poll() is not None, f"the last run to end left the dockerd running ({took:.1f} s)"
+        assert took < prerequisites.STOP_WAIT, f"the stop waited {took:.1f} s: SIGTERM did not end it"
         assert not (tmp_path / prerequisites._STARTED).exists()
     finally:
         if proc.poll() is None:
