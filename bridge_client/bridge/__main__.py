@@ -107,10 +107,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return code
         if code == 2 and notice is not None and is_full(state):  # the listening file, say
             code, notice = _launch_failed(None, notice, state)
-        elif code == 1 and unwritable_reason(bridge.store.failure) is not None:
-            log.error("the state directory %s cannot be written: %s", state,
-                      unwritable_reason(bridge.store.failure))
-            code = UNWRITABLE_EXIT
+        elif code == 1:
+            reason = unwritable_reason(bridge.store.failure)
+            if reason is not None:
+                log.error("the state directory %s cannot be written: %s", state, reason)
+                code = UNWRITABLE_EXIT
         return code
     finally:
         # The lock before the start lock: a bridge waiting to start then finds the lock free.
