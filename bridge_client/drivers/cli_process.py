@@ -213,7 +213,13 @@ class JsonLinesProcess:
     """What :meth:`next_event` returns after the last line."""
 
     def stderr_tail(self) -> str:
-        """The last lines the CLI wrote to stderr, joined by `` | `` (may be empty)."""
+        """The last lines the CLI wrote to stderr, joined by `` | `` (may be empty).
+
+        Once the CLI has exited, this first waits (at most 0.5 s) for the reader to reach
+        the end of stderr, so lines written just before the exit are in the tail.
+        """
+        if self.proc.returncode is not None:
+            self._threads[1].join(0.5)
         return " | ".join(self._stderr)
 
     # ------------------------------------------------------------------ the event loop
