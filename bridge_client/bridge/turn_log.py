@@ -91,6 +91,13 @@ class Turn:
         return self.life.status
 
     @property
+    def reported_status(self) -> str:
+        """What ``StartTurn`` and ``CancelTurn`` answer: ``finished`` as soon as the turn's
+        ``turn-finish`` is committed (a reader may have read it), although its thread may not
+        have ended yet (the life table's ``end`` move comes after); else :attr:`status`."""
+        return "finished" if self.complete else self.life.status
+
+    @property
     def forced(self) -> bool:
         """The cancel grace ran out: the manager finished the turn itself; the driver's thread
         (still running, maybe) writes nothing more and changes no state."""

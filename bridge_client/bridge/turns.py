@@ -132,7 +132,7 @@ class TurnManager(TurnRunner):
             elif turn.prompt != prompt:
                 raise TurnConflict(f"turn {turn_id!r} was started with another prompt", turnId=turn_id)
             elif turn.status in ("running", "finished"):
-                status = turn.status
+                status = turn.reported_status
             else:
                 ticket = self._continue(turn, session)
                 status = "continued"
@@ -195,7 +195,7 @@ class TurnManager(TurnRunner):
                 ticket = self._finish_turn(turn, None, "cancelled", None, None)
                 turn.life.move("cancel")
                 self._finished[turn.id] = None
-            status = turn.status
+            status = turn.reported_status
         if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
         return {"turnId": turn_id, "status": status}

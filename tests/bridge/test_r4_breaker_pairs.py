@@ -54,20 +54,27 @@ def test_b03_b08_a_thousand_pairs_in_one_frame_each_read_whole_once(make_bridge,
             batch += [_start(2 * i + 1, sid, f"t-many-{i}", f"p{i} q"), _read(2 * i + 2, sid, f"t-many-{i}")]
         client.ws.send(json.dumps(batch, separators=(",", ":")))
         got = _collect(client, [2 * i + 2 for i in range(n)], [2 * i + 1 for i in range(n)])
-        started = 0
+        started = read = 0
         for i in range(n):
             start_exit, read_exit = got[2 * i + 1], got[2 * i + 2]
+            parts = got.get(-(2 * i + 2), [])
             if start_exit["_tag"] != "Success":  # Overloaded (max_running): nothing was written
                 assert "Overloaded" in json.dumps(start_exit), start_exit
                 assert read_exit["_tag"] == "Failure", read_exit  # no such turn
                 continue
             started += 1
-            parts = got.get(-(2 * i + 2), [])
+            if read_exit["_tag"] != "Success":
+                # Overloaded: the connection's open streams were at their bound (a slow
+                # machine leaves more reads open at once); refused before any part.
+                assert "streams are open on this connection" in json.dumps(read_exit), read_exit
+                assert not parts
+                continue
+            read += 1
             assert read_exit == {"_tag": "Success", "value": None}, read_exit
             assert [p["index"] for p in parts] == list(range(len(parts)))
             assert parts[0]["type"] == "turn-start" and parts[-1]["type"] == "turn-finish"
             assert text_of(parts) == f"p{i} q"
-        assert started > 0
+        assert started > 0 and read > 0
         assert client.value("Hello")["bridgeId"]
 
 

@@ -57,3 +57,16 @@ def test_a_turns_status_is_its_lifes():
     turn.life.move("launch")
     turn.life.move("force")
     assert (turn.status, turn.forced) == ("running", True)
+
+
+def test_c09_a_turn_whose_finish_is_committed_is_reported_finished_before_its_thread_ends():
+    # A reader may read turn-finish before the turn's thread makes the "end" move; a StartTurn
+    # sent again (or a CancelTurn) in that window must not answer "running" (seen in CI).
+    turn = Turn("t", "s", "p", SessionState("s", 0, None), "running")
+    turn.publish_segment(['{"type":"text-delta"}'], [(0, 1, "text-delta")], [])
+    assert turn.reported_status == "running"
+    finish = (None, 1, "turn-finish")
+    turn.publish_segment(['{"type":"turn-finish"}'], [finish], [finish])
+    assert turn.status == "running" and turn.reported_status == "finished"
+    turn.life.move("end")
+    assert turn.reported_status == "finished"
