@@ -1,7 +1,8 @@
 """The ReadTurn stream sender: a turn's committed parts from an offset, sent as
 Chunks with one Chunk in flight until the host's Ack (back-pressure), and the Exit right after
 ``turn-finish``, by whichever thread makes progress (the connection's, a committing turn's,
-websockets' reader after an Ack), with a thread of its own only once a send must wait.
+websockets' reader after an Ack), with a thread of its own only once a send must wait (the
+Exit too: a committing thread never waits on a peer).
 
 It sends through its connection (:class:`StreamConnection`, which
 :class:`~bridge_client.bridge.connection.Connection` is); see the *Design notes*, issue 15.
@@ -236,7 +237,8 @@ class ReadStream:
             if self.conn.try_send_exit(self.request_id, value) is not None:
                 return
             if self._hand_off(value):
-                return  # (no thread to be had: sent here, as a Chunk would be)
+                return
+            # No thread to be had (B09): sent here, as a Chunk would be.
         self.conn.send_exit(self.request_id, value)
 
     def _run(self) -> None:
