@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import socket
 import struct
+import sys
 import termios
 import threading
 import time
@@ -83,6 +85,34 @@ def _queued(fd: int) -> Optional[int]:
         return int(struct.unpack("i", fcntl.ioctl(fd, _OUTQ, b"\0\0\0\0"))[0])
     except OSError:
         return None
+
+
+_SO_MEMINFO = 55 if sys.platform.startswith("linux") else None  # not in Python's socket module
+_MEMINFO = struct.Struct("9I")  # struct sk_meminfo: [3] the send buffer, [5] what its queue takes
+_COST = 4.0
+"""Bytes of the kernel's send buffer that a byte sent may take, at least (the truesize of its
+segments): 1.4 on loopback, up to 3.6 measured for a peer of a tiny window and small segments.
+The cost the queue shows (what it takes over what it holds) counts one and a half times."""
+
+
+def _send_bound(sock: Any, queued: int) -> int:
+    """The most the socket's send queue may hold, in bytes sent, for a send to go without
+    waiting on the peer (at most :data:`INLINE_BYTES`), ``queued`` being what it holds now.
+
+    The kernel takes a send while what its queue takes is below the send buffer
+    (``SO_SNDBUF``), counted in the memory of its segments, not in bytes sent: a peer that
+    advertises a tiny window and small segments makes that room well under 64 KiB (15 KB
+    measured on loopback). 0 when the kernel cannot tell (nothing goes at once then);
+    :data:`INLINE_BYTES` where there is no way to ask (the send timeout still bounds a send)."""
+    if _SO_MEMINFO is None or sock is None:
+        return INLINE_BYTES  # pragma: no cover - the send timeout still bounds a send
+    try:
+        info = _MEMINFO.unpack(sock.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO.size))
+    except (OSError, AttributeError, struct.error):
+        return 0
+    sndbuf, taken = info[3], info[5]
+    cost = max(_COST, 1.5 * taken / queued) if queued > 0 else _COST
+    return min(INLINE_BYTES, queued + max(0, int((sndbuf - taken) / cost)))
 
 
 _UNREAD_SLACK = 1024
@@ -161,12 +191,16 @@ class Connection:
         # bytes the WebSocket wrote (its ``written``: frames, pongs, closes), those that had
         # left the queue when the kernel was last asked (under the WebSocket's lock). The
         # queue holds at most the difference: it only drains between two questions. (A host's
-        # Ack is not trusted for this: a host may ack what it did not read.)
+        # Ack is not trusted for this: a host may ack what it did not read.) And the most the
+        # queue may hold for a send to go at once, as of that question (_send_bound): the
+        # kernel's room then, in bytes, less what was written since, is room still.
         self._drained = 0
         try:
             self._fd = ws.socket.fileno()
         except (AttributeError, OSError):  # pragma: no cover
             self._fd = -1
+        self._sock = getattr(ws, "socket", None)
+        self._bound = _send_bound(self._sock, 0)
 
     # ------------------------------------------------------------------ sending
 
@@ -189,7 +223,8 @@ class Connection:
     def try_send(self, text: str) -> Optional[bool]:
         """Send one text frame only if it goes at once: no other send under way, a frame of at
         most :data:`INLINE_BYTES` characters, and room for its bytes in the socket's buffer
-        beside what is queued there, and the WebSocket's write lock free at once (its own
+        beside what is queued there (in the kernel's own count: see :func:`_send_bound`),
+        and the WebSocket's write lock free at once (its own
         thread may hold it while a pong waits on the peer): so the calling thread, which may be
         a turn's or the store's committing thread, never waits on a peer. Returns ``None`` when
         it did not send (send it with :meth:`send` from a thread that may wait), else as
@@ -206,13 +241,14 @@ class Connection:
             # Asked under the WebSocket's write lock: what it wrote (pongs and closes too)
             # cannot grow meanwhile.
             unsent = written - self._drained + _UNREAD_SLACK
-            if unsent + size <= INLINE_BYTES:
+            if unsent + size <= self._bound:
                 return True
             queued = _queued(self._fd)
-            if queued is None or queued + size > INLINE_BYTES:
+            if queued is None:
                 return False
             self._drained = written - queued
-            return True
+            self._bound = _send_bound(self._sock, queued)
+            return queued + size <= self._bound
 
         try:
             # wait=False: the connection's own thread may hold the WebSocket's lock while a
@@ -240,15 +276,24 @@ class Connection:
         finally:
             self._sending_since = None
 
-    def send_exit(self, request_id: RequestId, value: Any) -> None:
-        """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
+    def _exit_text(self, request_id: RequestId, value: Any) -> str:
+        """The Exit frame of ``value`` (a Success or Failure); Die if it cannot be encoded."""
         try:
             text = encode(Exit(request_id, value))
             text.encode("utf-8")  # a lone surrogate would fail inside websockets and drop the connection
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             log.error("connection %d: cannot encode the answer to %r: %s", self.number, request_id, exc)
             text = encode(Exit(request_id, die(f"the answer cannot be encoded: {exc}")))
-        self.send(text)
+        return text
+
+    def send_exit(self, request_id: RequestId, value: Any) -> None:
+        """Answer a request with ``value`` (a Success or Failure); Die if it cannot be encoded."""
+        self.send(self._exit_text(request_id, value))
+
+    def try_send_exit(self, request_id: RequestId, value: Any) -> Optional[bool]:
+        """As :meth:`send_exit`, only if it goes at once (:meth:`try_send`): for a thread that
+        must not wait on the peer. ``None`` when it did not go."""
+        return self.try_send(self._exit_text(request_id, value))
 
     def send_fail(self, request_id: RequestId, error: Dict[str, Any]) -> None:
         """Answer with a typed error (``Fail``)."""

@@ -1,7 +1,8 @@
 """The ReadTurn stream sender: a turn's committed parts from an offset, sent as
 Chunks with one Chunk in flight until the host's Ack (back-pressure), and the Exit right after
 ``turn-finish``, by whichever thread makes progress (the connection's, a committing turn's,
-websockets' reader after an Ack), with a thread of its own only once a send must wait.
+websockets' reader after an Ack), with a thread of its own only once a send must wait (the
+Exit too: a committing thread never waits on a peer).
 
 It sends through its connection (:class:`StreamConnection`, which
 :class:`~bridge_client.bridge.connection.Connection` is); see the *Design notes*, issue 15.
@@ -13,6 +14,7 @@ import threading
 from typing import Any, Optional, Protocol
 
 from ..wire.frames import Failure, Interrupted, RequestId, Success, encode_chunk_raw
+from .dispatch import die
 from .turns import Turn
 
 __all__ = ["ReadStream", "StreamConnection"]
@@ -38,8 +40,8 @@ class StreamConnection(Protocol):
     def send_exit(self, request_id: RequestId, value: Any) -> None:
         """Answer the request with ``value`` (a Success or Failure)."""
 
-    def send_die(self, request_id: RequestId, message: str) -> None:
-        """Answer the request with a defect."""
+    def try_send_exit(self, request_id: RequestId, value: Any) -> Optional[bool]:
+        """As :meth:`send_exit`, only if it goes at once (``try_send``); ``None`` when not."""
 
 
 class ReadStream:
@@ -52,11 +54,14 @@ class ReadStream:
     websockets' reader). Those send only what goes into the socket at once
     (``Connection.try_send``); anything else (a big Chunk, a full socket, another send
     under way) is handed to the stream's own daemon thread, started the first time it is
-    needed. :meth:`stop` (Interrupt, or the connection closing) ends it from any thread.
+    needed. :meth:`stop` (Interrupt, or the connection closing) ends it from any thread. The
+    Exit goes the same way: at once from such a thread, else from the stream's own (a thread
+    that holds the store's commit must never wait on a peer, not even for the last frame).
 
     State, under ``_lock``: ``_busy`` (a thread is sending for the stream: it alone moves
     ``position``), ``_again`` (work came while busy), ``_inflight`` (a Chunk awaits its Ack),
-    ``_handoff`` (the stream's thread should take over), ``_ended`` (the end is under way).
+    ``_handoff`` (the stream's thread should take over), ``_ended`` (the end is under way),
+    ``_final`` (the Exit's value, when the stream's thread is to send it).
     """
 
     def __init__(
@@ -76,6 +81,7 @@ class ReadStream:
         self._handoff = False
         self._ended = False
         self._stop_reason: Optional[str] = None
+        self._final: Any = None
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
@@ -136,7 +142,7 @@ class ReadStream:
                 self._cond.notify_all()
             self.turn.remove_reader(self)
             self.conn.forget(self)
-            self.conn.send_die(self.request_id, f"{type(exc).__name__}: {exc}")
+            self._finish(die(f"{type(exc).__name__}: {exc}"), inline)
 
     def _pump(self, inline: bool) -> None:
         """Send what the host may get now; the caller set ``_busy`` (which this clears, or
@@ -164,7 +170,7 @@ class ReadStream:
                     break
             self.position = position
             if done:
-                self._end()
+                self._end(inline)
                 return
             with self._lock:
                 if self._stop_reason is not None:
@@ -180,13 +186,15 @@ class ReadStream:
             ended, self._ended = self._ended, True
             self._cond.notify_all()
         if not ended:
-            self._stopped()
+            self._stopped(inline)
 
-    def _hand_off(self) -> bool:
-        """Give the stream (``_busy`` and all) to its own thread, started now if it has none.
+    def _hand_off(self, final: Any = None) -> bool:
+        """Give the stream (``_busy`` and all) to its own thread, started now if it has none;
+        with ``final``, the thread only answers the request with it (the Exit).
         False when no thread can be started (the caller sends itself)."""
         with self._lock:
             self._handoff = True
+            self._final = final
             self._cond.notify_all()
             if self._thread is not None:
                 return True
@@ -201,24 +209,37 @@ class ReadStream:
             with self._lock:
                 self._thread = None
                 self._handoff = False
+                self._final = None
             return False
         return True
 
-    def _end(self) -> None:
+    def _end(self, inline: bool) -> None:
         """``turn-finish`` is sent: answer Exit Success."""
         with self._lock:
             self._ended = True
             self._cond.notify_all()
         self.turn.remove_reader(self)
         self.conn.forget(self)
-        self.conn.send_exit(self.request_id, Success(None))
+        self._finish(Success(None), inline)
 
-    def _stopped(self) -> None:
+    def _stopped(self, inline: bool = False) -> None:
         """The end after :meth:`stop`, once (whoever set ``_ended``)."""
         self.turn.remove_reader(self)
         self.conn.forget(self)
         if self._stop_reason == "interrupt":
-            self.conn.send_exit(self.request_id, Failure((Interrupted(),)))
+            self._finish(Failure((Interrupted(),)), inline)
+
+    def _finish(self, value: Any, inline: bool) -> None:
+        """Answer the request with ``value``, the stream's last frame (after its last Chunk, by
+        the thread that sent that). ``inline``: a thread that must not wait on the peer (the
+        committing one, say) sends it only at once, else hands it to the stream's thread."""
+        if inline:
+            if self.conn.try_send_exit(self.request_id, value) is not None:
+                return
+            if self._hand_off(value):
+                return
+            # No thread to be had (B09): sent here, as a Chunk would be.
+        self.conn.send_exit(self.request_id, value)
 
     def _run(self) -> None:
         while True:
@@ -226,6 +247,12 @@ class ReadStream:
                 while not self._handoff and not self._ended:
                     self._cond.wait()
                 if not self._handoff:
+                    # Gone under the lock: an Exit handed off after this starts a new thread.
+                    self._thread = None
                     return
                 self._handoff = False
+                final, self._final = self._final, None
+            if final is not None:
+                self.conn.send_exit(self.request_id, final)
+                return
             self._guarded(False)
