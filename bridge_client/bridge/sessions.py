@@ -146,7 +146,9 @@ class SessionRegistry:
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
             # Committed by this thread in wait() below (no wake of the writer; see submit).
             ticket = self._store.submit(
-                session.op(), interactive_op(session_id, session.approvals, session.approval_timeout), wake=False
+                session.op(),
+                interactive_op(session_id, session.approvals, session.approval_timeout),
+                wake=False,
             )
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
