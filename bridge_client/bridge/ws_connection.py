@@ -19,6 +19,7 @@ connection is closed (its ``__cause__`` the socket's error when a send failed),
 """
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import threading
@@ -71,6 +72,7 @@ class WsConnection:
         self._error: Optional[BaseException] = None  # why a send or a read failed
         self.written = 0  # bytes given to the socket so far (pongs and closes too), under _lock
         self._reader = threading.current_thread()  # made in the thread that serves it
+        self._shut = False  # abort() shut the socket both ways (or found it not connected)
 
     # ------------------------------------------------------------------ the upgrade
 
@@ -293,11 +295,16 @@ class WsConnection:
         self.abort()
 
     def abort(self) -> None:
-        """Shut the socket down both ways at once (a blocked send or read returns)."""
+        """Shut the socket down both ways at once (a blocked send or read returns). Once that
+        is done (or the peer's end made it moot), later calls make no system call."""
+        if self._shut:
+            return
         try:
             self.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                return
+        self._shut = True
 
     def close_socket(self) -> None:
         """The end of the connection's thread: shut and close the socket."""
