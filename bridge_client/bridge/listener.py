@@ -218,7 +218,8 @@ class ListeningSocket(socket.socket):
                 time.sleep(ACCEPT_BACKOFF)
                 continue
             sock = socket.socket(self.kind[0], self.kind[1], self.kind[2], fileno=conn_fd)
-            sock.setblocking(True)
+            if sock.gettimeout() is not None:  # a default timeout was set: blocking is wanted
+                sock.setblocking(True)  # (accept4 made the socket blocking: no system call)
             set_send_timeout(sock, self.send_timeout)
             if self.gate.admit(sock):
                 return sock, address

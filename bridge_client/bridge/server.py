@@ -349,10 +349,13 @@ class BridgeServer:
 
     def _handle(self, ws: WsConnection) -> None:
         number = next(self._numbers)
-        # One INFO line per connection, at its end (a line costs the GIL and a write to
-        # bridge.log; a host opening many sessions pays it for each).
-        peer = _peer(ws)
-        log.debug("connection %d opened from %s", number, peer)
+        # No INFO line per connection: a line costs the GIL, its formatting and a write to
+        # bridge.log, and a host opening many sessions pays it for each; the turns' lines
+        # (with their session ids) and the warnings say what happened.
+        debug = log.isEnabledFor(logging.DEBUG)
+        peer = _peer(ws) if debug else ""
+        if debug:
+            log.debug("connection %d opened from %s", number, peer)
         conn = Connection(self, ws, number)
         with self._lock:
             self._live[ws] = conn
@@ -367,7 +370,8 @@ class BridgeServer:
                 self._live.pop(ws, None)
             if self._idle is not None:
                 self._idle.connection_closed()
-            log.info("connection %d from %s closed", number, peer)
+            if debug:
+                log.debug("connection %d from %s closed", number, peer)
 
 
 def _close_quietly(ws: WsConnection) -> None:

@@ -144,8 +144,11 @@ class SessionRegistry:
             session.env = dict(env or {})
             session.approvals = approvals
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
+            # Committed by this thread in wait() below (no wake of the writer; see submit).
             ticket = self._store.submit(
-                session.op(), interactive_op(session_id, session.approvals, session.approval_timeout)
+                session.op(),
+                interactive_op(session_id, session.approvals, session.approval_timeout),
+                wake=False,
             )
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
@@ -163,7 +166,7 @@ class SessionRegistry:
             if session is None:
                 raise SessionNotFound(f"no session {session_id!r}", sessionId=session_id)
             session.closed = True
-            ticket = self._store.submit(session.op())
+            ticket = self._store.submit(session.op(), wake=False)  # committed in wait() below
             result = session.state().to_dict()
         self._store.wait(ticket, self._commit_timeout)
         self._tell_driver_closed(session_id)

@@ -159,9 +159,16 @@ class TurnRunner(SessionRegistry):
         """:func:`~bridge_client.bridge.turn_sink.append_part` into this bridge's store. While
         a new turn's start is not committed, the part waits for that commit (StartTurn's
         thread makes it, and wakes the writer for what is queued after it): waking the writer
-        would race it (``RunSink._commit``)."""
-        wake = turn.buffer is None or turn.buffer.committed > 0
-        return append_part(self._store, turn, kind, step, attempt, fields, extra, force, wake)
+        would race it (``RunSink._commit``).
+
+        Whether that commit is done is looked at once the part is queued, as ``RunSink``
+        does: looked at before, a commit that ended in between (its thread found nothing
+        queued after it) left the part queued with no one woken for it."""
+        appended = append_part(self._store, turn, kind, step, attempt, fields, extra, force, False)
+        buffer = turn.buffer
+        if buffer is None or buffer.committed > 0:
+            self._store.wake_writer()
+        return appended
 
     def _wait_room(self, turn: Turn) -> None:
         """:func:`~bridge_client.bridge.turn_sink.wait_room` on this bridge's store."""

@@ -19,8 +19,9 @@ connection is closed (its ``__cause__`` the socket's error when a send failed),
 """
 from __future__ import annotations
 
-import select
+import errno
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -65,12 +66,12 @@ class WsConnection:
         self._messages: Deque[Message] = deque()  # read and not yet taken (one read, many frames)
         self._fragments: Optional[List[Frame]] = None  # a fragmented message being read
         self._failed = False  # a message failed the connection: frames read behind it are dropped
-        self._poll = select.poll()
-        self._poll.register(sock.fileno(), select.POLLIN)
+        self._wait_set = 0.0  # the socket's SO_RCVTIMEO now, in seconds (0: none)
         self._ended = threading.Event()  # the reading side saw the end (EOF or an error)
         self._error: Optional[BaseException] = None  # why a send or a read failed
         self.written = 0  # bytes given to the socket so far (pongs and closes too), under _lock
         self._reader = threading.current_thread()  # made in the thread that serves it
+        self._shut = False  # abort() shut the socket both ways (or found it not connected)
 
     # ------------------------------------------------------------------ the upgrade
 
@@ -159,20 +160,37 @@ class WsConnection:
                 return self._messages.popleft()
 
     def _read(self, deadline: Optional[float]) -> bytes:
-        """Bytes from the socket (``b""`` at its end), waiting until ``deadline`` at most."""
+        """Bytes from the socket (``b""`` at its end), waiting until ``deadline`` at most.
+
+        One blocking ``recv`` bounded by the socket's ``SO_RCVTIMEO`` (set to what is left
+        of the wait, when that changed), not a look without a wait, a ``poll`` and a second
+        ``recv``: each of those gives up the GIL and takes it back, and with many connections
+        each of those hand-overs is a thread switch or two. (Python's own socket timeout would
+        ``poll`` first too.)"""
         while True:
-            try:
-                return self.socket.recv(_READ_BYTES, _NO_WAIT)  # what is there, without a wait
-            except BlockingIOError:
-                pass
             if deadline is None:
-                wait = -1
+                wait = 0.0  # no bound
             else:
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("no message in time")
-                wait = max(1, int(left * 1000 + 0.999))
-            self._poll.poll(wait)
+                if left <= 0:  # only what is there already
+                    try:
+                        return self.socket.recv(_READ_BYTES, _NO_WAIT)
+                    except BlockingIOError:
+                        raise TimeoutError("no message in time") from None
+                wait = max(left, 0.001)  # (0 would mean no bound)
+            # Set again only when it changed by more than a millisecond: a connection waiting
+            # for its next frame asks for the same silence timeout each time.
+            if abs(wait - self._wait_set) > 0.001 or (wait == 0.0) != (self._wait_set == 0.0):
+                whole = int(wait)
+                self.socket.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((wait - whole) * 1e6))
+                )
+                self._wait_set = wait
+            try:
+                return self.socket.recv(_READ_BYTES)
+            except BlockingIOError:  # SO_RCVTIMEO ran out (EAGAIN): the deadline, or nearly
+                if deadline is None:
+                    continue
 
     def _feed(self, data: bytes) -> None:
         """Give read bytes (``b""``: the end) to the protocol; keep the messages they end."""
@@ -293,11 +311,16 @@ class WsConnection:
         self.abort()
 
     def abort(self) -> None:
-        """Shut the socket down both ways at once (a blocked send or read returns)."""
+        """Shut the socket down both ways at once (a blocked send or read returns). Once that
+        is done (or the peer's end made it moot), later calls make no system call."""
+        if self._shut:
+            return
         try:
             self.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                return
+        self._shut = True
 
     def close_socket(self) -> None:
         """The end of the connection's thread: shut and close the socket."""

@@ -10,6 +10,7 @@ A turn manager in this process over a real store (SQLite, ``synchronous=FULL``).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
@@ -127,6 +128,41 @@ def test_b03_a_burst_past_back_pressure_before_the_start_is_committed_ends(tmp_p
         parts = _log(manager, "t-burst")
         assert sum(p["type"] == "text-delta" for p in parts) == 400
         assert [p["index"] for p in parts] == list(range(len(parts)))
+    finally:
+        manager.close()
+        store.close()
+
+
+def test_b03_a_runner_part_queued_just_after_the_starts_commit_is_committed(tmp_path, monkeypatch):
+    # The runner's own parts (here step-finish and turn-finish of a driver that fails at once)
+    # may be queued right after StartTurn's thread committed the turn's start and found
+    # nothing queued behind it: that part must still wake the writer. The append is held
+    # until then (as a scheduler could hold the turn's thread).
+    from bridge_client.bridge import turn_runner
+
+    real = turn_runner.append_part
+
+    def late(store: Any, turn: Any, kind: str, *args: Any, **kw: Any) -> Any:
+        if kind in ("step-finish", "turn-finish") and turn.buffer is not None and not turn.buffer.committed:
+            deadline = time.monotonic() + 5
+            while not turn.buffer.committed and time.monotonic() < deadline:
+                time.sleep(0.005)
+            while store._commit_lock.locked() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.05)  # StartTurn's thread has looked at the queue
+        return real(store, turn, kind, *args, **kw)
+
+    monkeypatch.setattr(turn_runner, "append_part", late)
+    store, manager = _manager(tmp_path, echo.EchoDriver(steps=1, fail_at=0))
+    try:
+        assert manager.start_turn("s", "t", "a b")["status"] == "started"
+        turn = manager.find_turn("s", "t")
+        deadline = time.monotonic() + 5
+        while not turn.complete and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert turn.complete, "turn-finish was left queued with no commit to come"
+        kinds = [k for (_, _, k) in turn.metas]
+        assert kinds[0] == "turn-start" and kinds[-1] == "turn-finish", kinds
     finally:
         manager.close()
         store.close()

@@ -138,11 +138,15 @@ class StoreWriter:
     def __init__(self, conn: sqlite3.Connection, on_fatal: Optional[Callable[[BaseException], None]]) -> None:
         self._conn = conn
         self._on_fatal = on_fatal
-        # One lock, three conditions: work for the writer, room for submitters, done for waiters.
+        # One lock, two conditions (work for the writer, room for submitters) and the threads
+        # waiting for a commit: each with the test of its ticket and a lock held for it, which
+        # the committing thread releases only when that test passes. A condition notified for
+        # all would wake every waiter at every commit (100 sessions opening at once: each
+        # round of the group commit woke them all, to find most of their tickets still queued).
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._room = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
+        self._waiters: List[Tuple[Callable[[], bool], Any]] = []  # (done, held lock), under _lock
         # Items for the writer: PartBuffers (appended without the lock: deque.append is atomic)
         # and (ops, ticket) pairs (appended under the lock, so tickets are in queue order).
         self._queue: Deque[Any] = deque()
@@ -212,10 +216,14 @@ class StoreWriter:
             self.wake_writer()
         return True
 
-    def submit(self, *ops: Op) -> int:
+    def submit(self, *ops: Op, wake: bool = True) -> int:
         """Queue ``ops``; they are committed together, in order, after everything queued before.
 
-        Blocks (back-pressure) while too much waits for the writer.
+        Blocks (back-pressure) while too much waits for the writer. ``wake=False``: the
+        writer is not woken for them; the caller commits them itself right after (:meth:`wait`
+        with ``here``, which hands them to whoever commits when a commit is under way). Waking
+        a thread costs more than the commit's Python work here, and the writer woken for a
+        lone op races the caller's own commit for it.
 
         Returns:
             A ticket for :meth:`wait`.
@@ -231,7 +239,7 @@ class StoreWriter:
             self._submitted += 1
             ticket = self._submitted
             self._queue.append((ops, ticket))
-            if self._writer_waiting:
+            if wake and self._writer_waiting:
                 self._work.notify()
             return ticket
 
@@ -276,12 +284,39 @@ class StoreWriter:
                 self.commit_here()  # commit it here rather than wait for the writer's turn
             else:
                 self.wake_writer()
-        with self._lock:
-            ok = self._done.wait_for(done, timeout)
-            if self._failed is not None:
-                raise StoreError(f"the store failed: {self._failed}")
-            if not ok:
-                raise TimeoutError(f"the store did not commit within {timeout} s")
+        entry = None
+        if not done():
+            with self._lock:
+                if not done():
+                    held = threading.Lock()
+                    held.acquire()
+                    entry = (done, held)
+                    self._waiters.append(entry)
+        if entry is not None and not entry[1].acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            with self._lock:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                ok = done()
+        else:
+            ok = True  # released by the commit that made done() true (or by the failure)
+        if self._failed is not None:
+            raise StoreError(f"the store failed: {self._failed}")
+        if not ok:
+            raise TimeoutError(f"the store did not commit within {timeout} s")
+
+    def _wake_done(self, everyone: bool = False) -> None:
+        """Release the waiters whose ticket is committed (``everyone``: all; the store
+        failed). The caller holds ``_lock``."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        left = []
+        for entry in waiters:
+            if everyone or entry[0]():
+                entry[1].release()
+            else:
+                left.append(entry)
+        self._waiters = left
 
     def _run(self) -> None:
         queue = self._queue
@@ -324,7 +359,7 @@ class StoreWriter:
                 buffer.committed = end
             if ticket:
                 self._committed = ticket
-            self._done.notify_all()
+            self._wake_done()
             self._room.notify_all()
         return True
 
@@ -417,7 +452,7 @@ class StoreWriter:
             self._failed = exc
             self._broken = True
             self._room.notify_all()
-            self._done.notify_all()
+            self._wake_done(everyone=True)
         if self._on_fatal is not None:
             try:
                 self._on_fatal(exc)
