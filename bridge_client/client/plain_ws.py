@@ -14,9 +14,9 @@ websocket-client, whose connect handles them.
 from __future__ import annotations
 
 import base64
-import os
 import socket
 import struct
+import sys
 import threading
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
@@ -35,6 +35,7 @@ from ..wire.ws_frames import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_
 __all__ = ["PlainWebSocket"]
 
 _READ = 65536  # bytes asked of the kernel per read
+_KERNEL_TIMEOUTS = sys.platform.startswith("linux")  # SO_RCVTIMEO takes a struct timeval here
 
 
 class PlainWebSocket:
@@ -67,6 +68,7 @@ class PlainWebSocket:
         the upgrade fails, as websocket-client's connect closes its own."""
         ws = cls(sock, get_mask_key)
         try:
+            ws.settimeout(sock.gettimeout())
             ws.upgrade(url, headers)
         except BaseException:
             ws.shutdown()
@@ -84,13 +86,13 @@ class PlainWebSocket:
         """
         parts = urlsplit(url)
         resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        key = base64.b64encode(os.urandom(16)).decode("ascii")
+        key = base64.b64encode(self._mask_key(16)).decode("ascii")  # a nonce: the mask keys' random draw
         sock = self._socket()
         request = ws_frames.upgrade_request(resource, parts.hostname or "", parts.port or 80, key, headers)
-        sock.sendall(request)
+        self._send_all(sock, memoryview(request))
         data = b""
         while True:
-            chunk = sock.recv(_READ)
+            chunk = self._recv(sock)
             if not chunk:
                 raise WebSocketConnectionClosedException("the peer closed the connection during the upgrade")
             data += chunk
@@ -113,8 +115,20 @@ class PlainWebSocket:
     # ------------------------------------------------------------------ websocket-client's API
 
     def settimeout(self, timeout: Optional[float]) -> None:
-        """The socket's timeout for every read and write."""
-        self._socket().settimeout(timeout)
+        """The socket's timeout for every read and write. On Linux it is the kernel's
+        (``SO_RCVTIMEO``, ``SO_SNDTIMEO``, the socket itself blocking): a read or a write is
+        then one system call, where Python's own timeout polls before each (two hand-overs
+        of the GIL instead of one)."""
+        sock = self._socket()
+        if _KERNEL_TIMEOUTS and timeout is not None and timeout > 0:
+            seconds = int(timeout)
+            micros = int((timeout - seconds) * 1e6) or (0 if seconds else 1)  # zero would be "never"
+            value = struct.pack("ll", seconds, micros)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            sock.settimeout(None)
+        else:
+            sock.settimeout(timeout)
 
     def send(self, payload: Union[bytes, str], opcode: int = OP_TEXT) -> int:
         """Send one whole frame (``str`` as UTF-8); returns its length on the wire.
@@ -126,13 +140,7 @@ class PlainWebSocket:
         data = payload.encode("utf-8") if isinstance(payload, str) else payload
         frame = ws_frames.client_frame(opcode, data, self._mask_key(4))
         with self._lock:
-            sock = self._socket()
-            view = memoryview(frame)
-            try:
-                while view:
-                    view = view[sock.send(view):]
-            except socket.timeout as exc:
-                raise WebSocketTimeoutException(str(exc) or "timed out") from None
+            self._send_all(self._socket(), memoryview(frame))
         return len(frame)
 
     def recv_data(self) -> Tuple[int, bytes]:
@@ -197,12 +205,25 @@ class PlainWebSocket:
             raise WebSocketConnectionClosedException("socket is already closed.")
         return sock
 
-    def _fill(self) -> None:
-        sock = self._socket()
+    @staticmethod
+    def _send_all(sock: socket.socket, view: memoryview) -> None:
+        """Every byte of ``view`` (``send`` in a loop, as websocket-client does: a wrapper of
+        the socket sees each call); a timeout is websocket-client's exception."""
         try:
-            data = sock.recv(_READ)
-        except socket.timeout as exc:
+            while view:
+                view = view[sock.send(view) :]
+        except (socket.timeout, BlockingIOError) as exc:  # Python's timeout, the kernel's
             raise WebSocketTimeoutException(str(exc) or "timed out") from None
+
+    @staticmethod
+    def _recv(sock: socket.socket) -> bytes:
+        try:
+            return sock.recv(_READ)
+        except (socket.timeout, BlockingIOError) as exc:
+            raise WebSocketTimeoutException(str(exc) or "timed out") from None
+
+    def _fill(self) -> None:
+        data = self._recv(self._socket())
         if not data:
             self.shutdown()
             raise WebSocketConnectionClosedException("Connection to remote host was lost.")

@@ -8,7 +8,9 @@ import base64
 import hashlib
 import socket
 import struct
+import sys
 import threading
+import time
 from typing import Callable, List
 
 import pytest
@@ -169,3 +171,32 @@ def test_c04_plain_ws_upgrade_answers_map_to_the_connections_errors(listener):
         with pytest.raises(error):
             Connection(Endpoint(url=url, headers=()), Redacted("t" * 32), open_timeout=5.0)
         server.join(10)
+
+
+def test_c04_plain_ws_timeouts_hold_for_reads_and_writes(listener):
+    # On Linux the timeout is the kernel's (one system call per read or write, no poll
+    # first): a silent peer still ends a read, and a peer that reads nothing a write.
+    hold = threading.Event()
+
+    def silent(sock: socket.socket, head: bytes, buf: bytearray) -> None:
+        hold.wait(10)  # reads nothing, says nothing
+
+    server = _peer(listener, silent)
+    ws = _open(listener)
+    try:
+        ws.settimeout(0.2)
+        started = time.monotonic()
+        with pytest.raises(websocket.WebSocketTimeoutException):
+            ws.recv_data()
+        assert 0.15 < time.monotonic() - started < 2.0
+        started = time.monotonic()
+        with pytest.raises(websocket.WebSocketTimeoutException):
+            for _ in range(200):  # far more than the socket buffers hold
+                ws.send(b"z" * (1 << 20), ws_frames.OP_BINARY)
+        assert time.monotonic() - started < 5.0
+        if sys.platform.startswith("linux"):
+            assert ws.sock is not None and ws.sock.gettimeout() is None  # the kernel's timeouts
+    finally:
+        hold.set()
+        server.join(10)
+        ws.shutdown()
