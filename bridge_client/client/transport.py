@@ -22,10 +22,11 @@ import ipaddress
 import os
 import socket
 import ssl
-import threading
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
+
+from . import randoms
 
 __all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket", "MaskKeys"]
 
@@ -189,25 +190,13 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
 
 class MaskKeys:
     """The mask keys of one connection's frames (websocket-client's ``get_mask_key``): as
-    random as websocket-client's own (``os.urandom``), drawn 64 keys at a time instead of
-    one system call (and one hand-over of the GIL) per frame sent. Safe from several threads
-    (websocket-client masks a frame before it takes its send lock)."""
-
-    _KEYS = 64
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool = b""
-        self._pos = 0
+    random as websocket-client's own (``os.urandom``), taken from the process's pool of
+    random bytes (:mod:`.randoms`) instead of one system call (and one hand-over of the GIL)
+    per frame sent. Safe from several threads."""
 
     def __call__(self, length: int) -> bytes:
         """``length`` random bytes (4 for a mask key), each handed out once."""
-        with self._lock:
-            pos = self._pos
-            if pos + length > len(self._pool):
-                self._pool, pos = os.urandom(max(length, 4) * self._KEYS), 0
-            self._pos = pos + length
-            return self._pool[pos : pos + length]
+        return randoms.take(length)
 
 
 # websocket-client's own options on the sockets it opens (websocket._socket.DEFAULT_SOCKET_OPTION).
