@@ -1,8 +1,8 @@
 """How a connection reaches a bridge's URL: TLS verification and HTTP proxies.
 
 Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy_host``,
-``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``, and for a direct ``ws://`` URL the
-``socket`` it upgrades: see :func:`open_options`).
+``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``); a direct ``ws://`` URL gets its
+TCP socket here instead, which :mod:`.plain_ws` upgrades (see :func:`open_options`).
 
 - ``wss://`` URLs are verified (certificate chain and host name) against the system's
   trust store, or against ``ca_bundle`` (a PEM file or a folder of hashed certificates)
@@ -171,9 +171,9 @@ _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port
 def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
     """:func:`connect_options`, plus the connection's own :class:`MaskKeys` (websocket-client's
     ``get_mask_key``), and for a direct ``ws://`` URL (no proxy, no TLS) the TCP
-    connection itself, already open, as websocket-client's ``socket`` option: a
-    :class:`BufferedSocket`, which serves websocket-client's small reads (the upgrade's
-    answer a byte at a time, each frame's head) from one read of the kernel.
+    connection itself, already open, as ``socket``: a :class:`BufferedSocket`, which
+    :class:`~.connection.Connection` upgrades with :mod:`.plain_ws` (websocket-client would
+    take it as its ``socket`` option too, and its small reads be served from one kernel read).
 
     Raises:
         ValueError: as :func:`connect_options`.
