@@ -33,7 +33,6 @@ from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
 from .connection_life import ConnectionLife, Event, State
 from .failures import failure_error
-from .plain_ws import PlainWebSocket
 from .stream import END, Pending, Stream, StreamClosed
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
@@ -129,8 +128,10 @@ class Connection:
         try:
             # Verification on, CA bundle, proxies: websocket-client's own options.
             how = transport.open_options(endpoint.url, ca_bundle, open_timeout)
-            if "socket" in how:  # a direct ws://: our own upgrade and frames (plain_ws)
-                self._ws = PlainWebSocket.opened(how["socket"], how["get_mask_key"], endpoint.url, headers)
+            if "socket" in how:  # a direct ws://: websockets' client protocol (plain_ws)
+                from .plain_ws import PlainWebSocket  # websockets, imported at the first connection
+
+                self._ws = PlainWebSocket.opened(how["socket"], endpoint.url, headers)
             else:
                 self._ws = websocket.create_connection(
                     endpoint.url, timeout=open_timeout, header=headers, enable_multithread=True,

@@ -1,25 +1,24 @@
 """The WebSocket of a direct ``ws://`` connection (no TLS, no proxy: LocalSandbox, a Docker
-port on loopback): the upgrade and the frames done here, on the socket
-:func:`.transport.open_options` opened, with :mod:`bridge_client.wire.ws_frames`.
+port on loopback): websockets' Sans-I/O client protocol (``ClientProtocol``, the one the
+bridge serves with) on the socket :func:`.transport.open_options` opened, this module doing
+the socket's reads and writes.
 
-It offers :class:`~.connection.Connection` what it uses of websocket-client's
-``WebSocket`` (``send``, ``recv_data``, ``send_close``, ``abort``, ``shutdown``,
-``settimeout``, ``sock``), with the same behaviour and websocket-client's exception classes:
-a ping is answered with a pong, a close with a close, a fragmented message is joined.
-Why not websocket-client on this path (issue 15, sixth round): it reads the 101 a byte per
-call through three Python layers, and reads and masks each frame through as many; a
-connection's upgrade and frames here cost a fraction of that. TLS and proxies keep
-websocket-client, whose connect handles them.
+It offers :class:`~.connection.Connection` what it uses of websocket-client's ``WebSocket``
+(``send``, ``recv_data``, ``send_close``, ``abort``, ``shutdown``, ``settimeout``, ``sock``),
+with the same behaviour and websocket-client's exception classes: a ping is answered with a
+pong, a close with a close, a fragmented message is joined. Why not websocket-client on this
+path (issue 15, sixth round): it reads the 101 a byte per call through three Python layers,
+and reads and masks each frame through as many; here one read serves the upgrade's answer
+and the frames behind it. TLS and proxies keep websocket-client, whose connect handles them.
 """
 from __future__ import annotations
 
-import base64
+import re
 import socket
 import struct
 import sys
 import threading
-from typing import Callable, List, Optional, Sequence, Tuple, Union
-from urllib.parse import urlsplit
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from websocket import (
     WebSocketBadStatusException,
@@ -28,13 +27,17 @@ from websocket import (
     WebSocketProtocolException,
     WebSocketTimeoutException,
 )
+from websockets.client import ClientProtocol
+from websockets.datastructures import Headers
+from websockets.exceptions import InvalidState, InvalidStatus, ProtocolError
+from websockets.frames import Frame
+from websockets.uri import parse_uri
 
-from ..wire import ws_frames
-from ..wire.ws_frames import OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT
+__all__ = ["PlainWebSocket", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING", "OP_PONG"]
 
-__all__ = ["PlainWebSocket"]
-
+OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x1, 0x2, 0x8, 0x9, 0xA
 _READ = 65536  # bytes asked of the kernel per read
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ?([^\r\n]*)")
 _KERNEL_TIMEOUTS = sys.platform.startswith("linux")  # SO_RCVTIMEO takes a struct timeval here
 
 
@@ -43,30 +46,28 @@ class PlainWebSocket:
 
     Args:
         sock: the connected TCP socket (its timeout applies to every read and write).
-        get_mask_key: ``length -> bytes``, the mask keys of the frames sent (websocket-client's
-            ``get_mask_key``; :class:`.transport.MaskKeys`).
 
     Attributes:
         sock: the socket, ``None`` once shut down or lost.
         connected: True from the upgrade until a close is sent or the socket is lost.
     """
 
-    def __init__(self, sock: socket.socket, get_mask_key: Callable[[int], bytes]) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock: Optional[socket.socket] = sock
         self.connected = False
-        self._mask_key = get_mask_key
-        self._lock = threading.Lock()  # one frame at a time on the wire (callers and reader)
-        self._frames = ws_frames.FrameReader()
+        # The protocol is not thread-safe: the callers' sends and the reader's feeding (which
+        # may queue a pong or a close) take this lock, and write what it queued under it.
+        self._lock = threading.Lock()
+        self._protocol: Optional[ClientProtocol] = None
+        self._events: List[Any] = []
         self._fragments: List[bytes] = []
-        self._fragment_op: Optional[int] = None
+        self._fragment_op = 0
 
     @classmethod
-    def opened(
-        cls, sock: socket.socket, get_mask_key: Callable[[int], bytes], url: str, headers: Sequence[str]
-    ) -> "PlainWebSocket":
+    def opened(cls, sock: socket.socket, url: str, headers: Sequence[str]) -> "PlainWebSocket":
         """A connection upgraded on ``sock`` (see :meth:`upgrade`); the socket is closed when
         the upgrade fails, as websocket-client's connect closes its own."""
-        ws = cls(sock, get_mask_key)
+        ws = cls(sock)
         try:
             ws.settimeout(sock.gettimeout())
             ws.upgrade(url, headers)
@@ -76,40 +77,43 @@ class PlainWebSocket:
         return ws
 
     def upgrade(self, url: str, headers: Sequence[str]) -> None:
-        """Send the upgrade request for ``url`` with ``headers`` and read its answer; bytes
-        past the answer's head are the first frames'.
+        """Send the upgrade request for ``url`` with ``headers`` (``"Name: value"`` lines, after
+        websockets' own; no ``Origin``) and read its answer; bytes past the answer's head are
+        the first frames'.
 
         Raises:
             WebSocketBadStatusException: the answer is not a 101 (``status_code``).
             WebSocketException: not an HTTP answer, or a 101 that does not complete the upgrade.
             OSError: the socket failed or timed out.
         """
-        parts = urlsplit(url)
-        resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        key = base64.b64encode(self._mask_key(16)).decode("ascii")  # a nonce: the mask keys' random draw
-        sock = self._socket()
-        request = ws_frames.upgrade_request(resource, parts.hostname or "", parts.port or 80, key, headers)
-        self._send_all(sock, memoryview(request))
-        data = b""
-        while True:
-            chunk = self._recv(sock)
-            if not chunk:
-                raise WebSocketConnectionClosedException("the peer closed the connection during the upgrade")
-            data += chunk
-            try:
-                answer = ws_frames.read_upgrade_answer(data)
-            except ws_frames.FrameError as exc:
-                raise WebSocketException(str(exc)) from None
-            if answer is not None:
-                break
-        status, reason, answer_headers, head_length = answer
-        if status != 101:
-            message = f"Handshake status {status} {reason}"
-            raise WebSocketBadStatusException(message, status, reason, answer_headers)
-        if not ws_frames.accept_matches(answer_headers, key):
-            raise WebSocketException("Invalid WebSocket Header")
-        if len(data) > head_length:
-            self._frames.feed(data[head_length:])
+        protocol = self._protocol = ClientProtocol(parse_uri(url), max_size=None)
+        request = protocol.connect()
+        for line in headers:
+            name, _, value = line.partition(":")
+            request.headers[name.strip()] = value.strip()
+        protocol.send_request(request)
+        with self._lock:
+            self._flush()
+        first = b""  # the answer's first bytes, for a status websockets does not parse
+        while protocol.handshake_exc is None and not self._events:
+            data = self._recv()
+            first = first if len(first) >= 1024 else first + data
+            self._feed(data)
+        error = protocol.handshake_exc
+        if isinstance(error, InvalidStatus):
+            answer = error.response
+            message = f"Handshake status {answer.status_code} {answer.reason_phrase}"
+            raise WebSocketBadStatusException(message, answer.status_code, answer.reason_phrase,
+                                              _lower(answer.headers))
+        if error is not None:
+            # websockets reads HTTP/1.1 answers only; an HTTP/1.0 server's "401" is still a
+            # status (websocket-client took any HTTP/1.x status line, and a 401 must stay one).
+            status = _STATUS_LINE.match(first)
+            if status is not None:
+                code, reason = int(status.group(1)), status.group(2).decode("latin-1")
+                raise WebSocketBadStatusException(f"Handshake status {code} {reason}", code, reason)
+            raise WebSocketException(f"the upgrade failed: {error}") from None
+        self._events.pop(0)  # the 101
         self.connected = True
 
     # ------------------------------------------------------------------ websocket-client's API
@@ -131,17 +135,21 @@ class PlainWebSocket:
             sock.settimeout(timeout)
 
     def send(self, payload: Union[bytes, str], opcode: int = OP_TEXT) -> int:
-        """Send one whole frame (``str`` as UTF-8); returns its length on the wire.
+        """Send one whole frame (``str`` as UTF-8); returns the payload's length in bytes.
 
         Raises:
-            WebSocketConnectionClosedException: the socket is gone.
+            WebSocketConnectionClosedException: the socket is gone, or the connection closing.
             WebSocketTimeoutException: the socket's timeout passed with the frame unsent.
         """
         data = payload.encode("utf-8") if isinstance(payload, str) else payload
-        frame = ws_frames.client_frame(opcode, data, self._mask_key(4))
         with self._lock:
-            self._send_all(self._socket(), memoryview(frame))
-        return len(frame)
+            protocol = self._open_protocol()
+            try:
+                _SENDS[opcode](protocol, data)
+            except (InvalidState, ProtocolError) as exc:  # a close was sent or received
+                raise WebSocketConnectionClosedException(f"the connection is closing: {exc}") from None
+            self._flush()
+        return len(data)
 
     def recv_data(self) -> Tuple[int, bytes]:
         """The next message (``(opcode, payload)``; a fragmented one joined), or a close frame
@@ -153,31 +161,27 @@ class PlainWebSocket:
             WebSocketProtocolException: a frame this client does not accept.
         """
         while True:
-            try:
-                frame = self._frames.next()
-            except ws_frames.FrameError as exc:
-                raise WebSocketProtocolException(str(exc)) from None
-            if frame is None:
-                self._fill()
-                continue
-            fin, opcode, payload = frame
-            if opcode in (OP_TEXT, OP_BINARY, OP_CONT):
-                message = self._message(fin, opcode, payload)
+            while self._events:
+                frame = self._events.pop(0)
+                if not isinstance(frame, Frame):
+                    continue
+                message = self._message(frame)
                 if message is not None:
                     return message
-            elif opcode == OP_CLOSE:
-                if len(payload) == 1:
-                    raise WebSocketProtocolException("a close frame with a 1-byte payload")
-                self.send_close()
-                return opcode, payload
-            elif opcode == OP_PING:
-                self.send(payload, OP_PONG)
-            # OP_PONG: nothing to do
+            if self._protocol is not None and self._protocol.parser_exc is not None:
+                self._fail()  # what came before the bad frame was given out first
+            self._feed(self._recv())
 
     def send_close(self, status: int = 1000, reason: bytes = b"") -> None:
         """Send a close frame; the connection counts as closing from now on."""
         self.connected = False
-        self.send(struct.pack("!H", status) + reason, OP_CLOSE)
+        with self._lock:
+            protocol = self._open_protocol()
+            try:
+                protocol.send_close(status, reason.decode("utf-8", "replace"))
+            except (InvalidState, ProtocolError):  # already closing: nothing more to say
+                return
+            self._flush()
 
     def abort(self) -> None:
         """Wake a thread blocked reading (a TCP shutdown), while the connection is open."""
@@ -205,45 +209,89 @@ class PlainWebSocket:
             raise WebSocketConnectionClosedException("socket is already closed.")
         return sock
 
-    @staticmethod
-    def _send_all(sock: socket.socket, view: memoryview) -> None:
-        """Every byte of ``view`` (``send`` in a loop, as websocket-client does: a wrapper of
-        the socket sees each call); a timeout is websocket-client's exception."""
+    def _open_protocol(self) -> ClientProtocol:
+        if self._protocol is None:
+            raise WebSocketConnectionClosedException("the connection is not upgraded")
+        return self._protocol
+
+    def _flush(self) -> None:
+        """Write what the protocol queued (under ``_lock``): every byte, in order."""
+        protocol = self._open_protocol()
+        sock = self._socket()
         try:
-            while view:
-                view = view[sock.send(view) :]
+            for data in protocol.data_to_send():
+                # An empty chunk is websockets' "half-close now": the close frame says it.
+                # send() in a loop, as websocket-client does: a wrapper of the socket sees
+                # each call.
+                view = memoryview(data)
+                while view:
+                    view = view[sock.send(view) :]
         except (socket.timeout, BlockingIOError) as exc:  # Python's timeout, the kernel's
             raise WebSocketTimeoutException(str(exc) or "timed out") from None
 
-    @staticmethod
-    def _recv(sock: socket.socket) -> bytes:
+    def _recv(self) -> bytes:
         try:
-            return sock.recv(_READ)
+            return self._socket().recv(_READ)
         except (socket.timeout, BlockingIOError) as exc:
             raise WebSocketTimeoutException(str(exc) or "timed out") from None
 
-    def _fill(self) -> None:
-        data = self._recv(self._socket())
-        if not data:
+    def _feed(self, data: bytes) -> None:
+        """Hand ``data`` (``b""``: the peer closed) to the protocol, write what it answers
+        (a pong, a close), and keep its events."""
+        with self._lock:
+            protocol = self._open_protocol()
+            if data:
+                protocol.receive_data(data)
+            else:
+                protocol.receive_eof()
+            events = protocol.events_received()
+            try:
+                self._flush()
+            except (OSError, WebSocketException):
+                pass  # the peer is gone or not reading: the read below says so
+        self._events.extend(events)
+        if protocol.parser_exc is not None and not events:
+            self._fail()
+        if not data and not events:
             self.shutdown()
             raise WebSocketConnectionClosedException("Connection to remote host was lost.")
-        self._frames.feed(data)
 
-    def _message(self, fin: bool, opcode: int, payload: bytes) -> Optional[Tuple[int, bytes]]:
-        """A data frame into its message: the message when it is whole, else ``None``."""
-        if opcode == OP_CONT:
-            if self._fragment_op is None:
-                raise WebSocketProtocolException("a continuation frame with no message begun")
-        elif self._fragment_op is not None:
-            raise WebSocketProtocolException("a new message before the last one's end")
-        if fin:
-            if self._fragment_op is None:
-                return opcode, payload
-            self._fragments.append(payload)
-            whole = (self._fragment_op, b"".join(self._fragments))
-            self._fragments, self._fragment_op = [], None
-            return whole
-        if self._fragment_op is None:
-            self._fragment_op = opcode
-        self._fragments.append(payload)
-        return None
+    def _fail(self) -> None:
+        error = self._protocol.parser_exc if self._protocol is not None else None
+        self.shutdown()
+        raise WebSocketProtocolException(str(error) or type(error).__name__)
+
+    def _message(self, frame: Frame) -> Optional[Tuple[int, bytes]]:
+        """A frame into what :meth:`recv_data` returns: a whole message, a close, or ``None``
+        (a fragment of a message not yet whole, a ping or a pong: the protocol answered)."""
+        opcode, data = int(frame.opcode), bytes(frame.data)  # bytes already, from the parser
+        if opcode == OP_CLOSE:
+            self.connected = False
+            return opcode, data
+        if opcode in (OP_PING, OP_PONG):
+            return None
+        if opcode != 0:  # text or binary: a message begins (the protocol checked the order)
+            if frame.fin:
+                return opcode, data
+            self._fragment_op, self._fragments = opcode, [data]
+            return None
+        self._fragments.append(data)
+        if not frame.fin:
+            return None
+        whole = (self._fragment_op, b"".join(self._fragments))
+        self._fragments = []
+        return whole
+
+
+def _lower(headers: Headers) -> Dict[str, str]:
+    """The answer's headers as websocket-client gives them (names in lower case)."""
+    return {name.lower(): value for name, value in headers.raw_items()}
+
+
+# What send() does per opcode: the protocol's own methods, which check its state.
+_SENDS: Dict[int, Callable[[ClientProtocol, bytes], None]] = {
+    OP_TEXT: ClientProtocol.send_text,
+    OP_BINARY: ClientProtocol.send_binary,
+    OP_PING: ClientProtocol.send_ping,
+    OP_PONG: ClientProtocol.send_pong,
+}

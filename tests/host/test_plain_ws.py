@@ -22,9 +22,13 @@ from bridge_client.client.plain_ws import PlainWebSocket
 from bridge_client.errors import ConnectionLost, Unauthorized
 from bridge_client.redacted import Redacted
 from bridge_client.sandbox.base import Endpoint
-from bridge_client.wire import ws_frames
+from bridge_client.client import plain_ws as ws_frames  # the opcodes
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _mask(key: bytes, payload: bytes) -> bytes:
+    return bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
 def _frame(opcode: int, payload: bytes, fin: bool = True, rsv: int = 0, key: bytes = b"") -> bytes:
@@ -38,7 +42,7 @@ def _frame(opcode: int, payload: bytes, fin: bool = True, rsv: int = 0, key: byt
         head = struct.pack("!BBH", b0, m | 126, n)
     else:
         head = struct.pack("!BBQ", b0, m | 127, n)
-    return head + key + (ws_frames.mask(key, payload) if key else payload)
+    return head + key + (_mask(key, payload) if key else payload)
 
 
 def _read_client_frame(sock: socket.socket, buf: bytearray) -> tuple:
@@ -56,7 +60,7 @@ def _read_client_frame(sock: socket.socket, buf: bytearray) -> tuple:
                     key, payload = bytes(buf[at : at + 4]), bytes(buf[at + 4 : at + 4 + n])
                     opcode = buf[0] & 0x0F
                     del buf[: at + 4 + n]
-                    return opcode, ws_frames.mask(key, payload)
+                    return opcode, _mask(key, payload)
         data = sock.recv(65536)
         assert data, "the client closed the socket"
         buf += data
@@ -93,7 +97,7 @@ def listener():
 def _open(listener: socket.socket, headers: List[str] = ()) -> PlainWebSocket:  # type: ignore[assignment]
     port = listener.getsockname()[1]
     sock = transport.BufferedSocket.connect_to("127.0.0.1", port, 5.0)
-    return PlainWebSocket.opened(sock, transport.MaskKeys(), f"ws://127.0.0.1:{port}/path?q=1", list(headers))
+    return PlainWebSocket.opened(sock, f"ws://127.0.0.1:{port}/path?q=1", list(headers))
 
 
 def test_c04_plain_ws_frames_both_ways(listener):
@@ -104,9 +108,9 @@ def test_c04_plain_ws_frames_both_ways(listener):
         for size in (5, 300, 70_000):  # the 7-bit, 16-bit and 64-bit length forms
             seen[size] = _read_client_frame(sock, buf)
         big = _frame(ws_frames.OP_TEXT, b"y" * 70_000)
-        # A ping between a message's fragments, the fragments cut across writes, a masked one.
+        # A ping between a message's fragments, the fragments cut across writes.
         data = (_frame(ws_frames.OP_TEXT, b"he", fin=False) + _frame(ws_frames.OP_PING, b"p!")
-                + _frame(ws_frames.OP_CONT, b"llo", key=b"\x01\x02\x03\x04") + big
+                + _frame(0x0, b"llo") + big
                 + _frame(ws_frames.OP_PONG, b"") + _frame(ws_frames.OP_CLOSE, struct.pack("!H", 1000)))
         for i in range(0, 70, 7):
             sock.sendall(data[i : i + 7])  # the first frames in small pieces
@@ -138,9 +142,10 @@ def test_c04_plain_ws_frames_both_ways(listener):
     _frame(ws_frames.OP_TEXT, b"x", rsv=0x40),  # an extension nobody agreed
     _frame(0x3, b"x"),  # a reserved opcode
     _frame(ws_frames.OP_PING, b"x" * 126),  # a control frame too long
-    _frame(ws_frames.OP_CONT, b"x"),  # a continuation with no message begun
+    _frame(0x0, b"x"),  # a continuation with no message begun
+    _frame(ws_frames.OP_TEXT, b"x", key=b"\x01\x02\x03\x04"),  # masked by the server (RFC 6455 5.1)
 ])
-def test_c04_plain_ws_refuses_what_websocket_client_refuses(listener, bad):
+def test_c04_plain_ws_refuses_frames_the_protocol_forbids(listener, bad):
     hold = threading.Event()
 
     def script(sock: socket.socket, head: bytes, buf: bytearray) -> None:
