@@ -20,11 +20,12 @@ The bridge's half is :mod:`benchmarks._paced_stages` (loaded as the bridge's dri
 host's wraps ``recv_data`` (websocket-client's and ``plain_ws``'s), ``Connection._route``
 and ``Stream.take`` in this process. Printed: each step's wait (p50, p90, p99 over the
 deltas of the steady part, 15% to 85% of each stream), the bridge's share (emit to sent) and
-the host's (sent to yield), the commit rounds by size (their write and their publish-and-send time), and deltas per Chunk;
-then where the bridge's CPU goes per delta in the steady part: by thread (the turns' threads,
-websockets' readers that take the Acks, the store's writer, the streams' own threads; from
-``/proc/<pid>/task``, with voluntary switches), the CPU of the driver's ``ctx.text`` calls,
-and of the commit rounds' transactions and publish-and-send.
+the host's (sent to yield), the commit rounds by size (their write and their
+publish-and-send time), and deltas per Chunk; then where the bridge's CPU goes per delta in
+the steady part: by thread (the turns' threads, websockets' readers that take the Acks, the
+store's writer, the streams' own threads; from ``/proc/<pid>/task``, with voluntary
+switches), the CPU of the driver's ``ctx.text`` calls, and of the commit rounds'
+transactions and publish-and-send.
 The stamps cost a few microseconds per delta: this is for finding where a delta waits, the
 benchmark rows (``python -m benchmarks --only paced``) are the figures.
 
