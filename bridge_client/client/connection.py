@@ -128,9 +128,8 @@ class Connection:
         try:
             # Verification on, CA bundle, proxies: websocket-client's own options.
             how = transport.open_options(endpoint.url, ca_bundle, open_timeout)
-            if "socket" in how:  # a direct ws://: websockets' client protocol (plain_ws)
-                from .plain_ws import PlainWebSocket  # websockets, imported at the first connection
-
+            if "socket" in how:  # a direct ws://: websockets' client protocol (plain_ws), imported late
+                from .plain_ws import PlainWebSocket
                 self._ws = PlainWebSocket.opened(how["socket"], endpoint.url, headers)
             else:
                 self._ws = websocket.create_connection(
