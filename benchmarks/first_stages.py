@@ -27,6 +27,7 @@ import websocket
 
 import bridge_client as bc
 from bridge_client.client import connection as client_connection
+from bridge_client.client import plain_ws
 
 from ._common import BenchEnv, percentile
 from ._first_stages import OUT_ENV
@@ -54,15 +55,21 @@ def _wrap_host() -> None:
         _host.append(["answer", _now()])
         return value
 
-    recv_data = websocket.WebSocket.recv_data
+    conn._transmit, conn.answer = transmit_, answer_  # type: ignore[method-assign]
+    # A direct ws:// connection reads with plain_ws, TLS and proxies with websocket-client.
+    for cls in (websocket.WebSocket, plain_ws.PlainWebSocket):
+        _stamp_recv(cls)
+
+
+def _stamp_recv(cls: Any) -> None:
+    recv_data = cls.recv_data
 
     def recv_data_(self: Any, *args: Any, **kw: Any) -> Any:
         result = recv_data(self, *args, **kw)
         _host.append(["recv", _now()])
         return result
 
-    conn._transmit, conn.answer = transmit_, answer_  # type: ignore[method-assign]
-    websocket.WebSocket.recv_data = recv_data_  # type: ignore[method-assign]
+    cls.recv_data = recv_data_
 
 
 def run(turns: int, synchronous: str) -> List[Dict[str, int]]:

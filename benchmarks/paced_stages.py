@@ -17,14 +17,15 @@ The paced row's setup (K sessions on one bridge, one host thread each, released 
     yield        the iterator yielded it (in this benchmark's loop)
 
 The bridge's half is :mod:`benchmarks._paced_stages` (loaded as the bridge's driver); the
-host's wraps ``websocket.WebSocket.recv_data``, ``Connection._route`` and ``Stream.take`` in
-this process. Printed: each step's wait (p50, p90, p99 over the deltas of the steady part,
-15% to 85% of each stream), the bridge's share (emit to sent) and the host's (sent to yield),
-the commit rounds by size (their write and their publish-and-send time), and deltas per Chunk;
-then where the bridge's CPU goes per delta in the steady part: by thread (the turns' threads,
-websockets' readers that take the Acks, the store's writer, the streams' own threads; from
-``/proc/<pid>/task``, with voluntary switches), the CPU of the driver's ``ctx.text`` calls,
-and of the commit rounds' transactions and publish-and-send.
+host's wraps ``recv_data`` (websocket-client's and ``plain_ws``'s), ``Connection._route``
+and ``Stream.take`` in this process. Printed: each step's wait (p50, p90, p99 over the
+deltas of the steady part, 15% to 85% of each stream), the bridge's share (emit to sent) and
+the host's (sent to yield), the commit rounds by size (their write and their
+publish-and-send time), and deltas per Chunk; then where the bridge's CPU goes per delta in
+the steady part: by thread (the turns' threads, websockets' readers that take the Acks, the
+store's writer, the streams' own threads; from ``/proc/<pid>/task``, with voluntary
+switches), the CPU of the driver's ``ctx.text`` calls, and of the commit rounds'
+transactions and publish-and-send.
 The stamps cost a few microseconds per delta: this is for finding where a delta waits, the
 benchmark rows (``python -m benchmarks --only paced``) are the figures.
 
@@ -54,6 +55,7 @@ import websocket
 
 import bridge_client as bc
 from bridge_client.client import connection as client_connection
+from bridge_client.client import plain_ws
 from bridge_client.client import stream as client_stream
 from bridge_client.wire import frames
 
@@ -77,15 +79,23 @@ def _index(value: Any) -> Optional[int]:
     return value.get("index") if isinstance(value, dict) else getattr(value, "index", None)
 
 
-def _wrap_host() -> None:
-    recv_data = websocket.WebSocket.recv_data
-    route = client_connection.Connection._route
-    take = client_stream.Stream.take
+def _stamp_recv(cls: Any) -> None:
+    recv_data = cls.recv_data
 
     def recv_data_(self: Any, *args: Any, **kw: Any) -> Any:
         result = recv_data(self, *args, **kw)
         _local.recv = _now()
         return result
+
+    cls.recv_data = recv_data_
+
+
+def _wrap_host() -> None:
+    route = client_connection.Connection._route
+    take = client_stream.Stream.take
+    # A direct ws:// connection reads with plain_ws, TLS and proxies with websocket-client.
+    for cls in (websocket.WebSocket, plain_ws.PlainWebSocket):
+        _stamp_recv(cls)
 
     def route_(self: Any, message: Any, acked: Optional[str] = None) -> None:
         route(self, message, acked)
@@ -108,7 +118,6 @@ def _wrap_host() -> None:
                     stamps[i] = t
         return result
 
-    websocket.WebSocket.recv_data = recv_data_  # type: ignore[method-assign]
     client_connection.Connection._route = route_  # type: ignore[method-assign]
     client_stream.Stream.take = take_  # type: ignore[method-assign]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
@@ -76,8 +77,17 @@ def _is_sandbox(value: Any) -> bool:
     """``isinstance(value, Sandbox)`` without running the object's properties (which Python
     before 3.12 does for a runtime-checkable protocol): an adapter's lazy ``id`` or
     ``state_root`` is neither evaluated here nor mistaken for a missing member."""
+    kind = type(value)
+    if kind in _SANDBOX_TYPES:
+        return True
     missing = object()
+    if all(inspect.getattr_static(kind, name, missing) is not missing for name in _SANDBOX_MEMBERS):
+        _SANDBOX_TYPES.add(kind)  # every member on the class: each instance has them (one look per class)
+        return True
     return all(inspect.getattr_static(value, name, missing) is not missing for name in _SANDBOX_MEMBERS)
+
+
+_SANDBOX_TYPES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class Connection:
         self._life = ConnectionLife()
         self._error: Optional[BaseException] = None
         # Both set by _open; None until then (close() copes with either missing).
-        self._ws: websocket.WebSocket = None  # type: ignore[assignment]
+        self._ws: Any = None  # websocket-client's WebSocket, or a PlainWebSocket (direct ws://)
         self._reader: Optional[threading.Thread] = None
         if holder is not None:
             holder.append(self)
@@ -128,15 +128,15 @@ class Connection:
         try:
             # Verification on, CA bundle, proxies: websocket-client's own options.
             how = transport.open_options(endpoint.url, ca_bundle, open_timeout)
-            self._ws = websocket.create_connection(
-                endpoint.url,
-                timeout=open_timeout,
-                header=headers,
-                skip_utf8_validation=True,  # Python's UTF-8 codec still rejects bad text
-                enable_multithread=True,
-                suppress_origin=True,
-                **how,
-            )
+            if "socket" in how:  # a direct ws://: websockets' client protocol (plain_ws), imported late
+                from .plain_ws import PlainWebSocket
+                self._ws = PlainWebSocket.opened(how["socket"], endpoint.url, headers)
+            else:
+                self._ws = websocket.create_connection(
+                    endpoint.url, timeout=open_timeout, header=headers, enable_multithread=True,
+                    skip_utf8_validation=True,  # Python's UTF-8 codec still rejects bad text
+                    suppress_origin=True, **how,
+                )
         except ssl.SSLCertVerificationError as exc:
             raise UntrustedEndpoint(f"{endpoint.url}: {exc.verify_message or exc}") from None
         except websocket.WebSocketBadStatusException as exc:

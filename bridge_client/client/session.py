@@ -14,7 +14,6 @@ closes it once unused for ``idle_timeout``.
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any, Optional
 
 from ..bridge import identity
@@ -23,7 +22,7 @@ from ..redacted import check_token
 from ..sandbox.base import Sandbox
 from ..wire import rpcs
 from ..wire.parts import HelloResult, SessionState, StartTurnResult, TurnState
-from . import launcher
+from . import launcher, randoms
 from .channel import SessionChannel
 from .connection import Connection
 from .foreign import ForeignBridge
@@ -61,7 +60,7 @@ class Session:
         )
         resume = session_options.resume
         self.id: str = (
-            resume.session_id if resume is not None else (session_options.session_id or uuid.uuid4().hex)
+            resume.session_id if resume is not None else (session_options.session_id or randoms.uuid4_hex())
         )
         rpcs.check_id(self.id, "session_id")
         plan = launcher.LaunchPlan(
@@ -147,7 +146,7 @@ class Session:
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
         rpcs.check_prompt(prompt)
-        turn_id = rpcs.check_id(turn_id or uuid.uuid4().hex, "turn_id")
+        turn_id = rpcs.check_id(turn_id or randoms.uuid4_hex(), "turn_id")
         turn = Turn(self._channel, session_id=self.id, turn_id=turn_id, prompt=prompt)
         return self._begin(turn)
 

@@ -1,8 +1,8 @@
 """How a connection reaches a bridge's URL: TLS verification and HTTP proxies.
 
 Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy_host``,
-``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``, and for a direct ``ws://`` URL the
-``socket`` it upgrades: see :func:`open_options`).
+``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``); a direct ``ws://`` URL gets its
+TCP socket here instead, which :mod:`.plain_ws` upgrades (see :func:`open_options`).
 
 - ``wss://`` URLs are verified (certificate chain and host name) against the system's
   trust store, or against ``ca_bundle`` (a PEM file or a folder of hashed certificates)
@@ -17,20 +17,23 @@ Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import socket
 import ssl
-import threading
 import urllib.request
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
+
+from . import randoms
 
 __all__ = ["connect_options", "open_options", "proxy_for", "is_loopback", "BufferedSocket", "MaskKeys"]
 
 _PROXY_TYPES = {name: name for name in ("http", "socks4", "socks4a", "socks5", "socks5h")}
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of the name, asked once per connection
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``)."""
     host = host.strip("[]").lower()
@@ -168,9 +171,9 @@ _DIRECT: Dict[str, Any] = {"http_proxy_host": "direct.invalid", "http_proxy_port
 def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str, Any]:
     """:func:`connect_options`, plus the connection's own :class:`MaskKeys` (websocket-client's
     ``get_mask_key``), and for a direct ``ws://`` URL (no proxy, no TLS) the TCP
-    connection itself, already open, as websocket-client's ``socket`` option: a
-    :class:`BufferedSocket`, which serves websocket-client's small reads (the upgrade's
-    answer a byte at a time, each frame's head) from one read of the kernel.
+    connection itself, already open, as ``socket``: a :class:`BufferedSocket`, which
+    :class:`~.connection.Connection` upgrades with :mod:`.plain_ws` (websocket-client would
+    take it as its ``socket`` option too, and its small reads be served from one kernel read).
 
     Raises:
         ValueError: as :func:`connect_options`.
@@ -187,25 +190,13 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
 
 class MaskKeys:
     """The mask keys of one connection's frames (websocket-client's ``get_mask_key``): as
-    random as websocket-client's own (``os.urandom``), drawn 64 keys at a time instead of
-    one system call (and one hand-over of the GIL) per frame sent. Safe from several threads
-    (websocket-client masks a frame before it takes its send lock)."""
-
-    _KEYS = 64
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool = b""
-        self._pos = 0
+    random as websocket-client's own (``os.urandom``), taken from the process's pool of
+    random bytes (:mod:`.randoms`) instead of one system call (and one hand-over of the GIL)
+    per frame sent. Safe from several threads."""
 
     def __call__(self, length: int) -> bytes:
         """``length`` random bytes (4 for a mask key), each handed out once."""
-        with self._lock:
-            pos = self._pos
-            if pos + length > len(self._pool):
-                self._pool, pos = os.urandom(max(length, 4) * self._KEYS), 0
-            self._pos = pos + length
-            return self._pool[pos : pos + length]
+        return randoms.take(length)
 
 
 # websocket-client's own options on the sockets it opens (websocket._socket.DEFAULT_SOCKET_OPTION).
@@ -214,6 +205,19 @@ for _name, _value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT
     if hasattr(socket, _name):
         _SOCKET_OPTIONS.append((socket.IPPROTO_TCP, getattr(socket, _name), _value))
 _READ = 16384  # bytes asked of the kernel per read (websocket-client asks at most as many)
+
+
+def _addresses(host: str, port: int) -> List[Tuple[Any, ...]]:
+    """``socket.getaddrinfo(host, port)`` for a stream socket; an IP address as it is,
+    without the call (which gives up the GIL: one hand-over more per connection)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        address = (host, port) if family == socket.AF_INET else (host, port, 0, 0)
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address)]
+    return list(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
 
 
 class BufferedSocket(socket.socket):
@@ -241,7 +245,7 @@ class BufferedSocket(socket.socket):
             OSError: no address could be connected to in time.
         """
         error: Optional[OSError] = None
-        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        for family, kind, proto, _name, address in _addresses(host, port):
             sock = cls(family, kind, proto)
             try:
                 sock.settimeout(timeout)

@@ -157,16 +157,19 @@ def test_c04_buffered_socket_serves_every_byte_once_in_order(listener):
 
 
 def test_c04_mask_keys_are_handed_out_once_from_random_draws(monkeypatch):
+    from bridge_client.client import randoms
+
     draws = []
 
     def urandom(n: int) -> bytes:
         draws.append(n)
         return bytes((len(draws) * 7 + i) % 256 for i in range(n))
 
-    monkeypatch.setattr(transport.os, "urandom", urandom)
+    monkeypatch.setattr(randoms.os, "urandom", urandom)
+    monkeypatch.setattr(randoms, "_POOL", randoms._Pool())
     keys = transport.MaskKeys()
-    got = [keys(4) for _ in range(transport.MaskKeys._KEYS + 1)]
+    got = [keys(4) for _ in range(randoms._DRAW // 4 + 1)]
     assert all(len(k) == 4 for k in got)
-    assert len(set(got[: transport.MaskKeys._KEYS])) == transport.MaskKeys._KEYS  # none reused
-    assert draws == [4 * transport.MaskKeys._KEYS] * 2  # one draw per 64 keys, then the next
+    assert len(set(got[:64])) == 64  # none reused
+    assert draws == [randoms._DRAW] * 2  # one draw per 1024 keys, then the next
     assert "get_mask_key" in transport.open_options("wss://127.0.0.1:1/", None, 1.0)
