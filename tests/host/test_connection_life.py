@@ -2,12 +2,11 @@
 illegal move raises and changes nothing, and a real connection walks the table."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import socket
 import threading
 
 import pytest
+from upgrade_peer import accept_value, read_upgrade_request
 
 from bridge_client.client.connection import Connection
 from bridge_client.client.connection_life import MOVES, STOPPED, ConnectionLife, Event, IllegalMove, State
@@ -54,14 +53,7 @@ def test_connection_life_of_a_real_connection_open_then_closed_by_a_dropped_peer
     def serve() -> None:
         sock, _ = listener.accept()
         with sock:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += sock.recv(4096)
-            key = [line.split(b":", 1)[1].strip() for line in request.split(b"\r\n")
-                   if line.lower().startswith(b"sec-websocket-key:")][0]
-            accept = base64.b64encode(
-                hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
-            )
+            accept = accept_value(read_upgrade_request(sock))
             sock.sendall(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"

@@ -4,8 +4,6 @@ and of every length form, a message in fragments joined, pings answered, a close
 what websocket-client refuses refused. Real sockets against a scripted peer."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import socket
 import struct
 import sys
@@ -14,6 +12,7 @@ import time
 from typing import Callable, List
 
 import pytest
+from upgrade_peer import accept_value, read_upgrade_request
 import websocket
 
 from bridge_client.client import transport
@@ -71,13 +70,9 @@ def _peer(listener: socket.socket, script: Callable[[socket.socket, bytes, bytea
     def serve() -> None:
         sock, _ = listener.accept()
         with sock:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += sock.recv(4096)
+            request = read_upgrade_request(sock)
             head, _, rest = request.partition(b"\r\n\r\n")
-            key = [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"sec-websocket-key:")][0]
-            good = base64.b64encode(hashlib.sha1(key + _GUID).digest())
+            good = accept_value(request)
             sock.sendall(b"HTTP/1.1 " + status + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                          + b"Sec-WebSocket-Accept: " + (good if accept else b"bm9wZQ==") + b"\r\n\r\n")
             script(sock, head, bytearray(rest))

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from upgrade_peer import read_upgrade_request
 
 from bridge_client.client import transport
 from bridge_client.client.connection import Connection
@@ -29,10 +30,7 @@ def _serve_once(listener: socket.socket, answer, hold: threading.Event) -> threa
     def serve() -> None:
         sock, _ = listener.accept()
         with sock:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += sock.recv(4096)
-            answer(sock, request)
+            answer(sock, read_upgrade_request(sock))
             hold.wait(10)
 
     thread = threading.Thread(target=serve, daemon=True)
