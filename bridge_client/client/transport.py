@@ -2,7 +2,7 @@
 
 Everything here becomes websocket-client's own options (``sslopt``, ``http_proxy_host``,
 ``http_proxy_port``, ``http_proxy_auth``, ``proxy_type``); a direct ``ws://`` URL gets its
-TCP socket here instead, which :mod:`.plain_ws` upgrades (see :func:`open_options`).
+TCP socket here instead, which ``client.plain_ws`` upgrades (see :func:`open_options`).
 
 - ``wss://`` URLs are verified (certificate chain and host name) against the system's
   trust store, or against ``ca_bundle`` (a PEM file or a folder of hashed certificates)
@@ -172,7 +172,7 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
     """:func:`connect_options`, plus the connection's own :class:`MaskKeys` (websocket-client's
     ``get_mask_key``), and for a direct ``ws://`` URL (no proxy, no TLS) the TCP
     connection itself, already open, as ``socket``: a :class:`BufferedSocket`, which
-    :class:`~.connection.Connection` upgrades with :mod:`.plain_ws` (websocket-client would
+    ``Connection`` upgrades with ``client.plain_ws`` (websocket-client would
     take it as its ``socket`` option too, and its small reads be served from one kernel read).
 
     Raises:
@@ -191,7 +191,7 @@ def open_options(url: str, ca_bundle: Optional[str], timeout: float) -> Dict[str
 class MaskKeys:
     """The mask keys of one connection's frames (websocket-client's ``get_mask_key``): as
     random as websocket-client's own (``os.urandom``), taken from the process's pool of
-    random bytes (:mod:`.randoms`) instead of one system call (and one hand-over of the GIL)
+    random bytes (``client.randoms``) instead of one system call (and one hand-over of the GIL)
     per frame sent. Safe from several threads."""
 
     def __call__(self, length: int) -> bytes:
