@@ -67,7 +67,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--paced-streams", type=_int_list, help="stream counts of the paced rows, e.g. 1,10,50")
     p.add_argument("--paced-deltas", type=_positive, help="deltas of one paced stream (K=1)")
     p.add_argument("--paced-normal", action="store_true", default=None,
-                   help="paced rows: also run the bridge with --synchronous NORMAL, after the "
+                   help="paced and latency rows: also run the bridge with --synchronous NORMAL, after the "
                         "default FULL and the baseline, and give its figures in the detail line")
     p.add_argument("--many-sessions", type=_positive, help="sessions created at once in the many-cold rows")
     p.add_argument("--many-runs", type=_positive, help="runs of each many-cold row")
@@ -141,6 +141,13 @@ def details(rows: Sequence[Row]) -> str:
                            f"p50 "
                            f"{_num(r.extra['new_session_first_part_p50_ms'])} ms "
                            f"(n={len(r.extra['new_session_first_part_ms'])})")
+            if "commit_floor_ms" in r.extra:
+                out.append("latency floor: one synchronous=FULL SQLite commit in the same folder "
+                           f"{_num(r.extra['commit_floor_ms'])} ms + the round trip = "
+                           f"{_num(r.extra['floor_ms'])} ms")
+            if "normal_p50_ms" in r.extra:
+                out.append("latency with --synchronous NORMAL (same run): p50 "
+                           f"{_num(r.extra['normal_p50_ms'])} ms, p99 {_num(r.extra['normal_p99_ms'])} ms")
         if r.name == "throughput" and r.extra.get("paired_ratios"):
             pairs = ", ".join(f"{x:.3f}" for x in r.extra["paired_ratios"])
             out.append(f"throughput / transport limit, run by run (alternating): {pairs}")

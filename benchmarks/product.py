@@ -9,6 +9,7 @@ benchmark of the product may look inside it; the product never depends on that.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -239,46 +240,95 @@ def replay(env: BenchEnv, sizes: Sizes, live_throughput: Optional[Figure] = None
 # ----------------------------------------------------------------------------- 3. latency
 
 
-def latency(env: BenchEnv, sizes: Sizes) -> Row:
-    """3. ``turn()`` to the first text part with a warm bridge (echo, one part): p50 and p99,
-    against a bare request/response round trip on one raw WebSocket."""
-    ws = env.workspace("latency")
-    sandbox = bc.LocalSandbox(ws)
-    samples, trips, created = [], [], []
+def commit_floor_ms(folder: str, commits: int = 200) -> float:
+    """Median milliseconds of one SQLite commit of a small row in WAL mode with
+    ``synchronous=FULL`` in ``folder``: the storage's own cost of making one part durable
+    (B03), which no bridge can go under on this file system."""
+    import sqlite3
+
+    path = os.path.join(folder, f"commit-floor-{time.monotonic_ns()}.sqlite3")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+        times = []
+        for _ in range(commits):
+            t0 = time.perf_counter()
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (b"x" * 200,))
+            conn.execute("COMMIT")
+            times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(path + suffix)
+            except FileNotFoundError:
+                pass
+    return statistics.median(times)
+
+
+def _first_parts(sandbox: bc.LocalSandbox, options: bc.BridgeOptions, turns: int,
+                 raw: Optional[websocket.WebSocket] = None) -> Tuple[List[float], List[float]]:
+    """Milliseconds from ``turn()`` to the first text part of ``turns`` warm turns, and (with
+    ``raw``) of a raw request/response round trip after each, so that both see the same load."""
+    samples, trips = [], []
     frame = '{"_tag":"Request","id":"1","tag":"Hello","payload":null,"headers":[]}'
-    # A product turn and a raw round trip alternate, so that both see the same load.
-    with bc.create_session(echo_options(), session_options(sandbox)) as session, \
-            BaselineServer("echo") as server:
-        raw = raw_client(server.url)
-        try:
-            warm(session)
-            for _ in range(5):
-                _turn_parts(session, "a")
+    with bc.create_session(options, session_options(sandbox)) as session:
+        warm(session)
+        for _ in range(5):
+            _turn_parts(session, "a")
+            if raw is not None:
                 raw.send(frame)
                 json.loads(raw.recv())
-            for _ in range(sizes.turns):
-                t0 = time.perf_counter()
-                first = None
-                for part in session.turn("a"):
-                    if first is None and isinstance(part, bc.TextDelta):
-                        first = time.perf_counter() - t0
-                assert first is not None
-                samples.append(first * 1000)
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            first = None
+            for part in session.turn("a"):
+                if first is None and isinstance(part, bc.TextDelta):
+                    first = time.perf_counter() - t0
+            assert first is not None
+            samples.append(first * 1000)
+            if raw is not None:
                 t0 = time.perf_counter()
                 raw.send(frame)
                 json.loads(raw.recv())
                 trips.append((time.perf_counter() - t0) * 1000)
-            # And a new session each time on the same warm bridge: create_session, connect
-            # (Hello, OpenSession), turn, first text part.
-            for _ in range(max(3, sizes.turns // 10)):
-                t0 = time.perf_counter()
-                with bc.create_session(echo_options(), session_options(sandbox)) as fresh:
-                    for part in fresh.turn("a"):
-                        if isinstance(part, bc.TextDelta):
-                            created.append((time.perf_counter() - t0) * 1000)
-                            break
+    return samples, trips
+
+
+def latency(env: BenchEnv, sizes: Sizes) -> Row:
+    """3. ``turn()`` to the first text part with a warm bridge (echo, one part): p50 and p99,
+    against a bare request/response round trip on one raw WebSocket. Also in the extras: the
+    storage floor (one ``synchronous=FULL`` commit in the same folder), and with
+    ``sizes.paced_normal`` the same turns on a bridge run with ``--synchronous NORMAL``."""
+    ws = env.workspace("latency")
+    sandbox = bc.LocalSandbox(ws)
+    created: List[float] = []
+    with BaselineServer("echo") as server:
+        raw = raw_client(server.url)
+        try:
+            samples, trips = _first_parts(sandbox, echo_options(), sizes.turns, raw)
         finally:
             raw.close()
+    # A new session each time on the same warm bridge: create_session, connect (Hello,
+    # OpenSession), turn, first text part.
+    for _ in range(max(3, sizes.turns // 10)):
+        t0 = time.perf_counter()
+        with bc.create_session(echo_options(), session_options(sandbox)) as fresh:
+            for part in fresh.turn("a"):
+                if isinstance(part, bc.TextDelta):
+                    created.append((time.perf_counter() - t0) * 1000)
+                    break
+    floor = commit_floor_ms(ws)
+    extra: Dict[str, Any] = {}
+    if sizes.paced_normal:
+        options = echo_options()
+        normal_options = dataclasses.replace(options, args=options.args + ("--synchronous", "NORMAL"))
+        normal, _ = _first_parts(sandbox, normal_options, sizes.turns)
+        extra["normal_p50_ms"] = percentile(normal, 50)
+        extra["normal_p99_ms"] = percentile(normal, 99)
     env.stop_bridges(ws)
     product = figure("turn() to the first text part, warm bridge (echo, 1 text part)", "ms", samples,
                      "p1-p99")
@@ -295,8 +345,11 @@ def latency(env: BenchEnv, sizes: Sizes) -> Row:
         extra={
             "product_p99_ms": percentile(product.samples, 99),
             "baseline_p99_ms": percentile(baseline.samples, 99),
+            "commit_floor_ms": floor,
+            "floor_ms": baseline.median + floor,
             "new_session_first_part_ms": created,
             "new_session_first_part_p50_ms": percentile(created, 50),
+            **extra,
         },
     )
 

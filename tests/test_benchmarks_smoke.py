@@ -205,3 +205,13 @@ def test_first_stages_stamps_every_step_of_a_warm_turn_start():
     rows = {line.split()[0] for line in done.stdout.splitlines()[2:] if line.strip()}
     for step in ("sock", "frame", "start", "run", "commit0", "commit1", "send0", "send1", "first", "total"):
         assert step in rows, (step, done.stdout)
+
+
+def test_latency_row_reports_the_storage_floor_and_normal():
+    sizes = dataclasses.replace(Sizes.tiny(), paced_normal=True)
+    (row,) = run(["latency"], sizes, log=lambda _: None)
+    assert row.skipped is None
+    extra = row.extra
+    assert 0 < extra["commit_floor_ms"] < extra["floor_ms"]
+    assert extra["floor_ms"] == row.baseline.median + extra["commit_floor_ms"]
+    assert extra["normal_p50_ms"] > 0 and extra["normal_p99_ms"] >= extra["normal_p50_ms"]
