@@ -139,7 +139,7 @@ def _window(a: Dict[str, Any], b: Dict[str, Any], other: int, host: int, yields:
 
 def _run_streams(
     k: int, duration: float, pid: int, stream: Callable[[int], List[Tuple[int, int]]]
-) -> Tuple[List[Dict[str, Any]], List[float], List[float]]:
+) -> Tuple[List[Dict[str, Any]], List[float], List[float], List[float]]:
     """Run ``stream(i)`` in ``k`` threads released together; each returns its deltas' (emit,
     yield) times in CLOCK_MONOTONIC ns. While they run, the steady part (15% to 85% of
     ``duration``, the nominal length) is measured in :data:`SUB_WINDOWS` windows by
@@ -147,20 +147,23 @@ def _run_streams(
 
     Returns:
         The per-delta figures of each window (see :func:`_window`), every latency (ms) of
-        every stream, and the latencies of the deltas emitted in the steady part.
+        every stream, the latencies of the deltas emitted in the steady part, and each
+        stream's schedule lag (ms): how much later than due, counted from its first delta,
+        its last delta was emitted (the emit stamps are taken at the emit, so a sender that
+        cannot keep the pace shows it here, not in its latencies).
 
     Raises:
         RuntimeError: fewer than :data:`MIN_VALID` windows have a valid CPU figure, or a
             process's pid was reused, or the sampler failed.
     """
-    pairs: List[Tuple[int, int]] = []
+    streams: List[List[Tuple[int, int]]] = []
     errors: List[BaseException] = []
     start = threading.Barrier(k + 1)
 
     def work(i: int) -> None:
         try:
             start.wait()
-            pairs.extend(stream(i))
+            streams.append(stream(i))
         except BaseException as exc:  # reported below
             errors.append(exc)
             start.abort()
@@ -190,6 +193,8 @@ def _run_streams(
     if sampler.returncode:
         raise RuntimeError(f"paced: the sampler exited with {sampler.returncode}")
     snaps = json.loads(out)
+    pairs = [p for s in streams for p in s]
+    lags = [((s[-1][0] - s[0][0]) / 1e9 - (len(s) - 1) * duration / len(s)) * 1e3 for s in streams if s]
     yields = sorted(y for _, y in pairs)
     nominal = duration * 0.70 / SUB_WINDOWS
     windows = [_window(a, b, pid, os.getpid(), yields, nominal) for a, b in zip(snaps, snaps[1:])]
@@ -200,7 +205,7 @@ def _run_streams(
     steady = (int(at[0] * 1e9), int(at[-1] * 1e9))
     lat = [(y - e) / 1e6 for e, y in pairs]
     in_steady = [(y - e) / 1e6 for e, y in pairs if steady[0] <= e < steady[1]]
-    return windows, lat, in_steady or lat
+    return windows, lat, in_steady or lat, lags
 
 
 def _pairs(yields: List[int], emits: Any, what: str) -> List[Tuple[int, int]]:
@@ -240,12 +245,12 @@ def product_paced(env: BenchEnv, k: int, n: int, rate: float, synchronous: str =
                         emits = part.data
                 return _pairs(yields, emits, "paced product stream")
 
-            windows, lat, steady = _run_streams(k, n / rate, pid, stream)
+            windows, lat, steady, lags = _run_streams(k, n / rate, pid, stream)
         finally:
             for s in sessions:
                 s.release()
     env.stop_bridges(ws)
-    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady, "schedule_lag_ms": lags}
 
 
 def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
@@ -271,11 +276,11 @@ def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
                     yields.append(now())
                     ws.send(ack)
 
-            windows, lat, steady = _run_streams(k, n / rate, server.pid, stream)
+            windows, lat, steady, lags = _run_streams(k, n / rate, server.pid, stream)
         finally:
             for c in clients:
                 c.close()
-    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady, "schedule_lag_ms": lags}
 
 
 def _median(windows: Sequence[Dict[str, Any]], key: str) -> float:
@@ -301,6 +306,10 @@ def _summary(run: Dict[str, Any]) -> Dict[str, float]:
         "steady_p99_ms": percentile(run["steady_latencies_ms"], 99),
         "deltas_measured": sum(x["deltas"] for x in w),
         "windows_valid": len(w),
+        # what was delivered in the steady part, and how far the senders fell behind their pace
+        "deltas_per_s": sum(x["deltas"] for x in w) / max(sum(x["seconds"] for x in w), 1e-9),
+        "schedule_lag_p50_ms": percentile(run["schedule_lag_ms"], 50),
+        "schedule_lag_max_ms": max(run["schedule_lag_ms"]),
     }
 
 
@@ -407,7 +416,10 @@ def paced_details(rows: Sequence[Row]) -> List[str]:
                 f"p99 {p['steady_p99_ms']:.2f}, raw p99 {b['steady_p99_ms']:.2f}); "
                 "voluntary switches per delta bridge "
                 f"{p['vcsw_per_delta']:.2f} / server {b['vcsw_per_delta']:.2f}, host "
-                f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}")
+                f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}; delivered "
+                f"{p['deltas_per_s']:.0f} / raw {b['deltas_per_s']:.0f} deltas/s (asked "
+                f"{r.extra['streams'] * r.extra['rate_per_stream']:.0f}), schedule lag at the end p50 "
+                f"{p['schedule_lag_p50_ms']:.0f} ms / raw {b['schedule_lag_p50_ms']:.0f} ms")
             q = r.extra.get("normal")
             if q:
                 out.append(

@@ -103,9 +103,9 @@ def test_run_streams_measures_from_its_own_process_and_fails_loudly_without_delt
             pairs.append((e, time.monotonic_ns()))
         return pairs
 
-    windows, lat, steady = paced._run_streams(2, 0.5, burner.pid, stream)
+    windows, lat, steady, lags = paced._run_streams(2, 0.5, burner.pid, stream)
     assert len(windows) == paced.SUB_WINDOWS and all(w["valid_cpu"] for w in windows)
     assert all(w["deltas"] > 0 and w["other_cpu_us"] >= 0 and w["host_cpu_us"] > 0 for w in windows)
-    assert lat and steady and all(ms >= 2.0 for ms in lat)
+    assert lat and steady and all(ms >= 2.0 for ms in lat) and len(lags) == 2
     with pytest.raises(RuntimeError, match="0 of 5 windows valid: no delta"):
         paced._run_streams(2, 0.3, burner.pid, lambda i: [])
