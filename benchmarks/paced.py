@@ -9,7 +9,14 @@
   as it goes), parts/s and CPU per part, next to the transport limit of benchmark 1.
 
 The driver is :mod:`benchmarks._paced_driver`; the bridge imports it from the repository root,
-put on its ``PYTHONPATH`` for these rows only.
+put on its ``PYTHONPATH`` for these rows only. CPU and switches are read by
+:mod:`benchmarks._paced_sampler`, a process of its own (the host's GIL, shared by 2K threads,
+held a snapshot read from here up to 1.9 s at K=50), from each process's CPU clock (ended
+threads included); each window counts the deltas yielded in it by their yield stamps. The
+detail line also says what each side delivered (deltas/s) and how far its sender fell behind
+its pace: the raw baseline waits for each Ack before its next frame, and at K=50 on a small
+machine it cannot keep the pace (its emit stamps are taken at the late send, so its latency
+is that of the load it carried).
 """
 from __future__ import annotations
 
