@@ -113,7 +113,7 @@ class Sizes:
             scale_parts=20,
             commands=2,
             paced_streams=(1, 3),
-            paced_deltas=40,
+            paced_deltas=100,  # 0.5 s: windows of 70 ms, which a sampler on a busy machine can keep
             many_sessions=3,
             many_runs=1,
             wheel_runs=1,

@@ -7,9 +7,10 @@ Why a process of its own: the host of a paced row runs 2K+ threads under one GIL
 turns' end (a turn thread that ended took its CPU out of a sum over live threads: negative
 CPU per delta). Here nothing competes for this interpreter.
 
-Run as ``python _paced_sampler.py PID...`` (stdlib only, no package import); it reads one JSON
-line on stdin, ``{"at": [CLOCK_MONOTONIC seconds, ...]}``, sleeps until each moment and
-snapshots every pid, then prints one JSON list of snapshots on stdout and exits. A snapshot::
+Run as ``python _paced_sampler.py PID...`` (stdlib only, no package import); it prints
+``ready``, reads one JSON line on stdin, ``{"at": [CLOCK_MONOTONIC seconds, ...]}``, sleeps
+until each moment and snapshots every pid, then prints one JSON list of snapshots on a line of
+its own and exits. A snapshot::
 
     {"due": s, "t": ns, "t_cpu": ns, "t_end": ns, "procs": {"PID": {
         "start": the process's start time (/proc/PID/stat field 22: a reused pid differs),
@@ -78,13 +79,13 @@ def snapshot(pids: List[int], due: float = 0.0) -> Dict[str, Any]:
 def main(argv: List[str]) -> int:
     """The program (see the module docstring)."""
     pids = [int(a) for a in argv]
+    print("ready", flush=True)  # started and imported: the streams may go
     at = json.loads(sys.stdin.readline())["at"]
     snaps = []
     for due in at:
         time.sleep(max(0.0, due - time.monotonic()))
         snaps.append(snapshot(pids, due))
-    json.dump(snaps, sys.stdout)
-    sys.stdout.flush()
+    print(json.dumps(snaps), flush=True)
     return 0
 
 

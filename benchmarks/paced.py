@@ -178,6 +178,9 @@ def _run_streams(
     sampler = subprocess.Popen([sys.executable, SAMPLER, str(pid), str(os.getpid())],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert sampler.stdout is not None
+        if sampler.stdout.readline() != "ready\n":  # its start-up must not eat the first window
+            raise RuntimeError("paced: the sampler did not start")
         threads = [threading.Thread(target=work, args=(i,), name=f"paced-{i}") for i in range(k)]
         for t in threads:
             t.start()
