@@ -28,8 +28,6 @@ __all__ = [
     "machine",
     "percentile",
     "kill_pids_under",
-    "voluntary_switches",
-    "thread_cpu_seconds",
 ]
 
 
@@ -115,7 +113,7 @@ class Sizes:
             scale_parts=20,
             commands=2,
             paced_streams=(1, 3),
-            paced_deltas=40,
+            paced_deltas=100,  # 0.5 s: windows of 70 ms, which a sampler on a busy machine can keep
             many_sessions=3,
             many_runs=1,
             wheel_runs=1,
@@ -231,37 +229,6 @@ def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu_seconds(pid: int) -> float:
-    """CPU seconds ``pid``'s live threads have run so far, to the nanosecond (sum of the first
-    field of ``/proc/<pid>/task/*/schedstat``); finer than :func:`process_cpu_seconds` (clock
-    ticks), but a thread that ended is no longer counted."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, IndexError, ValueError):  # the thread ended meanwhile
-            pass
-    return total / 1e9
-
-
-def voluntary_switches(pid: int) -> int:
-    """Voluntary context switches of ``pid``'s live threads so far (sum over
-    ``/proc/<pid>/task/*/status``; a thread that ended is no longer counted, so measure while
-    the threads that matter are alive)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:  # the thread ended meanwhile
-            pass
-    return total
 
 
 def host_threads(pid: Optional[int] = None) -> int:

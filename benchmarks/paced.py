@@ -9,7 +9,14 @@
   as it goes), parts/s and CPU per part, next to the transport limit of benchmark 1.
 
 The driver is :mod:`benchmarks._paced_driver`; the bridge imports it from the repository root,
-put on its ``PYTHONPATH`` for these rows only.
+put on its ``PYTHONPATH`` for these rows only. CPU and switches are read by
+:mod:`benchmarks._paced_sampler`, a process of its own (the host's GIL, shared by 2K threads,
+held a snapshot read from here up to 1.9 s at K=50), from each process's CPU clock (ended
+threads included); each window counts the deltas yielded in it by their yield stamps. The
+detail line also says what each side delivered (deltas/s) and how far its sender fell behind
+its pace: the raw baseline waits for each Ack before its next frame, and at K=50 on a small
+machine it cannot keep the pace (its emit stamps are taken at the late send, so its latency
+is that of the load it carried).
 """
 from __future__ import annotations
 
@@ -17,8 +24,9 @@ import contextlib
 import dataclasses
 import json
 import os
-import resource
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
@@ -33,9 +41,7 @@ from ._common import (
     percentile,
     process_cpu_seconds,
     rate_ratio,
-    thread_cpu_seconds,
     time_ratio,
-    voluntary_switches,
 )
 from ._paced_driver import AGENT_ID
 from .product import BATCH, TRANSPORT_WHAT, BaselineServer, raw_client, session_options, transport_once, warm
@@ -82,82 +88,140 @@ def stream_deltas(sizes: Sizes, k: int) -> int:
 
 # ----------------------------------------------------------------------------- measuring
 
-
-class _Snap:
-    """CPU seconds and voluntary context switches of the host (this process, getrusage) and
-    of the other process (``pid``, /proc), and the deltas the host had received."""
-
-    def __init__(self, pid: int, received: int) -> None:
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        self.host_cpu = ru.ru_utime + ru.ru_stime
-        self.host_vcsw = ru.ru_nvcsw
-        self.other_cpu = thread_cpu_seconds(pid)  # ns-exact; the threads that matter live on
-        self.other_ticks = process_cpu_seconds(pid)  # whole process, 10 ms ticks: a check
-        self.other_vcsw = voluntary_switches(pid)
-        self.received = received
+SAMPLER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_paced_sampler.py")
+MIN_VALID = 3
+"""Windows (of :data:`SUB_WINDOWS`) whose CPU figure must be valid, or the row fails."""
 
 
-def _per_delta(a: _Snap, b: _Snap) -> Dict[str, float]:
-    n = max(b.received - a.received, 1)
+def _window(a: Dict[str, Any], b: Dict[str, Any], other: int, host: int, yields: List[int],
+            nominal: float) -> Dict[str, Any]:
+    """The per-delta figures between two of the sampler's snapshots: deltas are those the host
+    yielded between the two CPU readings (by their yield stamps, not a counter read late).
+    ``valid_cpu`` is false (and the CPU figures ``None``) when the window got no delta or is
+    under half its nominal length (the sampler was held up); a process's voluntary switches
+    are ``None`` when one of its threads ended in the window (its switches since ``a`` are
+    lost) or its thread reads took over a tenth of the window. ``invalid_because`` says why."""
+    pa, pb = a["procs"][str(other)], b["procs"][str(other)]
+    ha, hb = a["procs"][str(host)], b["procs"][str(host)]
+    for name, x, y in (("measured", pa, pb), ("host", ha, hb)):
+        if x["start"] != y["start"]:
+            raise RuntimeError(f"paced: the {name} process's pid was reused or restarted within a window")
+        if y["cpu"] < x["cpu"]:
+            raise RuntimeError(f"paced: the {name} process's CPU clock went back ({x['cpu']} -> {y['cpu']})")
+    seconds = (b["t"] - a["t"]) / 1e9
+    deltas = sum(1 for y in yields if a["t"] <= y < b["t"])
+    why = []
+    if deltas == 0:
+        why.append("no delta")
+    if seconds < 0.5 * nominal:
+        why.append(f"window {seconds:.3f} s of {nominal:.3f}")
+    valid_cpu = not why
+    n = max(deltas, 1)
+
+    def vcsw(x: Dict[str, Any], y: Dict[str, Any], name: str) -> Any:
+        # the thread reads of a snapshot smear its moment: at most a tenth of the window
+        smear = max(x["t_end"] - a["t"], y["t_end"] - b["t"]) / 1e9
+        lost = [t for t in x["threads"] if t not in y["threads"]]
+        if lost:
+            why.append(f"{len(lost)} {name} threads ended")
+        elif smear > 0.1 * seconds:
+            why.append(f"{name} thread reads took {smear * 1e3:.0f} ms")
+        elif valid_cpu:
+            return sum(v - x["threads"].get(t, 0) for t, v in y["threads"].items()) / n
+        return None
+
+    other_vcsw, host_vcsw = vcsw(pa, pb, "measured"), vcsw(ha, hb, "host")
     return {
-        "deltas": b.received - a.received,
-        "other_cpu_us": (b.other_cpu - a.other_cpu) / n * 1e6,
-        "other_cpu_ticks_us": (b.other_ticks - a.other_ticks) / n * 1e6,
-        "host_cpu_us": (b.host_cpu - a.host_cpu) / n * 1e6,
-        "other_vcsw": (b.other_vcsw - a.other_vcsw) / n,
-        "host_vcsw": (b.host_vcsw - a.host_vcsw) / n,
+        "deltas": deltas,
+        "seconds": seconds,
+        "other_cpu_us": (pb["cpu"] - pa["cpu"]) / n * 1e6 if valid_cpu else None,
+        "other_cpu_ticks_us": (pb["ticks"] - pa["ticks"]) / n * 1e6 if valid_cpu else None,
+        "host_cpu_us": (hb["cpu"] - ha["cpu"]) / n * 1e6 if valid_cpu else None,
+        "other_vcsw": other_vcsw,
+        "host_vcsw": host_vcsw,
+        "valid_cpu": valid_cpu,
+        "invalid_because": ", ".join(why),
     }
 
 
 def _run_streams(
-    k: int, duration: float, pid: int, stream: Callable[[int, List[int]], List[Tuple[int, float]]]
-) -> Tuple[List[Dict[str, float]], List[float], List[float]]:
-    """Run ``stream(i, counts)`` in ``k`` threads released together; each counts its deltas in
-    ``counts[i]`` and returns its deltas' (emit time in monotonic ns, emit-to-yield latency in
-    ms). While they run, the steady part (15% to 85% of ``duration``, the nominal length) is
-    measured in :data:`SUB_WINDOWS` windows.
+    k: int, duration: float, pid: int, stream: Callable[[int], List[Tuple[int, int]]]
+) -> Tuple[List[Dict[str, Any]], List[float], List[float], List[float]]:
+    """Run ``stream(i)`` in ``k`` threads released together; each returns its deltas' (emit,
+    yield) times in CLOCK_MONOTONIC ns. While they run, the steady part (15% to 85% of
+    ``duration``, the nominal length) is measured in :data:`SUB_WINDOWS` windows by
+    :mod:`benchmarks._paced_sampler`, a process of its own, reading ``pid`` and this process.
 
     Returns:
-        The per-delta figures of each window, every latency of every stream, and the latencies
-        of the deltas emitted in the steady part (no start-up burst).
+        The per-delta figures of each window (see :func:`_window`), every latency (ms) of
+        every stream, the latencies of the deltas emitted in the steady part, and each
+        stream's schedule lag (ms): how much later than due, counted from its first delta,
+        its last delta was emitted (the emit stamps are taken at the emit, so a sender that
+        cannot keep the pace shows it here, not in its latencies).
+
+    Raises:
+        RuntimeError: fewer than :data:`MIN_VALID` windows have a valid CPU figure, or a
+            process's pid was reused, or the sampler failed.
     """
-    counts = [0] * k
-    latencies: List[Tuple[int, float]] = []
+    streams: List[List[Tuple[int, int]]] = []
     errors: List[BaseException] = []
     start = threading.Barrier(k + 1)
 
     def work(i: int) -> None:
         try:
             start.wait()
-            latencies.extend(stream(i, counts))
+            streams.append(stream(i))
         except BaseException as exc:  # reported below
             errors.append(exc)
             start.abort()
 
-    threads = [threading.Thread(target=work, args=(i,), name=f"paced-{i}") for i in range(k)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.monotonic()
-    steady = (int((t0 + 0.15 * duration) * 1e9), int((t0 + 0.85 * duration) * 1e9))
-    snaps: List[_Snap] = []
-    for j in range(SUB_WINDOWS + 1):
-        due = t0 + duration * (0.15 + 0.70 * j / SUB_WINDOWS)
-        time.sleep(max(0.0, due - time.monotonic()))
-        snaps.append(_Snap(pid, sum(counts)))
-    for t in threads:
-        t.join()
+    sampler = subprocess.Popen([sys.executable, SAMPLER, str(pid), str(os.getpid())],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sampler.stdout is not None
+        if sampler.stdout.readline() != "ready\n":  # its start-up must not eat the first window
+            raise RuntimeError("paced: the sampler did not start")
+        threads = [threading.Thread(target=work, args=(i,), name=f"paced-{i}") for i in range(k)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.monotonic()
+        at = [t0 + duration * (0.15 + 0.70 * j / SUB_WINDOWS) for j in range(SUB_WINDOWS + 1)]
+        assert sampler.stdin is not None
+        sampler.stdin.write(json.dumps({"at": at}) + "\n")
+        sampler.stdin.close()
+        sampler.stdin = None  # communicate() below must not flush it
+        for t in threads:
+            t.join()
+        out, _ = sampler.communicate(timeout=30)
+    finally:
+        if sampler.poll() is None:
+            sampler.kill()
+            sampler.wait()
     if errors:
         raise errors[0]
-    windows = [_per_delta(a, b) for a, b in zip(snaps, snaps[1:])]
-    in_steady = [ms for emitted, ms in latencies if steady[0] <= emitted < steady[1]]
-    return windows, [ms for _, ms in latencies], in_steady or [ms for _, ms in latencies]
+    if sampler.returncode:
+        raise RuntimeError(f"paced: the sampler exited with {sampler.returncode}")
+    snaps = json.loads(out)
+    pairs = [p for s in streams for p in s]
+    lags = [((s[-1][0] - s[0][0]) / 1e9 - (len(s) - 1) * duration / len(s)) * 1e3 for s in streams if s]
+    yields = sorted(y for _, y in pairs)
+    nominal = duration * 0.70 / SUB_WINDOWS
+    windows = [_window(a, b, pid, os.getpid(), yields, nominal) for a, b in zip(snaps, snaps[1:])]
+    valid = sum(1 for w in windows if w["valid_cpu"])
+    if valid < MIN_VALID:
+        raise RuntimeError(f"paced: {valid} of {len(windows)} windows valid: "
+                           + "; ".join(w["invalid_because"] for w in windows))
+    steady = (int(at[0] * 1e9), int(at[-1] * 1e9))
+    lat = [(y - e) / 1e6 for e, y in pairs]
+    in_steady = [(y - e) / 1e6 for e, y in pairs if steady[0] <= e < steady[1]]
+    return windows, lat, in_steady or lat, lags
 
 
-def _latencies(yields: List[int], emits: Any, what: str) -> List[Tuple[int, float]]:
+def _pairs(yields: List[int], emits: Any, what: str) -> List[Tuple[int, int]]:
     if not isinstance(emits, list) or len(emits) != len(yields):
         raise RuntimeError(f"{what}: {len(yields)} deltas but {len(emits or [])} emit times")
-    return [(e, (y - e) / 1e6) for y, e in zip(yields, emits)]
+    return list(zip(emits, yields))
 
 
 def product_paced(env: BenchEnv, k: int, n: int, rate: float, synchronous: str = "") -> Dict[str, Any]:
@@ -173,29 +237,30 @@ def product_paced(env: BenchEnv, k: int, n: int, rate: float, synchronous: str =
         try:
             for s in sessions:
                 warm(s)
-            hello = sessions[0]._hello
-            assert hello is not None
+            pids = {s._hello.pid for s in sessions if s._hello is not None}
+            if len(pids) != 1:
+                raise RuntimeError(f"paced: the {k} sessions are served by bridges {sorted(pids)}, not one")
+            (pid,) = pids
             # Warm the bridge's and the host's code paths once before measuring.
             sum(1 for _ in sessions[0].turn(json.dumps({"n": 50, "rate": 0})))
 
-            def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
+            def stream(i: int) -> List[Tuple[int, int]]:
                 yields: List[int] = []
                 emits: Any = None
                 now = time.monotonic_ns
                 for part in sessions[i].turn(prompt):
                     if isinstance(part, bc.TextDelta):
                         yields.append(now())
-                        counts[i] += 1
                     elif isinstance(part, bc.Data) and part.name == "emit-ns":
                         emits = part.data
-                return _latencies(yields, emits, "paced product stream")
+                return _pairs(yields, emits, "paced product stream")
 
-            windows, lat, steady = _run_streams(k, n / rate, hello.pid, stream)
+            windows, lat, steady, lags = _run_streams(k, n / rate, pid, stream)
         finally:
             for s in sessions:
                 s.release()
     env.stop_bridges(ws)
-    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady, "schedule_lag_ms": lags}
 
 
 def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
@@ -206,7 +271,7 @@ def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
         clients = [raw_client(server.url) for _ in range(k)]
         try:
 
-            def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
+            def stream(i: int) -> List[Tuple[int, int]]:
                 ws = clients[i]
                 yields: List[int] = []
                 now = time.monotonic_ns
@@ -215,34 +280,46 @@ def baseline_paced(k: int, n: int, rate: float) -> Dict[str, Any]:
                     message = json.loads(ws.recv())
                     if message["_tag"] == "Exit":
                         ws.send(ack)
-                        return _latencies(yields, message["emit_ns"], "paced baseline stream")
+                        return _pairs(yields, message["emit_ns"], "paced baseline stream")
+                    if len(message["values"]) != 1:
+                        raise RuntimeError("paced baseline stream: a frame of more than one delta")
                     yields.append(now())
-                    counts[i] += len(message["values"])
                     ws.send(ack)
 
-            windows, lat, steady = _run_streams(k, n / rate, server.pid, stream)
+            windows, lat, steady, lags = _run_streams(k, n / rate, server.pid, stream)
         finally:
             for c in clients:
                 c.close()
-    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady}
+    return {"windows": windows, "latencies_ms": lat, "steady_latencies_ms": steady, "schedule_lag_ms": lags}
+
+
+def _median(windows: Sequence[Dict[str, Any]], key: str) -> float:
+    """The median of ``key`` over the windows where it is valid (``nan`` if none is)."""
+    values = [x[key] for x in windows if x[key] is not None]
+    return float(statistics.median(values)) if values else float("nan")
 
 
 def _summary(run: Dict[str, Any]) -> Dict[str, float]:
-    w = run["windows"]
+    w = [x for x in run["windows"] if x["valid_cpu"]]
     lat = run["latencies_ms"]
     return {
-        "cpu_us_per_delta": statistics.median(x["other_cpu_us"] for x in w),
-        # the whole process by /proc/<pid>/stat over the whole window (threads that ended too)
+        "cpu_us_per_delta": _median(w, "other_cpu_us"),
+        # the whole process by /proc/<pid>/stat in clock ticks over the valid windows (a check)
         "cpu_us_per_delta_proc_stat": sum(x["other_cpu_ticks_us"] * x["deltas"] for x in w)
         / max(sum(x["deltas"] for x in w), 1),
-        "host_cpu_us_per_delta": statistics.median(x["host_cpu_us"] for x in w),
-        "vcsw_per_delta": statistics.median(x["other_vcsw"] for x in w),
-        "host_vcsw_per_delta": statistics.median(x["host_vcsw"] for x in w),
+        "host_cpu_us_per_delta": _median(w, "host_cpu_us"),
+        "vcsw_per_delta": _median(w, "other_vcsw"),
+        "host_vcsw_per_delta": _median(w, "host_vcsw"),
         "p50_ms": percentile(lat, 50),
         "p99_ms": percentile(lat, 99),
         "steady_p50_ms": percentile(run["steady_latencies_ms"], 50),
         "steady_p99_ms": percentile(run["steady_latencies_ms"], 99),
         "deltas_measured": sum(x["deltas"] for x in w),
+        "windows_valid": len(w),
+        # what was delivered in the steady part, and how far the senders fell behind their pace
+        "deltas_per_s": sum(x["deltas"] for x in w) / max(sum(x["seconds"] for x in w), 1e-9),
+        "schedule_lag_p50_ms": percentile(run["schedule_lag_ms"], 50),
+        "schedule_lag_max_ms": max(run["schedule_lag_ms"]),
     }
 
 
@@ -258,9 +335,9 @@ def paced(env: BenchEnv, sizes: Sizes) -> List[Row]:
         mine, theirs = _summary(product), _summary(baseline)
         normal = _summary(product_paced(env, k, n, rate, "NORMAL")) if sizes.paced_normal else None
         pf = figure(f"{k} x {n} deltas of 4 chars at {rate:g}/s, one ctx.text each: bridge CPU", "us/delta",
-                    [x["other_cpu_us"] for x in product["windows"]])
+                    [x["other_cpu_us"] for x in product["windows"] if x["valid_cpu"]])
         bf = figure(f"{k} x {n} raw websockets frames + ack at {rate:g}/s: server CPU", "us/frame",
-                    [x["other_cpu_us"] for x in baseline["windows"]])
+                    [x["other_cpu_us"] for x in baseline["windows"] if x["valid_cpu"]])
         ratio = time_ratio(pf, bf)
         target = "bridge CPU <= 1.3x the baseline's (ratio >= 0.77)"
         met = ratio >= 1 / 1.3
@@ -349,7 +426,10 @@ def paced_details(rows: Sequence[Row]) -> List[str]:
                 f"p99 {p['steady_p99_ms']:.2f}, raw p99 {b['steady_p99_ms']:.2f}); "
                 "voluntary switches per delta bridge "
                 f"{p['vcsw_per_delta']:.2f} / server {b['vcsw_per_delta']:.2f}, host "
-                f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}")
+                f"{p['host_vcsw_per_delta']:.2f} / raw client {b['host_vcsw_per_delta']:.2f}; delivered "
+                f"{p['deltas_per_s']:.0f} / raw {b['deltas_per_s']:.0f} deltas/s (asked "
+                f"{r.extra['streams'] * r.extra['rate_per_stream']:.0f}), schedule lag at the end p50 "
+                f"{p['schedule_lag_p50_ms']:.0f} ms / raw {b['schedule_lag_p50_ms']:.0f} ms")
             q = r.extra.get("normal")
             if q:
                 out.append(

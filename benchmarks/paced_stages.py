@@ -143,20 +143,20 @@ def run(k: int, n: int, rate: float, synchronous: str) -> Tuple[List[Dict[str, A
                 pid = sessions[0]._hello.pid
                 sum(1 for _ in sessions[0].turn(json.dumps({"n": 50, "rate": 0})))
 
-                def stream(i: int, counts: List[int]) -> List[Tuple[int, float]]:
+                def stream(i: int) -> List[Tuple[int, int]]:
                     yields: Dict[int, int] = {}
                     emits: Any = None
                     turn = sessions[i].turn(prompt)
                     for part in turn:
                         if isinstance(part, bc.TextDelta):
                             yields[part.index] = _now()
-                            counts[i] += 1
                         elif isinstance(part, bc.Data) and part.name == "emit-ns":
                             emits = part.data
                     conn = sessions[i]._conn
                     streams.append({"turn": turn.id, "conn": conn.name if conn else "", "yields": yields,
                                     "emits": emits})
-                    return []
+                    ordered = [y for _, y in sorted(yields.items())]
+                    return list(zip(emits, ordered)) if isinstance(emits, list) else []
 
                 _run_streams(k, n / rate, pid, stream)
                 time.sleep(2.5)  # the bridge's stamps are written every second

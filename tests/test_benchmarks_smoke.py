@@ -103,11 +103,14 @@ def test_paced_rows_measure_both_sides_per_delta():
     for row in rows:
         k = row.extra["streams"]
         assert row.product is not None and row.baseline is not None and row.ratio and row.ratio > 0
-        assert len(row.product.samples) == 5 and all(s > 0 for s in row.product.samples)
+        # a window the sampler could not measure is left out (at least 3 of 5 or the row fails)
+        assert 3 <= len(row.product.samples) <= 5 and all(s > 0 for s in row.product.samples)
         for side in ("product", "baseline"):
             figures = row.extra[side]
-            assert figures["deltas_measured"] > 0
-            assert figures["host_cpu_us_per_delta"] > 0 and figures["vcsw_per_delta"] > 0
+            assert figures["deltas_measured"] > 0 and figures["windows_valid"] >= 3
+            assert figures["host_cpu_us_per_delta"] > 0
+            # nan: every window's thread reads were too slow for windows this short (marked)
+            assert figures["vcsw_per_delta"] > 0 or math.isnan(figures["vcsw_per_delta"])
             assert 0 < figures["p50_ms"] <= figures["p99_ms"]
         assert row.extra["deltas_per_stream"] == Sizes.tiny().paced_deltas and k in (1, 3)
     assert "emit-to-yield p50" in details(rows)
