@@ -28,7 +28,7 @@ from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.delta_chunk import delta_chunk
-from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Request, Success
+from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
 from .connection_life import ConnectionLife, Event, State
@@ -229,14 +229,38 @@ class Connection:
                            holder: List[Stream]) -> Tuple[Pending, Stream]:
         """:meth:`request` then :meth:`stream` in one frame (a JSON array, served in order): one
         write. ``holder`` as for :meth:`stream`; an interrupted request is forgotten."""
-        pending, first = self._register(tag, payload, stream=False)
+        if self._pid != os.getpid():
+            self._drop_inherited()
+        with self._lock:  # one pass through the table's lock for both ids, and one below
+            if self._life.stopped:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
+            first_id, second_id = str(self._next_id), str(self._next_id + 1)
+            self._next_id += 2
         try:
-            second = self._register(stream_tag, stream_payload, stream=True, holder=holder)[1]
-            self._transmit(b"[" + first + b"," + second + b"]")
+            first = frames.encode_request(first_id, tag, payload)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
+        try:
+            second = frames.encode_request(second_id, stream_tag, stream_payload)
+            data = f"[{first},{second}]".encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{stream_tag}: the request cannot be encoded as JSON text: {exc}") from None
+        # One condition for both: the caller waits for the answer, then for the stream.
+        pending = Pending(first_id, False)
+        streaming = Pending(second_id, True, pending.cond)
+        stream = Stream(self, streaming)
+        holder.append(stream)  # before the table: an interrupt from here on cannot orphan it
+        with self._lock:
+            if self._life.stopped:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
+            self._pending[first_id] = pending
+            self._pending[second_id] = streaming
+        try:
+            self._transmit(data)
         except BaseException:
             self.forget(pending)
             raise
-        return pending, holder[-1]
+        return pending, stream
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
@@ -308,7 +332,7 @@ class Connection:
             request_id = str(self._next_id)
             self._next_id += 1
         try:
-            data = frames.encode(Request(request_id, tag, payload, ())).encode("utf-8")
+            data = frames.encode_request(request_id, tag, payload).encode("utf-8")
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
         pending = Pending(request_id, stream)
@@ -401,7 +425,12 @@ class Connection:
         self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
         return p, True
 
-    def _route(self, message: frames.BridgeMessage, acked: Optional[Pending] = None) -> None:
+    def _route(
+        self, message: frames.BridgeMessage, acked: Optional[Pending] = None,
+        later: Optional[List[Tuple[Pending, bool]]] = None,
+    ) -> None:
+        """Route one message. With ``later`` (a frame of several messages), the waiter's wake
+        and the Ack are left to :meth:`_wake_and_ack`: ``(pending, ack)`` is appended."""
         if isinstance(message, Chunk):
             with self._lock:
                 p = self._pending.get(str(message.request_id))
@@ -410,7 +439,10 @@ class Connection:
             if acked is p:
                 with p.cond:
                     p.values.extend(message.values)
-                    p.cond.notify()
+                    if later is None:
+                        p.cond.notify()
+                if later is not None:
+                    later.append((p, False))
                 return
             with p.cond:
                 if p.ack_owed and len(p.values) >= _FLOOD_LIMIT:
@@ -423,8 +455,11 @@ class Connection:
                 p.values.extend(message.values)
                 ack_now = len(p.values) < _HIGH_WATER
                 p.ack_owed = not ack_now
-                p.cond.notify()
-            if ack_now:
+                if later is None:
+                    p.cond.notify()
+            if later is not None:
+                later.append((p, ack_now))
+            elif ack_now:
                 self._send_quietly(Ack(p.id))
         elif isinstance(message, Exit):
             with self._lock:
@@ -433,13 +468,39 @@ class Connection:
                 return
             with p.cond:
                 p.outcome = message
-                p.cond.notify_all()
+                if later is None:
+                    p.cond.notify_all()
+            if later is not None:
+                later.append((p, False))
         elif isinstance(message, Defect):
             # A message the bridge cannot pin on one request: the end of this connection's
             # state, not of the requests on it. They fail with ConnectionLost and are sent again
             # (or read on from their offset) over a new connection (docs/protocol.md).
             raise ConnectionLost(f"the bridge reported a defect: {message.defect}"[:500])
         # Pong: a sign of life, counted by the caller.
+
+    def _route_frame(self, objs: List[Any], acked: Optional[Pending]) -> None:
+        """Route a frame of several messages (the bridge's answer to StartTurn and ReadTurn in
+        one: Exit, Chunk, often the stream's Exit): every message first, then the wakes, then
+        the Acks. A waiter woken before the rest of the frame was routed would only wait for
+        this thread's GIL; an Ack sent first would hold up its wake."""
+        later: List[Tuple[Pending, bool]] = []
+        for obj in objs:  # (a bad message ends the connection: _fail_all wakes every waiter)
+            self._route(frames.bridge_message(obj), acked, later)
+        self._wake_and_ack(later)
+
+    def _wake_and_ack(self, later: List[Tuple[Pending, bool]]) -> None:
+        woken: List[threading.Condition] = []
+        for p, _ in later:
+            cond = p.cond
+            if cond not in woken:  # (requests may share one)
+                woken.append(cond)
+                with cond:
+                    cond.notify_all()
+        for p, ack in later:
+            # No Ack for a stream whose Exit came in the same frame: no Chunk follows it.
+            if ack and p.outcome is None:
+                self._send_quietly(Ack(p.id))
 
     def _read_loop(self) -> None:
         error: BaseException = ConnectionLost(f"connection {self.name} closed")
@@ -466,8 +527,11 @@ class Connection:
                     if built is not None and p is not None and built[0] == p.id:
                         self._route(Chunk(p.id, built[1]), acked)
                     else:
-                        for obj in frames.parse_frame(data):
-                            self._route(frames.bridge_message(obj), acked)
+                        objs = frames.parse_frame(data)
+                        if len(objs) == 1:
+                            self._route(frames.bridge_message(objs[0]), acked)
+                        else:
+                            self._route_frame(objs, acked)
                 if now - self._last_ping >= self._ping_interval:
                     self._last_ping = now
                     self._ws.send(frames.encode(Ping()))
