@@ -97,8 +97,8 @@ def _wrap_host() -> None:
     for cls in (websocket.WebSocket, plain_ws.PlainWebSocket):
         _stamp_recv(cls)
 
-    def route_(self: Any, message: Any, acked: Optional[str] = None) -> None:
-        route(self, message, acked)
+    def route_(self: Any, message: Any, *args: Any) -> None:
+        route(self, message, *args)
         if isinstance(message, frames.Chunk):
             t = _now()
             stamps = _recv.setdefault(self.name, {})

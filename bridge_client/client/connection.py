@@ -28,11 +28,12 @@ from ..redacted import Redacted
 from ..sandbox.base import Endpoint
 from ..wire import frames
 from ..wire.delta_chunk import delta_chunk
-from ..wire.frames import Ack, Chunk, Defect, Exit, Interrupt, Ping, Request, Success
+from ..wire.frames import Ack, Chunk, Exit, Interrupt, Ping, Success
 from ..wire.upgrade import redact_library_loggers
 from . import forksafe, transport
 from .connection_life import ConnectionLife, Event, State
 from .failures import failure_error
+from .routing import _HIGH_WATER, Routing  # noqa: F401 (_HIGH_WATER: tests read it here)
 from .stream import END, Pending, Stream, StreamClosed
 
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
@@ -40,14 +41,10 @@ __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 log = logging.getLogger("bridge_client")
 redact_library_loggers()  # websocket-client's trace logs the upgrade's Authorization header (C17)
 
-_HIGH_WATER = 4096  # values buffered per stream before the Ack is held back (back-pressure)
-_FLOOD_LIMIT = 16 * _HIGH_WATER  # values buffered, with the Ack held back, before the bridge is at fault
 _ids = itertools.count(1)
-_CHUNK_HEAD = b'{"_tag":"Chunk","requestId":"'  # how our bridge starts a Chunk (string ids)
-_ACK = b'{"_tag":"Ack","requestId":"%s"}'
 
 
-class Connection:
+class Connection(Routing):
     """One WebSocket connection to a bridge (see :doc:`protocol`).
 
     Opening it performs the upgrade with ``Authorization: Bearer <token>`` and the endpoint's
@@ -229,14 +226,38 @@ class Connection:
                            holder: List[Stream]) -> Tuple[Pending, Stream]:
         """:meth:`request` then :meth:`stream` in one frame (a JSON array, served in order): one
         write. ``holder`` as for :meth:`stream`; an interrupted request is forgotten."""
-        pending, first = self._register(tag, payload, stream=False)
+        if self._pid != os.getpid():
+            self._drop_inherited()
+        with self._lock:  # one pass through the table's lock for both ids, and one below
+            if self._life.stopped:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
+            first_id, second_id = str(self._next_id), str(self._next_id + 1)
+            self._next_id += 2
         try:
-            second = self._register(stream_tag, stream_payload, stream=True, holder=holder)[1]
-            self._transmit(b"[" + first + b"," + second + b"]")
+            first = frames.encode_request(first_id, tag, payload)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
+        try:
+            second = frames.encode_request(second_id, stream_tag, stream_payload)
+            data = f"[{first},{second}]".encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"{stream_tag}: the request cannot be encoded as JSON text: {exc}") from None
+        # One condition for both: the caller waits for the answer, then for the stream.
+        pending = Pending(first_id, False)
+        streaming = Pending(second_id, True, pending.cond)
+        stream = Stream(self, streaming)
+        holder.append(stream)  # before the table: an interrupt from here on cannot orphan it
+        with self._lock:
+            if self._life.stopped:
+                raise ConnectionLost(f"connection {self.name} is closed") from self._error
+            self._pending[first_id] = pending
+            self._pending[second_id] = streaming
+        try:
+            self._transmit(data)
         except BaseException:
             self.forget(pending)
             raise
-        return pending, holder[-1]
+        return pending, stream
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``. Idempotent;
@@ -308,7 +329,7 @@ class Connection:
             request_id = str(self._next_id)
             self._next_id += 1
         try:
-            data = frames.encode(Request(request_id, tag, payload, ())).encode("utf-8")
+            data = frames.encode_request(request_id, tag, payload).encode("utf-8")
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise ProtocolError(f"{tag}: the request cannot be encoded as JSON text: {exc}") from None
         pending = Pending(request_id, stream)
@@ -380,67 +401,6 @@ class Connection:
                     p.outcome = error
                 p.cond.notify_all()
 
-    def _ack_early(self, data: Any) -> Tuple[Optional[Pending], bool]:
-        """Ack a Chunk as soon as its frame is in, before its JSON is parsed, when its stream's
-        buffer has room (the ack the routing would send anyway): the bridge prepares the next
-        Chunk while this one is decoded. Returns the Chunk's open stream (or ``None``) and
-        whether it was acked."""
-        if type(data) is not bytes or not data.startswith(_CHUNK_HEAD):
-            return None, False
-        end = data.find(b'"', len(_CHUNK_HEAD))
-        if end < 0:
-            return None, False
-        request_id = data[len(_CHUNK_HEAD) : end].decode("ascii", "replace")
-        with self._lock:
-            p = self._pending.get(request_id)
-        if p is None or not p.stream:
-            return None, False
-        with p.cond:
-            if p.ack_owed or len(p.values) >= _HIGH_WATER or p.outcome is not None:
-                return p, False
-        self._ws.send(_ACK % data[len(_CHUNK_HEAD) : end])
-        return p, True
-
-    def _route(self, message: frames.BridgeMessage, acked: Optional[Pending] = None) -> None:
-        if isinstance(message, Chunk):
-            with self._lock:
-                p = self._pending.get(str(message.request_id))
-            if p is None or not p.stream:
-                return  # a late chunk of an interrupted stream
-            if acked is p:
-                with p.cond:
-                    p.values.extend(message.values)
-                    p.cond.notify()
-                return
-            with p.cond:
-                if p.ack_owed and len(p.values) >= _FLOOD_LIMIT:
-                    # We held back the Ack and the bridge sent on anyway, far past our buffer:
-                    # a bridge that ignores back-pressure would grow this host's memory without end.
-                    raise ProtocolError(
-                        f"the bridge ignores back-pressure: {len(p.values)} values of request {p.id} "
-                        "buffered and it keeps sending without an Ack"
-                    )
-                p.values.extend(message.values)
-                ack_now = len(p.values) < _HIGH_WATER
-                p.ack_owed = not ack_now
-                p.cond.notify()
-            if ack_now:
-                self._send_quietly(Ack(p.id))
-        elif isinstance(message, Exit):
-            with self._lock:
-                p = self._pending.get(str(message.request_id))
-            if p is None:
-                return
-            with p.cond:
-                p.outcome = message
-                p.cond.notify_all()
-        elif isinstance(message, Defect):
-            # A message the bridge cannot pin on one request: the end of this connection's
-            # state, not of the requests on it. They fail with ConnectionLost and are sent again
-            # (or read on from their offset) over a new connection (docs/protocol.md).
-            raise ConnectionLost(f"the bridge reported a defect: {message.defect}"[:500])
-        # Pong: a sign of life, counted by the caller.
-
     def _read_loop(self) -> None:
         error: BaseException = ConnectionLost(f"connection {self.name} closed")
         try:
@@ -466,8 +426,11 @@ class Connection:
                     if built is not None and p is not None and built[0] == p.id:
                         self._route(Chunk(p.id, built[1]), acked)
                     else:
-                        for obj in frames.parse_frame(data):
-                            self._route(frames.bridge_message(obj), acked)
+                        objs = frames.parse_frame(data)
+                        if len(objs) == 1:
+                            self._route(frames.bridge_message(objs[0]), acked)
+                        else:
+                            self._route_frame(objs, acked)
                 if now - self._last_ping >= self._ping_interval:
                     self._last_ping = now
                     self._ws.send(frames.encode(Ping()))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 
 __all__ = ["take", "uuid4_hex"]
 
@@ -51,4 +50,9 @@ def take(n: int) -> bytes:
 
 def uuid4_hex() -> str:
     """``uuid.uuid4().hex`` from the pool: 32 hex digits of a random (version 4) UUID."""
-    return uuid.UUID(bytes=_POOL.take(16), version=4).hex
+    # What uuid.UUID(bytes=..., version=4) sets (the version and variant bits), without its
+    # checks and int round trip (a turn id per turn).
+    b = bytearray(_POOL.take(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()

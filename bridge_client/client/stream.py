@@ -42,10 +42,11 @@ class Pending:
 
     __slots__ = ("id", "stream", "cond", "values", "outcome", "ack_owed", "parts")
 
-    def __init__(self, request_id: str, stream: bool) -> None:
+    def __init__(self, request_id: str, stream: bool, cond: Optional[threading.Condition] = None) -> None:
         self.id = request_id
         self.stream = stream
-        self.cond = threading.Condition(threading.Lock())
+        # Requests one thread waits for in turn may share one (StartTurn and its ReadTurn).
+        self.cond = threading.Condition(threading.Lock()) if cond is None else cond
         self.values: Deque[Any] = deque()
         self.outcome: Optional[Union[Exit, BaseException]] = None
         self.ack_owed = False

@@ -40,6 +40,7 @@ __all__ = [
     "BridgeMessage",
     "FrameError",
     "encode",
+    "encode_request",
     "encode_chunk_raw",
     "parse_frame",
     "host_message",
@@ -176,8 +177,8 @@ BridgeMessage = Union[Chunk, Exit, Defect, Pong]
 # ----------------------------------------------------------------------------- encoding
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# One encoder for every frame: json.dumps with options builds a new one per call.
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def _cause_to_json(cause: Cause) -> Any:
@@ -228,6 +229,13 @@ def encode(message: Union[HostMessage, BridgeMessage]) -> str:
         ValueError: a float in it is NaN or infinite.
     """
     return _dumps(to_json(message))
+
+
+def encode_request(request_id: RequestId, tag: str, payload: Any) -> str:
+    """Encode a Request without headers: what ``encode(Request(request_id, tag, payload))``
+    gives, without building the message first (the host's turn path). Raises as
+    :func:`encode` does."""
+    return _dumps({"_tag": "Request", "id": request_id, "tag": tag, "payload": payload, "headers": []})
 
 
 def encode_chunk_raw(request_id: RequestId, raw_values: Sequence[str]) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple
 from ..errors import ProtocolError
 from .decode import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, REVISION_HEADROOM
 from .decode import _any, _bool, _Decoder, _get, _int, _opt_int, _opt_str, _str, _str_list
-from .slotted import _JSON_VALUE, _json_text, _slotted, _Value
+from .slotted import _JSON_VALUE, _json_text, _maker, _slotted, _Value
 from .values import PROTOCOL_VERSION, TURN_STATUSES, HelloResult, SessionState, StartTurnResult, TurnState
 
 __all__ = [
@@ -143,6 +143,7 @@ def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[
         cls.type = type_name  # type: ignore[attr-defined]
         cls._fields = fields  # type: ignore[attr-defined]
         PART_TYPES[type_name] = cls  # type: ignore[assignment]
+        _MAKERS[type_name] = _maker(cls)  # type: ignore[arg-type]
         return cls
 
     return register
@@ -150,6 +151,7 @@ def _part(type_name: str, *fields: Tuple[str, str, _Decoder]) -> Callable[[Type[
 
 PART_TYPES: Dict[str, Type[Part]] = {}
 """Wire ``type`` name to Part subclass."""
+_MAKERS: Dict[str, Callable[..., Part]] = {}  # the same, to a builder of checked values (_maker)
 
 
 @_part("turn-start", ("turn", "turn", _turn_state))
@@ -447,4 +449,4 @@ def part_from_dict(d: Any) -> Part:
     args: List[Any] = [_int(d, "index", kind), _opt_int(d, "step", kind), _int(d, "attempt", kind, 1)]
     for _, key, decode in cls._fields:
         args.append(decode(d, key, kind))
-    return cls(*args)
+    return _MAKERS[kind](*args)

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 
 from ..errors import ProtocolError
 from .decode import _int, _obj, _opt_str, _str
-from .slotted import _JSON_VALUE, _slotted, _Value
+from .slotted import _JSON_VALUE, _maker, _slotted, _Value
 
 __all__ = ["PROTOCOL_VERSION", "TURN_STATUSES", "SessionState", "TurnState", "HelloResult", "StartTurnResult"]
 
@@ -47,7 +47,11 @@ class SessionState(_Value):
     def from_dict(cls, kvs: Any, *, infer_missing: bool = False) -> "SessionState":
         """Check and build from a JSON object. Raises :class:`ProtocolError`."""
         d = _obj(kvs, "SessionState")
-        return cls(_str(d, "sessionId", "SessionState"), _int(d, "revision", "SessionState"), d.get("data"))
+        w = "SessionState"
+        made: SessionState = _MAKE.get(cls, cls)(
+            _str(d, "sessionId", w), _int(d, "revision", w), d.get("data")
+        )
+        return made
 
 
 @_slotted
@@ -89,7 +93,7 @@ class TurnState(_Value):
         """Check and build from a JSON object. Raises :class:`ProtocolError`."""
         d = _obj(kvs, "TurnState")
         w = "TurnState"
-        return cls(
+        return _MAKE.get(cls, cls)(  # type: ignore[no-any-return]  # (a TurnState)
             _int(d, "protocol", w, 1),
             _str(d, "agentId", w),
             _str(d, "bridgeId", w),
@@ -164,8 +168,12 @@ class StartTurnResult(_Value):
         status = _str(d, "status", "TurnStatus")
         if status not in TURN_STATUSES:
             raise ProtocolError(f"TurnStatus.status must be one of {', '.join(TURN_STATUSES)}")
-        return cls(_str(d, "turnId", "TurnStatus"), status)
+        made: StartTurnResult = _MAKE.get(cls, cls)(_str(d, "turnId", "TurnStatus"), status)
+        return made
 
+
+# Builders of checked values for from_dict (a subclass is built by its own __init__).
+_MAKE: Dict[type, Any] = {cls: _maker(cls) for cls in (SessionState, TurnState, StartTurnResult)}
 
 # Pickles and the docs name these classes where users import them: a state pickled by this
 # release loads in one from before the split, and the other way round.

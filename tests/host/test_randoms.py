@@ -66,3 +66,11 @@ class _NoHookPool(randoms._Pool):
 
     def after_fork_in_child(self) -> None:
         pass
+
+
+def test_uuid4_hex_is_uuid4s_form_of_the_pools_bytes(monkeypatch):
+    # uuid4_hex sets the version and variant bits itself (no uuid.UUID per turn id): the same
+    # 32 digits uuid.UUID(bytes=..., version=4) gives for the bytes the pool handed out.
+    for raw in (b"\x00" * 16, b"\xff" * 16, os.urandom(16), os.urandom(16)):
+        monkeypatch.setattr(randoms._POOL, "take", lambda n, raw=raw: raw)
+        assert randoms.uuid4_hex() == uuid.UUID(bytes=raw, version=4).hex
