@@ -31,15 +31,7 @@ from websockets.client import ClientProtocol
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidState, InvalidStatus, ProtocolError
 from websockets.frames import Frame
-from websockets.protocol import State
 from websockets.uri import parse_uri
-
-from . import randoms
-
-try:
-    from websockets.speedups import apply_mask  # websockets' C one, when built
-except ImportError:  # pragma: no cover - a pure-Python install of websockets
-    from websockets.utils import apply_mask
 
 __all__ = ["PlainWebSocket", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING", "OP_PONG"]
 
@@ -152,20 +144,6 @@ class PlainWebSocket:
         data = payload.encode("utf-8") if isinstance(payload, str) else payload
         with self._lock:
             protocol = self._open_protocol()
-            if (
-                opcode == OP_TEXT
-                and protocol.state is State.OPEN
-                and not protocol.expect_continuation_frame
-                and not protocol.extensions
-                and not protocol.debug
-            ):
-                # The common frame, serialised here as websockets' Frame.serialize does (FIN,
-                # masked), with a mask key from the pool instead of a system call per frame and
-                # without its layers of calls (the host's turn path sends one or two per turn).
-                self._flush()  # what the protocol queued goes first
-                mask = randoms.take(4)
-                self._write(_text_head(len(data)) + mask + apply_mask(data, mask))
-                return len(data)
             try:
                 _SENDS[opcode](protocol, data)
             except (InvalidState, ProtocolError) as exc:  # a close was sent or received
@@ -238,18 +216,16 @@ class PlainWebSocket:
 
     def _flush(self) -> None:
         """Write what the protocol queued (under ``_lock``): every byte, in order."""
-        for data in self._open_protocol().data_to_send():
-            # An empty chunk is websockets' "half-close now": the close frame says it.
-            self._write(data)
-
-    def _write(self, data: bytes) -> None:
-        """Write every byte of ``data`` (under ``_lock``)."""
+        protocol = self._open_protocol()
         sock = self._socket()
         try:
-            # send() in a loop, as websocket-client does: a wrapper of the socket sees each call.
-            view = memoryview(data)
-            while view:
-                view = view[sock.send(view) :]
+            for data in protocol.data_to_send():
+                # An empty chunk is websockets' "half-close now": the close frame says it.
+                # send() in a loop, as websocket-client does: a wrapper of the socket sees
+                # each call.
+                view = memoryview(data)
+                while view:
+                    view = view[sock.send(view) :]
         except (socket.timeout, BlockingIOError) as exc:  # Python's timeout, the kernel's
             raise WebSocketTimeoutException(str(exc) or "timed out") from None
 
@@ -305,15 +281,6 @@ class PlainWebSocket:
         whole = (self._fragment_op, b"".join(self._fragments))
         self._fragments = []
         return whole
-
-
-def _text_head(length: int) -> bytes:
-    """The head of a final, masked text frame of ``length`` bytes (RFC 6455, 5.2)."""
-    if length < 126:
-        return bytes((0x81, 0x80 | length))
-    if length < 65536:
-        return struct.pack("!BBH", 0x81, 0xFE, length)
-    return struct.pack("!BBQ", 0x81, 0xFF, length)
 
 
 def _lower(headers: Headers) -> Dict[str, str]:

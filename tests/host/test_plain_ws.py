@@ -201,39 +201,3 @@ def test_c04_plain_ws_timeouts_hold_for_reads_and_writes(listener):
         server.join(10)
         ws.shutdown()
 
-
-def test_c04_plain_ws_text_frames_take_their_mask_keys_from_the_pool(listener, monkeypatch):
-    # A text frame is serialised by plain_ws itself, its mask key from the process's pool of
-    # random bytes (client/randoms.py): no system call per frame (websockets' serialize asks
-    # secrets.token_bytes for each). The peer reads the frames unmasked as sent.
-    import secrets
-
-    from bridge_client.client import randoms
-
-    seen: list = []
-
-    def script(sock: socket.socket, head: bytes, buf: bytearray) -> None:
-        for _ in range(3):
-            seen.append(_read_client_frame(sock, buf))
-
-    server = _peer(listener, script)
-    ws = _open(listener)
-    keys: list = []
-    take = randoms.take
-
-    def take_(n: int) -> bytes:
-        got = take(n)
-        keys.append(got)
-        return got
-
-    def no_token_bytes(n: int = 32) -> bytes:
-        raise AssertionError("a mask key from secrets.token_bytes")
-
-    monkeypatch.setattr(randoms, "take", take_)
-    monkeypatch.setattr(secrets, "token_bytes", no_token_bytes)
-    for size in (5, 300, 70_000):
-        ws.send("é" * size)
-    server.join(10)
-    ws.shutdown()
-    assert seen == [(ws_frames.OP_TEXT, ("é" * size).encode()) for size in (5, 300, 70_000)]
-    assert len(keys) == 3 and all(len(k) == 4 for k in keys)
