@@ -109,6 +109,13 @@ class SessionRegistry:
 
         ``interactive`` (``{"approvals", "approval_timeout"}``) is held like ``env``.
 
+        A session new to this bridge's store is answered without waiting for its write's
+        commit: the write rides in the next transaction (the session's first ``StartTurn``'s,
+        usually), in queue order, so no turn of the session is durable without it; lost in a
+        crash before that, it is the state the host holds and sends again when it opens the
+        session again (revision 0 and the driver's initial data when it holds none). An
+        existing session's change is committed before the answer.
+
         Raises:
             RevisionExhausted: the bridge's own copy is above ``MAX_OPEN_REVISION`` (the host's
                 is checked when the payload is decoded).
@@ -124,6 +131,7 @@ class SessionRegistry:
         with self._lock:
             self._check_open()
             session = self._get_session(session_id)
+            new = session is None
             if session is None:
                 if state is not None:
                     session = Session(session_id, state.revision, state.data)
@@ -144,14 +152,16 @@ class SessionRegistry:
             session.env = dict(env or {})
             session.approvals = approvals
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
-            # Committed by this thread in wait() below (no wake of the writer; see submit).
+            # Committed by this thread in wait() below (no wake of the writer; see submit),
+            # or, for a session new to the store, by the next commit (see the docstring).
             ticket = self._store.submit(
                 session.op(),
                 interactive_op(session_id, session.approvals, session.approval_timeout),
                 wake=False,
             )
             result = session.state().to_dict()
-        self._store.wait(ticket, self._commit_timeout)
+        if not new:
+            self._store.wait(ticket, self._commit_timeout)
         return result
 
     def close_session(self, session_id: str) -> Dict[str, Any]:

@@ -121,3 +121,37 @@ def test_the_stores_failure_releases_every_waiter(store):
         t.join(5)
         assert not t.is_alive()
     assert len(raised) == 3 and all(isinstance(e, StoreError) for e in raised)
+
+
+def test_a_new_session_is_answered_before_its_commit_which_rides_in_the_next_one(store):
+    # B03 is about parts: a session new to the store is answered at once (its write rides in
+    # the next transaction, its first StartTurn's), a known session's change after its commit.
+    manager = TurnManager(store, echo.EchoDriver(), agent_id="echo", bridge_id="b" * 32, commit_timeout=0.3)
+    assert store._commit_lock.acquire(timeout=5)  # nothing commits meanwhile
+    try:
+        state = manager.open_session("s", None)  # would wait for the commit (TimeoutError)
+        assert state["revision"] == 0
+        assert store.load_session("s") is None  # not committed yet
+        with pytest.raises(TimeoutError):
+            manager.open_session("s", None)  # known now: its change is committed before the answer
+    finally:
+        store._commit_lock.release()
+    manager._commit_timeout = 10.0
+    manager.start_turn("s", "t1", "hi")  # its commit carries the session's write first
+    assert store.load_session("s") is not None
+    assert store.load_turn("t1") is not None
+    manager.close()
+
+
+def test_a_new_session_opened_and_never_used_is_committed_by_the_store_close(tmp_path):
+    path = str(tmp_path / "c.sqlite3")
+    st = Store(path)
+    manager = TurnManager(st, echo.EchoDriver(), agent_id="echo", bridge_id="b" * 32)
+    manager.open_session("lone", None)
+    manager.close()
+    st.close()
+    again = Store(path)
+    try:
+        assert again.load_session("lone") == ("lone", 0, {"turns": 0}, False)
+    finally:
+        again.close()
