@@ -166,3 +166,37 @@ def test_b03_a_runner_part_queued_just_after_the_starts_commit_is_committed(tmp_
     finally:
         manager.close()
         store.close()
+
+
+def test_a_turn_committed_whole_at_once_is_one_insert_of_its_row(tmp_path):
+    # Start, steps and finish in one transaction: the turn's checkpoint and finish updates are
+    # folded into the insert of its row, which ends up as the updates would have left it.
+    st = Store(str(tmp_path / "f.sqlite3"))
+    statements: List[str] = []
+    st._conn.set_trace_callback(statements.append)
+
+    class _StateInStep:
+        agent_id = "echo"
+
+        def run_turn(self, ctx: TurnContext) -> None:
+            ctx.start_step()
+            ctx.text("a")
+            ctx.set_state({"x": 1})  # inside the step: the step's checkpoint has it
+            ctx.finish_step()
+
+    manager = TurnManager(st, _StateInStep(), agent_id="echo", bridge_id="b" * 32)
+    try:
+        manager.open_session("s", None)
+        manager.start_turn("s", "t", "a b")
+        turn = manager.find_turn("s", "t")
+        turn.wait_for_parts(10**9, lambda: False)
+        row = st.load_turn("t")
+        assert row is not None and row.status == "finished"
+        assert row.finish == {"finishReason": "stop", "usage": None, "error": None}
+        assert row.checkpoint == {"sessionId": "s", "revision": 1, "data": {"x": 1}}
+        inserts = [s for s in statements if s.startswith("INSERT INTO turns")]
+        updates = [s for s in statements if s.startswith("UPDATE turns")]
+        assert len(inserts) == 1 and updates == [], statements
+    finally:
+        manager.close()
+        st.close()

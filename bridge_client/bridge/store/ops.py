@@ -18,6 +18,7 @@ __all__ = [
     "allow_always_op",
     "interactive_op",
     "messages_taken_op",
+    "fold_turn_row",
 ]
 
 
@@ -40,6 +41,10 @@ _SESSION_SQL = (
 _TURN_SQL = (
     "INSERT INTO turns (id, session_id, prompt, status, started_at, turn_state, finish, checkpoint) "
     "VALUES (?, ?, ?, 'running', ?, ?, NULL, ?)"
+)
+_TURN_WHOLE_SQL = (
+    "INSERT INTO turns (id, session_id, prompt, status, started_at, turn_state, finish, checkpoint) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _PART_SQL = "-- part"  # a marker: parts are written as segments (SEGMENT_SQL)
 SEGMENT_SQL = "INSERT INTO segments (turn_id, first_idx, n_parts, parts) VALUES (?, ?, ?, ?)"
@@ -110,3 +115,26 @@ def messages_taken_op(turn_id: str, taken: int) -> Op:
         "ON CONFLICT(turn_id) DO UPDATE SET taken = excluded.taken",
         (turn_id, taken),
     )
+
+
+def fold_turn_row(ops: Sequence[Op]) -> Sequence[Op]:
+    """``ops`` of one transaction with a new turn's row first: that row's checkpoint and
+    finish updates among them folded into its insert (one statement instead of up to
+    three: a turn whose driver ends at once commits its start, steps and finish together).
+    The other ops keep their order; none of them touches the turn's row."""
+    if len(ops) < 2 or ops[0].sql is not _TURN_SQL:
+        return ops
+    turn_id, session_id, prompt, started_at, turn_state, checkpoint = ops[0].params
+    status, finish = "running", None
+    rest = []
+    for op in ops[1:]:
+        if op.sql is _CHECKPOINT_SQL and op.params[1] == turn_id:
+            checkpoint = op.params[0]
+        elif op.sql is _FINISH_SQL and op.params[1] == turn_id:
+            status, finish = "finished", op.params[0]
+        else:
+            rest.append(op)
+    if len(rest) == len(ops) - 1:
+        return ops
+    row = (turn_id, session_id, prompt, status, started_at, turn_state, finish, checkpoint)
+    return [Op(_TURN_WHOLE_SQL, row), *rest]

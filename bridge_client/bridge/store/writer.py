@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .ops import SEGMENT_SQL, Op
+from .ops import SEGMENT_SQL, Op, fold_turn_row
 from .records import Meta, PartSink, SegmentSink, StoredPart, StoreError
 
 __all__ = ["StoreWriter", "PartBuffer", "PartTicket", "Ticket", "MAX_PENDING"]
@@ -377,7 +377,7 @@ class StoreWriter:
             for item in items:
                 if type(item) is PartBuffer:
                     first, texts, metas, marks, ops = item._take()
-                    for op in ops:
+                    for op in fold_turn_row(ops) if ops else ops:
                         conn.execute(op.sql, op.params)
                     if texts:
                         conn.execute(SEGMENT_SQL, (item.turn_id, first, len(texts), "\n".join(texts)))
