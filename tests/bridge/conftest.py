@@ -64,3 +64,25 @@ def shared_echo(tmp_path_factory) -> Iterator[BridgeProcess]:
     bridge = BridgeProcess(state, str(root / "workspace"), "echo").start()
     yield bridge
     bridge.stop()
+
+
+@pytest.fixture
+def long_turn(tmp_path: Any) -> Iterator[Any]:
+    """A finished echo turn of more than one Chunk of parts, in a TurnManager on a real store
+    (no bridge process): for tests of one ReadStream's sends."""
+    from bridge_client.bridge.store import Store
+    from bridge_client.bridge.turns import MAX_CHUNK_VALUES, TurnManager
+    from bridge_client.drivers import echo
+
+    store = Store(str(tmp_path / "bridge.sqlite3"))
+    parts = 2 * MAX_CHUNK_VALUES
+    manager = TurnManager(store, echo.EchoDriver(chunks=parts), agent_id="echo", bridge_id="b" * 16)
+    manager.open_session("s", None)
+    try:
+        manager.start_turn("s", "t", "x" * parts)
+        turn = manager.find_turn("s", "t")
+        turn.wait_for_parts(10**9, lambda: False)  # complete
+        yield turn
+    finally:
+        manager.close()
+        store.close()

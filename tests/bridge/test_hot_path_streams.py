@@ -8,9 +8,6 @@ import threading
 import pytest
 
 from bridge_client.bridge.server import _ReadStream
-from bridge_client.bridge.store import Store
-from bridge_client.bridge.turns import MAX_CHUNK_VALUES, TurnManager
-from bridge_client.drivers import echo
 from bridge_client.wire.frames import Failure
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,40 +47,30 @@ class _Conn:
 
 
 @pytest.mark.parametrize("who", ["ack", "poke"])
-def test_b04_a_stop_during_a_send_in_another_thread_ends_the_stream(tmp_path, who):
-    store = Store(str(tmp_path / "bridge.sqlite3"))
-    parts = 2 * MAX_CHUNK_VALUES  # more than one Chunk of parts
-    manager = TurnManager(store, echo.EchoDriver(chunks=parts), agent_id="echo", bridge_id="b" * 16)
-    manager.open_session("s", None)
-    try:
-        manager.start_turn("s", "t", "x" * parts)
-        turn = manager.find_turn("s", "t")
-        turn.wait_for_parts(10**9, lambda: False)  # complete: more than one Chunk of parts
-        conn = _Conn()
-        stream = _ReadStream(conn, "r", turn, 0, 0)  # type: ignore[arg-type]
-        stream.start()  # the first Chunk, sent at once
-        assert conn.sent == 1 and not conn.exits
-        conn.hold = True
-        # The next Chunk: the thread that read the Ack (or that committed parts) cannot send it
-        # at once, so the stream's own thread sends it, and waits on the socket.
-        if who == "ack":
-            stream.ack()
-        else:
-            stream._inflight = False  # as after the Ack, its next send left to a poke
-            stream.poke()
-        assert conn.sending.wait(10)
-        stream.stop("interrupt")  # the connection's thread, meanwhile (Interrupt)
-        conn.release.set()
-        stream.join(5)
-        for _ in range(100):
-            if conn.exits:
-                break
-            threading.Event().wait(0.05)
-        assert len(conn.exits) == 1, "the stopped stream was never ended"
-        request_id, value = conn.exits[0]
-        assert request_id == "r" and isinstance(value, Failure)
-        assert conn.forgotten == [stream]
-        assert stream not in turn.readers
-    finally:
-        manager.close()
-        store.close()
+def test_b04_a_stop_during_a_send_in_another_thread_ends_the_stream(long_turn, who):
+    turn = long_turn  # complete: more than one Chunk of parts
+    conn = _Conn()
+    stream = _ReadStream(conn, "r", turn, 0, 0)  # type: ignore[arg-type]
+    stream.start()  # the first Chunk, sent at once
+    assert conn.sent == 1 and not conn.exits
+    conn.hold = True
+    # The next Chunk: the thread that read the Ack (or that committed parts) cannot send it
+    # at once, so the stream's own thread sends it, and waits on the socket.
+    if who == "ack":
+        stream.ack()
+    else:
+        stream._inflight = False  # as after the Ack, its next send left to a poke
+        stream.poke()
+    assert conn.sending.wait(10)
+    stream.stop("interrupt")  # the connection's thread, meanwhile (Interrupt)
+    conn.release.set()
+    stream.join(5)
+    for _ in range(100):
+        if conn.exits:
+            break
+        threading.Event().wait(0.05)
+    assert len(conn.exits) == 1, "the stopped stream was never ended"
+    request_id, value = conn.exits[0]
+    assert request_id == "r" and isinstance(value, Failure)
+    assert conn.forgotten == [stream]
+    assert stream not in turn.readers

@@ -10,9 +10,6 @@ from typing import Any, List, Tuple
 import pytest
 
 from bridge_client.bridge.read_stream import ReadStream
-from bridge_client.bridge.store import Store
-from bridge_client.bridge.turns import MAX_CHUNK_VALUES, TurnManager
-from bridge_client.drivers import echo
 from bridge_client.wire.frames import Failure, Interrupted, Success
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,22 +46,6 @@ class _Conn:
         self.exited.set()
 
 
-@pytest.fixture
-def turn(tmp_path: Any) -> Any:
-    store = Store(str(tmp_path / "bridge.sqlite3"))
-    parts = 2 * MAX_CHUNK_VALUES  # more than one Chunk of parts
-    manager = TurnManager(store, echo.EchoDriver(chunks=parts), agent_id="echo", bridge_id="b" * 16)
-    manager.open_session("s", None)
-    try:
-        manager.start_turn("s", "t", "x" * parts)
-        found = manager.find_turn("s", "t")
-        found.wait_for_parts(10**9, lambda: False)  # complete
-        yield found
-    finally:
-        manager.close()
-        store.close()
-
-
 def _in_thread(name: str, fn: Any) -> None:
     thread = threading.Thread(target=fn, name=name)
     thread.start()
@@ -72,7 +53,8 @@ def _in_thread(name: str, fn: Any) -> None:
 
 
 @pytest.mark.parametrize("ending", ["turn-finish", "interrupt"])
-def test_b09_the_last_frame_from_a_thread_that_must_not_wait_goes_to_the_streams_thread(turn, ending):
+def test_b09_the_last_frame_from_a_thread_that_must_not_wait_goes_to_the_streams_thread(long_turn, ending):
+    turn = long_turn
     conn = _Conn()
     stream = ReadStream(conn, "r", turn, 0, 0)  # type: ignore[arg-type]
     stream.start()  # the first Chunk, from the connection's thread (this one)
