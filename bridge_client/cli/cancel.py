@@ -54,8 +54,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
         # Read to turn-finish; a driver that ignores the cancel must not hold the command.
         timer = threading.Timer(args.timeout, turn.suspend)
         timer.daemon = True
-        timer.start()
         try:
+            timer.start()  # (it waits for the new thread: a Ctrl-C may come meanwhile)
             for _ in turn:
                 pass
         except KeyboardInterrupt as exc:  # the cancel is in the bridge already: say so
