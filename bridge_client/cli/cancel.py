@@ -11,7 +11,7 @@ import argparse
 import shlex
 import signal
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from .exits import Failure, Stopped, UsageError
 from .output import print_err, print_out
@@ -41,30 +41,42 @@ def add_command(commands: Any) -> None:
 def _cmd_cancel(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be > 0")
-    with reach_turn(args, absent="nothing runs there to cancel") as turn:
-        try:
+    # One handler from the cancel's request to the session's release: a Ctrl-C anywhere in
+    # between says what is known of the cancel (under load it landed in the steps between two
+    # narrower handlers and printed only "interrupted").
+    turn_id: Optional[str] = None  # once the cancel is asked
+    sent = ended = False  # its answer seen; the turn's end seen
+    finish: Any = None
+    try:
+        with reach_turn(args, absent="nothing runs there to cancel") as turn:
+            turn_id = turn.id
             answer = turn.cancel()
-        except KeyboardInterrupt as exc:  # its answer not seen: it may or may not be in the bridge
+            sent = True
+            already = answer is not None and answer.status == "finished"
+            # Read to turn-finish; a driver that ignores the cancel must not hold the command.
+            timer = threading.Timer(args.timeout, turn.suspend)
+            timer.daemon = True
+            try:
+                timer.start()
+                for _ in turn:
+                    pass
+            finally:
+                timer.cancel()
+            finish = turn.finish
+            ended = finish is not None
+    except KeyboardInterrupt as exc:
+        if turn_id is None:
+            raise  # nothing was asked of the bridge
+        if ended:
+            print_err(f"bridge-client: interrupted; turn {turn_id} had finished ({finish.finish_reason})")
+        elif sent:
+            print_err(f"bridge-client: interrupted; the cancel of turn {turn_id} was sent, its end not seen")
+        else:  # its answer not seen: it may or may not be in the bridge
             print_err(
-                f"bridge-client: interrupted; the cancel of turn {turn.id} may not have reached "
+                f"bridge-client: interrupted; the cancel of turn {turn_id} may not have reached "
                 f"the bridge: run `bridge-client cancel {shlex.quote(args.turn_state_file)}` again"
             )
-            return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
-        already = answer is not None and answer.status == "finished"
-        # Read to turn-finish; a driver that ignores the cancel must not hold the command.
-        timer = threading.Timer(args.timeout, turn.suspend)
-        timer.daemon = True
-        try:
-            timer.start()  # (it waits for the new thread: a Ctrl-C may come meanwhile)
-            for _ in turn:
-                pass
-        except KeyboardInterrupt as exc:  # the cancel is in the bridge already: say so
-            print_err(f"bridge-client: interrupted; the cancel of turn {turn.id} was sent, its end not seen")
-            return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
-        finally:
-            timer.cancel()
-        finish = turn.finish
-        turn_id = turn.id
+        return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
     if finish is None:
         raise Failure(
             f"turn {turn_id} did not finish within {args.timeout:g} s of the cancel; "
