@@ -315,7 +315,7 @@ def test_interrupt_stops_the_read_and_the_turn_goes_on(make_bridge, sid, tid):
 
 
 def test_cancel_turn_ends_it_cancelled(make_bridge, sid, tid):
-    bridge = make_bridge(options={"steps": 50, "delay": 0.05})
+    bridge = make_bridge(options={"steps": 100, "delay": 0.05})  # 5 s when not cancelled
     with bridge.connect() as c:
         c.open(sid)
         c.start(sid, tid, "a b c d e")
@@ -324,7 +324,7 @@ def test_cancel_turn_ends_it_cancelled(make_bridge, sid, tid):
         assert result["turnId"] == tid and result["status"] in ("running", "finished")
         t0 = time.monotonic()
         parts, _, _ = c.read(sid, tid)
-        assert time.monotonic() - t0 < 2
+        assert time.monotonic() - t0 < 3
         assert c.start(sid, tid, "a b c d e") == "finished"
         assert c.value("CancelTurn", {"sessionId": sid, "turnId": tid})["status"] == "finished"
     _check_log(parts)

@@ -139,10 +139,10 @@ def test_b04_a_close_from_the_peer_mid_stream_is_answered_and_the_turn_goes_on(m
 
 
 def test_b09_half_a_handshake_holds_only_its_connection_and_its_timeout_holds(make_bridge):
-    bridge = make_bridge(args=["--handshake-timeout", "1"])
+    bridge = make_bridge(args=["--handshake-timeout", "2"])
     port = bridge.info.port
-    half = Peer(port, timeout=4)
-    loris = Peer(port, timeout=4)
+    half = Peer(port, timeout=8)
+    loris = Peer(port, timeout=8)
     try:
         started = time.monotonic()
         half.send(raw_ws.request_bytes(port)[:30])
@@ -160,10 +160,10 @@ def test_b09_half_a_handshake_holds_only_its_connection_and_its_timeout_holds(ma
         dripper.start()
         with bridge.connect() as other:  # served meanwhile, at once
             assert other.value("Hello")["agentId"] == "echo"
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 1.5  # not after the 2 s timeout
         assert half.at_eof()
         assert loris.at_eof()
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 5.0
     finally:
         half.close()
         loris.close()

@@ -40,6 +40,6 @@ def test_stderr_tail_of_a_running_cli_does_not_wait(tmp_path, monkeypatch):
     try:
         started = time.monotonic()
         assert proc.stderr_tail() == ""
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 0.4  # waiting would take the whole 0.5 s join
     finally:
         proc.stop(grace=1.0)

@@ -118,7 +118,7 @@ def test_c17_a_malformed_token_is_refused_at_once_with_what_is_wrong(sandbox, va
     started = time.monotonic()
     with pytest.raises(bc.InvalidToken) as info:
         bc.create_session(opts, session_options(sandbox, launch_timeout=3.0))
-    assert time.monotonic() - started < 1.0  # no launch, no timeout
+    assert time.monotonic() - started < 2.5  # no launch, no 3 s launch timeout
     assert says in str(info.value)
     assert value.strip() not in str(info.value) or len(value.strip()) < 3  # never shows it
     with pytest.raises(bc.InvalidToken):
