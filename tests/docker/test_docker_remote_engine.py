@@ -117,9 +117,9 @@ def test_cli_docker_tcp_sandbox_runs_lists_and_stops_over_tls(
 @pytest.fixture
 def docker_sshd(docker_client, tmp_path) -> Iterator[object]:
     """A test sshd whose login user may use the engine (group docker) and has the docker CLI."""
-    from sshd_server import SSHServer, why_not
+    from sshd_server import SSHServer, why_not_after_install
 
-    reason = why_not()
+    reason = why_not_after_install()
     if reason:
         pytest.skip(reason)
     if shutil.which("docker") is None:

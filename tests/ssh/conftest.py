@@ -15,19 +15,13 @@ for _path in (_HERE, os.path.dirname(_HERE), os.path.join(os.path.dirname(_HERE)
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from sshd_server import SSHServer, why_not  # noqa: E402
+from sshd_server import SSHServer, why_not_after_install  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[SSHServer]:
     """A running test sshd and its login user (skips where that cannot be had)."""
-    reason = why_not()
-    if reason and os.geteuid() == 0:
-        # A fresh machine: Debian's OpenSSH server, installed here once (as .ci/run does not).
-        from prerequisites import apt_install
-
-        failed = apt_install(["openssh-server", "openssh-client"])
-        reason = why_not() if failed is None else f"{reason} ({failed})"
+    reason = why_not_after_install()
     if reason:
         pytest.skip(reason)
     try:

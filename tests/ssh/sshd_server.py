@@ -32,6 +32,19 @@ def why_not() -> Optional[str]:
     return None
 
 
+def why_not_after_install() -> Optional[str]:
+    """As :func:`why_not`, after installing Debian's OpenSSH server once where it is missing
+    and we are root (a fresh machine; .ci/run does not install it). Every test that needs
+    sshd asks this: whichever runs first installs it, whatever the workers' order."""
+    reason = why_not()
+    if reason and os.geteuid() == 0:
+        from prerequisites import apt_install
+
+        failed = apt_install(["openssh-server", "openssh-client"])
+        reason = why_not() if failed is None else f"{reason} ({failed})"
+    return reason
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
