@@ -1,9 +1,12 @@
 """Opening the bridge's store when the file on disk cannot be trusted.
 
 A store that SQLite refuses (``database disk image is malformed``, ``file is not a
-database``), or one that a bridge left open (it died) whose write-ahead log (``-wal``) is now
-gone (so writes that readers may have seen are lost), is moved aside, kept for inspection
-with its ``-wal`` and ``-shm`` files, and named in ``bridge.log``; the bridge starts with a
+database``), one that a bridge left open (it died) whose write-ahead log (``-wal``) is now
+gone, or one whose ``-wal`` is damaged or cut short so that segments named by its record of
+commits are missing (:func:`~bridge_client.bridge.store.find_loss`: SQLite itself drops such
+frames without a word) -- in the last two cases writes that readers may have seen are lost --
+is moved aside, kept for inspection with its ``-wal``, ``-shm`` and ``-served`` files, and
+named in ``bridge.log``; the bridge starts with a
 fresh file, which has a new generation. Sessions come back from the hosts' session states
 (every connection opens its session from the state the host holds), and a host that
 resumes a turn of the old generation runs it again from its prompt, never
@@ -19,9 +22,10 @@ import logging
 import os
 import sqlite3
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
-from .store import SYNCHRONOUS, Store
+from .store import SYNCHRONOUS, Store, find_loss
+from .store.served import SUFFIX as SERVED_SUFFIX
 
 __all__ = ["OpenedStore", "open_store", "is_damage", "move_aside"]
 
@@ -29,7 +33,7 @@ log = logging.getLogger("bridge_client.bridge.store")
 
 _DAMAGE_NAMES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 _DAMAGE_TEXTS = ("malformed", "not a database", "file is encrypted")
-_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+_SIDE_FILES = ("", "-wal", "-shm", "-journal", SERVED_SUFFIX)
 
 
 class OpenedStore(NamedTuple):
@@ -80,6 +84,25 @@ def move_aside(path: str, now: Optional[float] = None) -> str:
     return target
 
 
+def _open_as_it_is(
+    path: str, on_fatal: Optional[Callable[[BaseException], None]], synchronous: str, wal_existed: bool
+) -> "Union[Store, str]":
+    """The store at ``path`` opened, or why it cannot be trusted (it is then closed)."""
+    try:
+        store = Store(path, on_fatal=on_fatal, synchronous=synchronous)
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        return f"SQLite cannot read it ({exc})"
+    if not (store.was_dirty and not wal_existed):
+        return store
+    store.close()
+    return (
+        "the bridge that last had it open did not close it, and its write-ahead log "
+        f"({os.path.basename(path)}-wal) is gone: its latest writes are lost"
+    )
+
+
 def open_store(
     path: str,
     on_fatal: Optional[Callable[[BaseException], None]] = None,
@@ -94,21 +117,14 @@ def open_store(
             fresh file cannot be made either.
     """
     wal_existed = os.path.exists(path + "-wal")
-    reason: Optional[str] = None
-    try:
-        store = Store(path, on_fatal=on_fatal, synchronous=synchronous)
-    except sqlite3.DatabaseError as exc:
-        if not is_damage(exc):
-            raise
-        reason = f"SQLite cannot read it ({exc})"
-    else:
-        if not (store.was_dirty and not wal_existed):
-            return OpenedStore(store, None, None)
-        store.close()
-        reason = (
-            "the bridge that last had it open did not close it, and its write-ahead log "
-            f"({os.path.basename(path)}-wal) is gone: its latest writes are lost"
-        )
+    # Before SQLite opens it for writing: the first write (or checkpoint) would overwrite the
+    # damaged frames of the -wal, which are kept for inspection.
+    reason = find_loss(path)
+    if reason is None:
+        opened = _open_as_it_is(path, on_fatal, synchronous, wal_existed)
+        if isinstance(opened, Store):
+            return OpenedStore(opened, None, None)
+        reason = opened
     moved = move_aside(path)
     log.warning(
         "store %s is damaged: %s. Moved it aside as %s (kept, with its -wal and -shm files) and "

@@ -49,13 +49,16 @@ def unwritable_reason(exc: Optional[BaseException]) -> Optional[str]:
         exc: an exception, or ``None``.
 
     Returns:
-        A short reason (SQLite's words, or the ``errno`` text), or ``None`` for any other
+        A short reason (SQLite's words, or the ``errno`` text; the store's own error, which
+        says how much space it needs, as it is), or ``None`` for any other
         failure (a damaged file, a lock, an I/O error of the disk).
     """
     # sqlite3 is not imported for this: a bridge that loses the lock race never imports it
     # (and no SQLite error can exist before it is).
     sqlite3 = sys.modules.get("sqlite3")
     for item in _chain(exc):
+        if isinstance(getattr(item, "space_needed", None), int):  # the store's own: says how much
+            return str(item)
         if isinstance(item, OSError) and item.errno is not None and item.errno in UNWRITABLE_ERRNOS:
             return os.strerror(item.errno)
         if sqlite3 is not None and isinstance(item, sqlite3.Error):

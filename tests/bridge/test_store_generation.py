@@ -23,7 +23,7 @@ def _store(bridge) -> str:
 
 def _moved(state: str):
     found = glob.glob(os.path.join(state, identity.STORE_FILE + ".damaged-*"))
-    return sorted(p for p in found if p[-4:] not in ("-wal", "-shm"))
+    return sorted(p for p in found if not p.endswith(("-wal", "-shm", "-served")))
 
 
 def test_b10_hello_and_turn_start_carry_the_store_generation(make_bridge, sid, tid):

@@ -31,6 +31,13 @@ class FullDisk:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         self.mounted = True
 
+    def resize(self, size: str) -> None:
+        """Remount the tmpfs with another ``size`` (it must hold what is on it)."""
+        done = subprocess.run(
+            ["mount", "-o", f"remount,size={size}", self.path], capture_output=True, text=True, timeout=10
+        )
+        assert done.returncode == 0, done.stderr
+
     def fill(self, leave_blocks: int = 0) -> None:
         """Write the ballast until the file system refuses (ENOSPC), then free
         ``leave_blocks`` blocks of it."""
@@ -47,6 +54,16 @@ class FullDisk:
                 os.ftruncate(fd, max(0, size - leave_blocks * BLOCK))
         finally:
             os.close(fd)
+
+    def free_some(self, nbytes: int) -> None:
+        """Free ``nbytes`` (rounded down to whole blocks) of the ballast."""
+        size = os.path.getsize(self.ballast)
+        os.truncate(self.ballast, max(0, size - (nbytes // BLOCK) * BLOCK))
+
+    def free_bytes(self) -> int:
+        """Bytes free now (root's view: reserved blocks count)."""
+        st = os.statvfs(self.path)
+        return st.f_bfree * st.f_frsize
 
     def free(self) -> None:
         """Remove the ballast: the space comes back."""

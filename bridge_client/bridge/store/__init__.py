@@ -62,12 +62,15 @@ from .part_json import _utf8_checked as _utf8_checked
 from .part_json import json_text, part_text, text_parts
 from .reads import StoreReader, read_parts, summary
 from .records import Meta, PartSink, SegmentSink, StoredPart, StoredSession, StoredTurn, StoreError
+from .served import ServedRecord, find_loss
 from .schema import SCHEMA_VERSION, SYNCHRONOUS, connect, open_meta, open_schema
+from .space import StoreFull, autocheckpoint_pages, check_start_room, checkpoint_room
 from .writer import MAX_PENDING, PartBuffer, PartTicket, StoreWriter, Ticket
 
 __all__ = [
     "Store",
     "StoreError",
+    "StoreFull",
     "Op",
     "PartSink",
     "SegmentSink",
@@ -92,6 +95,7 @@ __all__ = [
     "part_text",
     "text_parts",
     "summary",
+    "find_loss",
     "read_parts",
     "SYNCHRONOUS",
 ]
@@ -111,11 +115,18 @@ class Store(StoreWriter, StoreReader):
 
     Attributes:
         generation: the file's generation id (32 hex digits; new with a new file).
-        was_dirty: the file was marked open by a bridge that did not close it (it died).
+        was_dirty: the file was marked open by a bridge that did not close it (it died), or
+            that closed it with its ``-wal`` kept (no room on the disk to checkpoint it).
 
     Raises:
+        StoreFull: the disk has too little room to start (less than
+            :data:`~bridge_client.bridge.store.space.MARGIN` free, or not enough for the open
+            mark): its text says how much space is needed; nothing was written.
         StoreError: the file is of a newer schema version. sqlite3.Error / OSError: it cannot
             be opened.
+
+    Opening checkpoints the ``-wal`` into the file only when that fits on the disk; else the
+    store serves with its ``-wal`` as it is (see :mod:`.space`).
 
     Threads: :meth:`submit`, :meth:`wait` and the ``load_*`` methods may be called from any
     thread; :meth:`PartBuffer.add` from the thread that holds the buffer's lock. One writer
@@ -133,13 +144,34 @@ class Store(StoreWriter, StoreReader):
         conn = connect(path, synchronous)
         try:
             open_schema(conn, path)
-            self.generation, self.was_dirty = open_meta(conn)
+            self.generation, self.was_dirty = open_meta(conn, path)
+            check_start_room(path)  # after the checkpoint, which may have freed the -wal's space
+            (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+            conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages(path, int(page_size))}")
             reader = connect(path, synchronous)
+            (highest,) = reader.execute("SELECT max(rowid) FROM segments").fetchone()
         except BaseException:
+            # A start that cannot finish leaves the disk as it found it: closing the last
+            # connection would checkpoint the -wal into the file (growing it into the space
+            # that was freed) when that may not fit.
+            keep = _keep_wal(path)
             conn.close()
+            if keep is not None:
+                keep.close()
             raise
         StoreReader.__init__(self, reader)
-        StoreWriter.__init__(self, conn, on_fatal)  # starts the writer thread
+        served = ServedRecord.open(path, self.generation, highest or 0)  # see find_loss
+        StoreWriter.__init__(self, conn, on_fatal, served)  # starts the writer thread
+
+    def _room_to_checkpoint(self) -> bool:
+        try:
+            if checkpoint_room(self._conn, self.path).fits:
+                return True
+        except sqlite3.Error as exc:
+            log.warning("store %s: cannot ask its size: %s", self.path, exc)
+            return True
+        log.warning("store %s: closed with its -wal kept: no room on the disk to checkpoint it", self.path)
+        return False
 
     def close(self, timeout: float = 10.0) -> None:
         """Commit what is queued, stop the writer and close both connections. Idempotent.
@@ -150,29 +182,37 @@ class Store(StoreWriter, StoreReader):
         if not self._stop_writer(timeout):
             return
         self._close_reader()
-        if self._failed is None:
+        keep = None if self._failed is None else _keep_wal(self.path)
+        if keep is None and self._failed is None and not self._room_to_checkpoint():
+            # Closing the last connection checkpoints: when that does not fit on the disk, the
+            # -wal stays as it is, and so does the open mark (clearing it would add to the -wal;
+            # a marked file with its -wal is no loss).
+            keep = _keep_wal(self.path)
+        if keep is None and self._failed is None:
             try:  # closed cleanly: the next bridge need not look for lost writes
                 self._conn.execute("UPDATE meta SET value = '0' WHERE key = 'dirty'")
             except sqlite3.Error as exc:
                 log.warning("store %s: cannot clear its open mark: %s", self.path, exc)
-        keep = None if self._failed is None else self._keep_wal()
         self._conn.close()
         if keep is not None:
             keep.close()
+        if self._served is not None:
+            self._served.close()
 
-    def _keep_wal(self) -> Optional[sqlite3.Connection]:
-        """After a failed write (a full disk), keep the ``-wal`` for the next bridge, as after a
-        crash: closing the last connection would checkpoint it into the file and remove it,
-        and a file marked open without its ``-wal`` looks like one that lost writes, which the
-        next bridge moves aside (its turns would run again from their prompts). Clearing the
-        mark needs a write, which the full disk may refuse; a read-only connection that closes
-        last neither checkpoints nor removes the ``-wal``, and writes nothing. Returns that
-        connection (close it after the writer's), or ``None`` when it cannot be opened."""
-        try:
-            uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
-            keep = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            keep.execute("SELECT count(*) FROM meta").fetchone()  # holds the file while the writer closes
-        except sqlite3.Error as exc:
-            log.warning("store %s: cannot keep its -wal after the failed write: %s", self.path, exc)
-            return None
-        return keep
+
+def _keep_wal(path: str) -> Optional[sqlite3.Connection]:
+    """After a failed write (a full disk), after a failed open, or when a checkpoint does not
+    fit on the disk, keep the ``-wal`` for the next bridge, as after a crash: closing the last
+    connection would checkpoint it into the file and remove it, and a file marked open without its ``-wal`` looks like one that lost writes, which the
+    next bridge moves aside (its turns would run again from their prompts). Clearing the
+    mark needs a write, which the full disk may refuse; a read-only connection that closes
+    last neither checkpoints nor removes the ``-wal``, and writes nothing. Returns that
+    connection (close it after the writer's), or ``None`` when it cannot be opened."""
+    try:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        keep = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        keep.execute("SELECT count(*) FROM meta").fetchone()  # holds the file while the writer closes
+    except sqlite3.Error as exc:
+        log.warning("store %s: cannot keep its -wal after the failed write: %s", path, exc)
+        return None
+    return keep

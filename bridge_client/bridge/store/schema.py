@@ -11,6 +11,7 @@ import uuid
 from typing import Tuple
 
 from .records import StoreError
+from .space import SLACK, StoreFull, checkpoint_room
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -19,6 +20,7 @@ __all__ = [
     "open_schema",
     "open_meta",
     "open_read_only",
+    "checkpoint_if_room",
 ]
 
 log = logging.getLogger("bridge_client.bridge.store")  # one logger for the whole store
@@ -93,10 +95,18 @@ def connect(path: str, synchronous: str = SYNCHRONOUS) -> sqlite3.Connection:
     return conn
 
 
-def open_meta(conn: sqlite3.Connection) -> Tuple[str, bool]:
+def open_meta(conn: sqlite3.Connection, path: str) -> Tuple[str, bool]:
     """Read (or make) the file's generation and mark it dirty (open by a bridge), in one
-    transaction, then checkpoint so that the main file holds both. Returns
-    ``(generation, whether it was dirty already)``."""
+    transaction (which writes nothing when the file has a generation and is marked already: a
+    store left by a bridge that died, or by one whose disk filled), then checkpoint so that the
+    main file holds both, when the checkpoint fits on the disk (:mod:`.space`): else the store
+    serves with its ``-wal`` as it is (logged). Returns ``(generation, whether it was dirty
+    already)``.
+
+    Raises:
+        StoreFull: the disk has no room for the mark (the text says how much is needed).
+        sqlite3.Error: another failure.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_META)
@@ -107,16 +117,54 @@ def open_meta(conn: sqlite3.Connection) -> Tuple[str, bool]:
         if not generation:
             generation = uuid.uuid4().hex
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('generation', ?)", (generation,))
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('dirty', '1')")
+        if rows.get("dirty") != "1":
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('dirty', '1')")
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         try:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+        if isinstance(exc, sqlite3.Error) and _is_full(exc):
+            room = checkpoint_room(conn, path)
+            raise StoreFull(path, room.growth + SLACK, room.free, str(exc)) from exc
         raise
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    checkpoint_if_room(conn, path, "at start")
     return str(generation), rows.get("dirty") == "1"
+
+
+def checkpoint_if_room(conn: sqlite3.Connection, path: str, when: str) -> bool:
+    """Checkpoint the store's ``-wal`` into its main file and empty it, when that fits on the
+    disk; else leave both as they are (logged, with the space it needs). Returns True when it
+    checkpointed.
+
+    Raises:
+        StoreFull: the checkpoint failed on a full disk although it seemed to fit.
+    """
+    room = checkpoint_room(conn, path)
+    if not room.fits:
+        log.warning(
+            "store %s: not checkpointing its write-ahead log %s: that needs about %d KiB free, "
+            "%d KiB are; serving with the -wal as it is (free some space under %s)",
+            path,
+            when,
+            (room.growth + SLACK + 1023) // 1024,
+            room.free // 1024,
+            os.path.dirname(path) or ".",
+        )
+        return False
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error as exc:
+        if _is_full(exc):
+            raise StoreFull(path, room.growth + SLACK, room.free, str(exc)) from exc
+        raise
+    return True
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (isinstance(code, int) and (code & 0xFF) == 13) or "disk is full" in str(exc).lower()
 
 
 def open_schema(conn: sqlite3.Connection, path: str) -> None:

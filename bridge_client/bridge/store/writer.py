@@ -13,6 +13,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Seque
 
 from .ops import SEGMENT_SQL, Op, fold_turn_row
 from .records import Meta, PartSink, SegmentSink, StoredPart, StoreError
+from .served import ServedRecord
 
 __all__ = ["StoreWriter", "PartBuffer", "PartTicket", "Ticket", "MAX_PENDING"]
 
@@ -135,9 +136,15 @@ class StoreWriter:
         on_fatal: called once, from the thread whose write failed; ``None``: only log it.
     """
 
-    def __init__(self, conn: sqlite3.Connection, on_fatal: Optional[Callable[[BaseException], None]]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        on_fatal: Optional[Callable[[BaseException], None]],
+        served: Optional[ServedRecord] = None,
+    ) -> None:
         self._conn = conn
         self._on_fatal = on_fatal
+        self._served = served  # noted after each commit that added segments
         # One lock, two conditions (work for the writer, room for submitters) and the threads
         # waiting for a commit: each with the test of its ticket and a lock held for it, which
         # the committing thread releases only when that test passes. A condition notified for
@@ -372,6 +379,7 @@ class StoreWriter:
         segments: List[Tuple[SegmentSink, Tuple[Any, ...]]] = []
         parts: List[Op] = []
         ticket = 0
+        rowid: Optional[int] = 0  # the last segment's
         conn.execute("BEGIN")
         try:
             for item in items:
@@ -380,12 +388,14 @@ class StoreWriter:
                     for op in fold_turn_row(ops) if ops else ops:
                         conn.execute(op.sql, op.params)
                     if texts:
-                        conn.execute(SEGMENT_SQL, (item.turn_id, first, len(texts), "\n".join(texts)))
+                        rowid = conn.execute(
+                            SEGMENT_SQL, (item.turn_id, first, len(texts), "\n".join(texts))
+                        ).lastrowid
                         segments.append((item.sink, (texts, metas, marks)))
                     buffers.append((item, first + len(texts)))
                 else:
                     ops, ticket = item
-                    self._write_ops(conn, ops)
+                    rowid = self._write_ops(conn, ops) or rowid
                     parts.extend(op for op in ops if op.part is not None)
             conn.execute("COMMIT")
         except BaseException:
@@ -394,10 +404,14 @@ class StoreWriter:
             except sqlite3.Error:
                 pass
             raise
+        if rowid and self._served is not None:
+            self._served.note(rowid)
         return (buffers, segments, parts), ticket
 
     @staticmethod
-    def _write_ops(conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
+    def _write_ops(conn: sqlite3.Connection, ops: Sequence[Op]) -> Optional[int]:
+        """Run ``ops``; returns the rowid of the last segment written (``None``: none)."""
+        rowid: Optional[int] = None
         i, n = 0, len(ops)
         while i < n:
             op = ops[i]
@@ -416,8 +430,9 @@ class StoreWriter:
             ):
                 j += 1
             texts = [o.part.text for o in ops[i:j]]  # type: ignore[union-attr]
-            conn.execute(SEGMENT_SQL, (turn_id, first, j - i, "\n".join(texts)))
+            rowid = conn.execute(SEGMENT_SQL, (turn_id, first, j - i, "\n".join(texts))).lastrowid
             i = j
+        return rowid
 
     def _publish(
         self,
