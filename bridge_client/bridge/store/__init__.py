@@ -203,11 +203,12 @@ class Store(StoreWriter, StoreReader):
 def _keep_wal(path: str) -> Optional[sqlite3.Connection]:
     """After a failed write (a full disk), after a failed open, or when a checkpoint does not
     fit on the disk, keep the ``-wal`` for the next bridge, as after a crash: closing the last
-    connection would checkpoint it into the file and remove it, and a file marked open without its ``-wal`` looks like one that lost writes, which the
-    next bridge moves aside (its turns would run again from their prompts). Clearing the
-    mark needs a write, which the full disk may refuse; a read-only connection that closes
-    last neither checkpoints nor removes the ``-wal``, and writes nothing. Returns that
-    connection (close it after the writer's), or ``None`` when it cannot be opened."""
+    connection would checkpoint it into the file and remove it, and a file marked open without
+    its ``-wal`` looks like one that lost writes, which the next bridge moves aside (its turns
+    would run again from their prompts). Clearing the mark needs a write, which the full disk
+    may refuse; a read-only connection that closes last neither checkpoints nor removes the
+    ``-wal``, and writes nothing. Returns that connection (close it after the writer's), or
+    ``None`` when it cannot be opened."""
     try:
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
         keep = sqlite3.connect(uri, uri=True, check_same_thread=False)
