@@ -12,7 +12,9 @@ next bridge, before SQLite opens the file for writing, compares it with the high
 the file shows (:func:`find_loss`): lower means committed batches of parts were lost.
 
 A note is made after the commit's fsync, so on a power loss the record may only be behind
-the file (or unreadable: no verdict), never ahead of it."""
+the file (or unreadable: no verdict), never ahead of it. With ``synchronous=NORMAL`` a power
+loss may drop commits that readers saw while their note reached the disk: that is a loss, and
+is reported as one."""
 from __future__ import annotations
 
 import logging
@@ -114,7 +116,8 @@ class ServedRecord:
             return None
 
     def note(self, rowid: int) -> None:
-        """Record that segment ``rowid`` is committed (after the commit). Writer thread only."""
+        """Record that segment ``rowid`` is committed (after the commit). Call it holding the
+        store's commit lock (the writer thread, or a thread committing inline)."""
         if rowid > self._last:
             self._last = rowid
             struct.pack_into("<QQ", self._map, 32, rowid, rowid ^ _CHECK)
