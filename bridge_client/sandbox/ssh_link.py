@@ -11,6 +11,11 @@ transport fails: the session layer resends its requests and reads on from their 
 
 Host keys are checked against ``known_hosts`` (the user's ``~/.ssh/known_hosts`` by default)
 and an unknown or changed key is refused, never added. See :doc:`scaling`.
+
+A first connect that cannot succeed fails at once with what happened: the port refuses the
+connection, or something other than SSH answers on it (its first line is quoted), or it
+accepts the connection and says nothing. paramiko's own log records go to the
+``bridge_client.sandbox.ssh.paramiko`` logger at ``DEBUG`` (see :doc:`logging`).
 """
 from __future__ import annotations
 
@@ -28,9 +33,12 @@ from contextlib import contextmanager
 
 from ..errors import HarnessError, SandboxGone, Unauthorized, UntrustedEndpoint
 
-__all__ = ["SSHTarget", "SSHLink", "link_for", "release", "paramiko_module"]
+__all__ = ["SSHTarget", "SSHLink", "link_for", "release", "paramiko_module", "PARAMIKO_LOGGER"]
 
 log = logging.getLogger("bridge_client")
+
+PARAMIKO_LOGGER = "bridge_client.sandbox.ssh.paramiko"
+"""The logger paramiko's records go to (its SFTP client's to ``<this>.sftp``), at DEBUG."""
 
 T = TypeVar("T")
 
@@ -92,6 +100,83 @@ class SSHTarget:
         return f"{self.user}@{self.host}:{self.port}"
 
 
+class _AtDebug(logging.Filter):
+    """paramiko logs, at ERROR and with tracebacks, failures this module handles (a dropped
+    connection it makes again, a port that does not speak SSH): its records are lowered to
+    DEBUG and dropped unless DEBUG is on for their logger, so they never reach a handler
+    (or Python's last-resort handler) that did not ask for them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+for _name in (PARAMIKO_LOGGER, PARAMIKO_LOGGER + ".sftp"):
+    logging.getLogger(_name).addFilter(_AtDebug())
+
+
+class _Tap:
+    """A connected socket that keeps the first bytes the server sends, to tell the user what
+    answered when it was not SSH. Everything else goes to the socket itself."""
+
+    _KEEP = 512
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.heard = b""
+        self.eof = False
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        data = self._sock.recv(size, *flags)
+        if not data:
+            self.eof = True
+        elif len(self.heard) < self._KEEP:
+            self.heard += data[: self._KEEP - len(self.heard)]
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _NoSSH(Exception):
+    """The TCP connection was made but no SSH server answered on it.
+
+    Attributes:
+        final: a retry cannot mend it on a first connect (something else answers, or
+            nothing does within the timeout).
+    """
+
+    def __init__(self, message: str, final: bool) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+def _first_line(heard: bytes) -> str:
+    """The first non-empty line of what a server sent, for a message (at most 60 characters)."""
+    lines = [line.strip() for line in heard.splitlines() if line.strip()]
+    line = (lines[0] if lines else heard).decode("utf-8", "replace")
+    return line if len(line) <= 60 else line[:60] + "\u2026"
+
+
+def _no_ssh(target: SSHTarget, tap: _Tap, timeout: float) -> _NoSSH:
+    """What to say when a connection was made but no SSH banner came on it."""
+    where = f"{target.host}:{target.port}"
+    if tap.heard:
+        return _NoSSH(
+            f"{where} answers, but not with SSH: got {_first_line(tap.heard)!r} "
+            f"(check the host and port of {target.name})", final=True,
+        )
+    if tap.eof:  # a forwarder whose sshd is not up yet, an sshd at MaxStartups: worth a retry
+        return _NoSSH(
+            f"{where} accepts connections but closes them without a word: no SSH server "
+            f"answers there yet (check the host and port of {target.name})", final=False,
+        )
+    return _NoSSH(
+        f"{where} accepts connections but says nothing ({timeout:g} s without an answer): "
+        f"no SSH server answers there (check the host and port of {target.name})", final=True,
+    )
+
+
 class _Refused(Exception):
     """The server's host key is unknown (raised by our missing-host-key policy)."""
 
@@ -134,18 +219,29 @@ class SSHLink:
     def _connect_once(self, timeout: float) -> Any:
         p = self._paramiko
         t = self.target
+        sock = socket.create_connection((t.host, t.port), timeout)  # refused: ConnectionRefusedError
+        tap = _Tap(sock)
         client = p.SSHClient()
-        client.load_system_host_keys(t.known_hosts)  # read only: nothing is ever saved
-        client.set_missing_host_key_policy(_reject_policy(p))
+        client.set_log_channel(PARAMIKO_LOGGER)
         try:
+            client.load_system_host_keys(t.known_hosts)  # read only: nothing is ever saved
+            client.set_missing_host_key_policy(_reject_policy(p))
             client.connect(
                 t.host, port=t.port, username=t.user, key_filename=t.key_filename,
                 allow_agent=t.allow_agent, look_for_keys=t.key_filename is None,
                 timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                channel_timeout=timeout,
+                channel_timeout=timeout, sock=tap,
             )
+        except Exception:
+            banner = getattr(client.get_transport(), "remote_version", "")
+            client.close()
+            sock.close()
+            if not banner:
+                raise _no_ssh(t, tap, timeout) from None
+            raise
         except BaseException:
             client.close()
+            sock.close()
             raise
         transport = client.get_transport()
         try:  # small RPC frames: without it Nagle and delayed ACKs add ~40 ms per exchange
@@ -223,6 +319,8 @@ class SSHLink:
                         if not self._ever:
                             raise final from None
                         raise SandboxGone(str(final)) from None
+                    if not self._ever and isinstance(exc, _NoSSH) and exc.final:
+                        raise SandboxGone(str(exc)) from None
                     if not self._ever and self._refused(exc):
                         raise SandboxGone(
                             f"nothing listens for SSH at {self.target.name} (connection refused): "
@@ -230,6 +328,8 @@ class SSHLink:
                         ) from None
                     if once or time.monotonic() + pause >= deadline:
                         self._gone = True
+                        if isinstance(exc, _NoSSH):
+                            raise SandboxGone(str(exc)) from None
                         raise SandboxGone(
                             f"the SSH host {self.target.name} does not answer: {exc or type(exc).__name__}"
                         ) from None
