@@ -45,16 +45,23 @@ _NOTICE_FALLBACK = 0.1  # seconds between looks while a notice may still come (i
 _FAILED_START_RELAUNCHES = 1  # launches after a bridge that exited or was killed before it answered
 
 
-def _ended(status: int) -> str:
-    """How a bridge process ended, for a message: ``exited with status 1``, or ``was killed
-    by signal -11 (SIGSEGV)`` for a ``Popen``-style negative status."""
-    if status >= 0:
-        return f"exited with status {status}"
+def _signal_name(number: int) -> Optional[str]:
     try:
-        name = signal.Signals(-status).name
+        return signal.Signals(number).name
     except ValueError:
-        return f"was killed by signal {status}"
-    return f"was killed by signal {status} ({name})"
+        return None
+
+
+def _ended(status: int) -> str:
+    """How a bridge process ended, for a message: ``exited with status 1``, ``was killed
+    by signal -11 (SIGSEGV)`` for a ``Popen``-style negative status, and for a status a
+    shell gives a death by a signal (128 + its number: a remote sandbox's spawn runs the
+    bridge under ``sh``) ``exited with status 139 (a shell's report of SIGSEGV)``."""
+    if status < 0:
+        name = _signal_name(-status)
+        return f"was killed by signal {status}" + (f" ({name})" if name else "")
+    name = _signal_name(status - 128) if 128 < status < 128 + 65 else None
+    return f"exited with status {status}" + (f" (a shell's report of {name})" if name else "")
 
 
 def _log_tail(plan: LaunchPlan) -> str:

@@ -32,13 +32,11 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar
 from contextlib import contextmanager
 
 from ..errors import HarnessError, SandboxGone, Unauthorized, UntrustedEndpoint
+from .ssh_answer import PARAMIKO_LOGGER, BannerTap, NoSSH, no_ssh
 
-__all__ = ["SSHTarget", "SSHLink", "link_for", "release", "paramiko_module", "PARAMIKO_LOGGER"]
+__all__ = ["SSHTarget", "SSHLink", "link_for", "release", "paramiko_module"]
 
 log = logging.getLogger("bridge_client")
-
-PARAMIKO_LOGGER = "bridge_client.sandbox.ssh.paramiko"
-"""The logger paramiko's records go to (its SFTP client's to ``<this>.sftp``), at DEBUG."""
 
 T = TypeVar("T")
 
@@ -100,83 +98,6 @@ class SSHTarget:
         return f"{self.user}@{self.host}:{self.port}"
 
 
-class _AtDebug(logging.Filter):
-    """paramiko logs, at ERROR and with tracebacks, failures this module handles (a dropped
-    connection it makes again, a port that does not speak SSH): its records are lowered to
-    DEBUG and dropped unless DEBUG is on for their logger, so they never reach a handler
-    (or Python's last-resort handler) that did not ask for them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-for _name in (PARAMIKO_LOGGER, PARAMIKO_LOGGER + ".sftp"):
-    logging.getLogger(_name).addFilter(_AtDebug())
-
-
-class _Tap:
-    """A connected socket that keeps the first bytes the server sends, to tell the user what
-    answered when it was not SSH. Everything else goes to the socket itself."""
-
-    _KEEP = 512
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.heard = b""
-        self.eof = False
-
-    def recv(self, size: int, *flags: int) -> bytes:
-        data = self._sock.recv(size, *flags)
-        if not data:
-            self.eof = True
-        elif len(self.heard) < self._KEEP:
-            self.heard += data[: self._KEEP - len(self.heard)]
-        return data
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _NoSSH(Exception):
-    """The TCP connection was made but no SSH server answered on it.
-
-    Attributes:
-        final: a retry cannot mend it on a first connect (something else answers, or
-            nothing does within the timeout).
-    """
-
-    def __init__(self, message: str, final: bool) -> None:
-        super().__init__(message)
-        self.final = final
-
-
-def _first_line(heard: bytes) -> str:
-    """The first non-empty line of what a server sent, for a message (at most 60 characters)."""
-    lines = [line.strip() for line in heard.splitlines() if line.strip()]
-    line = (lines[0] if lines else heard).decode("utf-8", "replace")
-    return line if len(line) <= 60 else line[:60] + "\u2026"
-
-
-def _no_ssh(target: SSHTarget, tap: _Tap, timeout: float) -> _NoSSH:
-    """What to say when a connection was made but no SSH banner came on it."""
-    where = f"{target.host}:{target.port}"
-    if tap.heard:
-        return _NoSSH(
-            f"{where} answers, but not with SSH: got {_first_line(tap.heard)!r} "
-            f"(check the host and port of {target.name})", final=True,
-        )
-    if tap.eof:  # a forwarder whose sshd is not up yet, an sshd at MaxStartups: worth a retry
-        return _NoSSH(
-            f"{where} accepts connections but closes them without a word: no SSH server "
-            f"answers there yet (check the host and port of {target.name})", final=False,
-        )
-    return _NoSSH(
-        f"{where} accepts connections but says nothing ({timeout:g} s without an answer): "
-        f"no SSH server answers there (check the host and port of {target.name})", final=True,
-    )
-
-
 class _Refused(Exception):
     """The server's host key is unknown (raised by our missing-host-key policy)."""
 
@@ -220,7 +141,7 @@ class SSHLink:
         p = self._paramiko
         t = self.target
         sock = socket.create_connection((t.host, t.port), timeout)  # refused: ConnectionRefusedError
-        tap = _Tap(sock)
+        tap = BannerTap(sock)
         client = p.SSHClient()
         client.set_log_channel(PARAMIKO_LOGGER)
         try:
@@ -237,7 +158,7 @@ class SSHLink:
             client.close()
             sock.close()
             if not banner:
-                raise _no_ssh(t, tap, timeout) from None
+                raise no_ssh(t.host, t.port, t.name, tap, timeout) from None
             raise
         except BaseException:
             client.close()
@@ -288,7 +209,9 @@ class SSHLink:
                 first connect only; later it is ``SandboxGone``).
             Unauthorized: the server refused the credentials (likewise).
             SandboxGone: the host did not answer by the deadline, the link was closed, or
-                (the first connect only) nothing listens on the port: that is not retried.
+                (the first connect only, not retried) nothing listens on the port, something
+                other than SSH answers on it, or it accepts and says nothing for the connect
+                timeout.
         """
         if deadline is None:
             deadline = time.monotonic() + self.target.reconnect_window
@@ -319,7 +242,7 @@ class SSHLink:
                         if not self._ever:
                             raise final from None
                         raise SandboxGone(str(final)) from None
-                    if not self._ever and isinstance(exc, _NoSSH) and exc.final:
+                    if not self._ever and isinstance(exc, NoSSH) and exc.final:
                         raise SandboxGone(str(exc)) from None
                     if not self._ever and self._refused(exc):
                         raise SandboxGone(
@@ -328,7 +251,7 @@ class SSHLink:
                         ) from None
                     if once or time.monotonic() + pause >= deadline:
                         self._gone = True
-                        if isinstance(exc, _NoSSH):
+                        if isinstance(exc, NoSSH):
                             raise SandboxGone(str(exc)) from None
                         raise SandboxGone(
                             f"the SSH host {self.target.name} does not answer: {exc or type(exc).__name__}"
