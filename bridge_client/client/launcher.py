@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -41,6 +42,26 @@ _POLL_FIRST = 0.02  # seconds between looks at the listening file while a bridge
 _POLL_MAX = 0.05  # ...growing to this (a look is one small file read; a longer pause is late news)
 _RELAUNCH_AFTER = 3.0  # seconds a lock holder may stay silent before we launch again (doubling)
 _NOTICE_FALLBACK = 0.1  # seconds between looks while a notice may still come (it wakes us first)
+_FAILED_START_RELAUNCHES = 1  # launches after a bridge that exited or was killed before it answered
+
+
+def _signal_name(number: int) -> Optional[str]:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
+def _ended(status: int) -> str:
+    """How a bridge process ended, for a message: ``exited with status 1``, ``was killed
+    by signal -11 (SIGSEGV)`` for a ``Popen``-style negative status, and for a status a
+    shell gives a death by a signal (128 + its number: a remote sandbox's spawn runs the
+    bridge under ``sh``) ``exited with status 139 (a shell's report of SIGSEGV)``."""
+    if status < 0:
+        name = _signal_name(-status)
+        return f"was killed by signal {status}" + (f" ({name})" if name else "")
+    name = _signal_name(status - 128) if 128 < status < 128 + 65 else None
+    return f"exited with status {status}" + (f" (a shell's report of {name})" if name else "")
 
 
 def _log_tail(plan: LaunchPlan) -> str:
@@ -231,11 +252,14 @@ def connect(
     listen, then exit quietly, and every host ends up connected to the winner. When the
     bridge that holds the lock goes away without anyone answering (it was shutting down), it
     launches again, only once its own launched bridge has exited, after 3 s, then 6 s,
-    12 s... When its own bridge dies (killed while it held the lock, say), it first looks for
-    the bridge that answers now (another host's), and launches again if it was killed by a
-    signal; an error exit with no bridge answering is a ``BridgeLaunchError``, after one more
-    launch when the template had been skipped on a marker's word (it is then run in full
-    first: the sandbox may have lost what it installed). A bridge that exits 3 (its state
+    12 s... When its own bridge dies before it answers, it first looks for the bridge that
+    answers now (another host's). Otherwise the death is a failed start, launched again at
+    most once: when it was killed by a signal (it may have been killed while it held the lock)
+    or the template had been skipped on a marker's word (it is then run in full first: the
+    sandbox may have lost what it installed). A failed start with no launch left is a
+    ``BridgeLaunchError`` that says how the bridge ended (``exited with status 1``, ``was
+    killed by signal -11 (SIGSEGV)``) with the tail of ``bridge.log``: a bridge that crashes
+    at every start is launched twice, not for the whole ``launch_timeout``. A bridge that exits 3 (its state
     directory cannot be written: a full disk) is ``BridgeLaunchError(unwritable=True)`` at
     once, as are launch files that cannot be written for lack of space.
 
@@ -255,8 +279,9 @@ def connect(
 
     Raises:
         Unauthorized: the live bridge of this state directory refused the token.
-        BridgeLaunchError: the launched bridge exited with an error or did not answer in
-            time (with the tail of ``bridge.log``).
+        BridgeLaunchError: the launched bridge exited with an error or was killed by a signal
+            (at its launch and its relaunch), or did not answer in time (with the tail of
+            ``bridge.log``).
         TemplateError: an install step failed.
         SandboxGone: the sandbox is gone.
     """
@@ -326,6 +351,7 @@ def _launch_and_wait(
     probes = Backoff()
     probed: Optional[bytes] = None
     next_probe = 0.0
+    failed_starts = 0
     while True:
         remaining = deadline - time.monotonic()
         data = _listening_bytes(plan)
@@ -360,23 +386,23 @@ def _launch_and_wait(
             found = _look_now(plan, remaining, holder, window_end)
             if found is not None:
                 return found
-            if status > 0 and launched.trusted and remaining > 0:
-                # The template was skipped on a marker's (or this bridge's) word: the sandbox
-                # may lack what it installs. Check it all, then launch once more.
-                log.debug("bridge %s exited with status %d; checking the template in full",
-                          plan.bridge_id, status)
-                launched = _launch(plan, recheck=True)
+            # A failed start (an error exit, or a death by a signal: a crash, an OOM killer,
+            # a kill while it held the lock) is launched again at most once per connect.
+            again = failed_starts < _FAILED_START_RELAUNCHES and remaining > 0
+            failed_starts += 1
+            if again and (status < 0 or launched.trusted):
+                # Killed, it may have held the lock; the template was skipped on a marker's
+                # (or this bridge's) word: the sandbox may lack what it installs (check it all).
+                check = " after checking the template in full" if launched.trusted else ""
+                log.debug("bridge %s: the launched bridge %s; launching again%s",
+                          plan.bridge_id, _ended(status), check)
+                launched = _launch(plan, recheck=launched.trusted)
                 pause, lost_at, probed = _Pause(launched.process), None, None
                 continue
-            if status > 0 or remaining <= 0:
-                raise BridgeLaunchError(
-                    f"the bridge exited with status {status} before it answered", _log_tail(plan)
-                )
-            log.debug("bridge %s: the launched bridge was killed (signal %d); launching again",
-                      plan.bridge_id, -status)
-            launched = _launch(plan)
-            pause, lost_at, probed = _Pause(launched.process), None, None
-            continue
+            launches = "" if failed_starts == 1 else f" (at each of {failed_starts} launches)"
+            raise BridgeLaunchError(
+                f"the bridge {_ended(status)} before it answered{launches}", _log_tail(plan)
+            )
         if status == 0:
             # Ours lost the lock race (C05): the winner answers soon. If none does for a
             # while, the lock holder was on its way out: launch again, less often each time.

@@ -135,7 +135,11 @@ class SSHSandbox:
     Raises:
         UntrustedEndpoint: the server's host key is not in ``known_hosts``, or differs.
         Unauthorized: the server refused the credentials.
-        SandboxGone: the host does not answer within ``reconnect_window``.
+        SandboxGone: the host does not answer within ``connect_timeout``; at once when
+            nothing listens on the port ("connection refused") or something other than SSH
+            answers there (its first line is quoted: "HOST:PORT answers, but not with SSH:
+            got 'HTTP/1.1 400 Bad Request'"); after ``connect_timeout`` when the port accepts
+            the connection and says nothing.
         FileNotFoundError: ``path`` does not exist there, or ``key_filename`` or
             ``known_hosts`` does not exist here (a leading ``~`` in them is expanded).
         NotADirectoryError: ``path`` is not a folder.

@@ -11,6 +11,11 @@ transport fails: the session layer resends its requests and reads on from their 
 
 Host keys are checked against ``known_hosts`` (the user's ``~/.ssh/known_hosts`` by default)
 and an unknown or changed key is refused, never added. See :doc:`scaling`.
+
+A first connect that cannot succeed fails at once with what happened: the port refuses the
+connection, or something other than SSH answers on it (its first line is quoted), or it
+accepts the connection and says nothing. paramiko's own log records go to the
+``bridge_client.sandbox.ssh.paramiko`` logger at ``DEBUG`` (see :doc:`logging`).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar
 from contextlib import contextmanager
 
 from ..errors import HarnessError, SandboxGone, Unauthorized, UntrustedEndpoint
+from .ssh_answer import PARAMIKO_LOGGER, BannerTap, NoSSH, no_ssh
 
 __all__ = ["SSHTarget", "SSHLink", "link_for", "release", "paramiko_module"]
 
@@ -134,18 +140,29 @@ class SSHLink:
     def _connect_once(self, timeout: float) -> Any:
         p = self._paramiko
         t = self.target
+        sock = socket.create_connection((t.host, t.port), timeout)  # refused: ConnectionRefusedError
+        tap = BannerTap(sock)
         client = p.SSHClient()
-        client.load_system_host_keys(t.known_hosts)  # read only: nothing is ever saved
-        client.set_missing_host_key_policy(_reject_policy(p))
+        client.set_log_channel(PARAMIKO_LOGGER)
         try:
+            client.load_system_host_keys(t.known_hosts)  # read only: nothing is ever saved
+            client.set_missing_host_key_policy(_reject_policy(p))
             client.connect(
                 t.host, port=t.port, username=t.user, key_filename=t.key_filename,
                 allow_agent=t.allow_agent, look_for_keys=t.key_filename is None,
                 timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                channel_timeout=timeout,
+                channel_timeout=timeout, sock=tap,
             )
+        except Exception:
+            banner = getattr(client.get_transport(), "remote_version", "")
+            client.close()
+            sock.close()
+            if not banner:
+                raise no_ssh(t.host, t.port, t.name, tap, timeout) from None
+            raise
         except BaseException:
             client.close()
+            sock.close()
             raise
         transport = client.get_transport()
         try:  # small RPC frames: without it Nagle and delayed ACKs add ~40 ms per exchange
@@ -192,7 +209,9 @@ class SSHLink:
                 first connect only; later it is ``SandboxGone``).
             Unauthorized: the server refused the credentials (likewise).
             SandboxGone: the host did not answer by the deadline, the link was closed, or
-                (the first connect only) nothing listens on the port: that is not retried.
+                (the first connect only, not retried) nothing listens on the port, something
+                other than SSH answers on it, or it accepts and says nothing for the connect
+                timeout.
         """
         if deadline is None:
             deadline = time.monotonic() + self.target.reconnect_window
@@ -223,6 +242,8 @@ class SSHLink:
                         if not self._ever:
                             raise final from None
                         raise SandboxGone(str(final)) from None
+                    if not self._ever and isinstance(exc, NoSSH) and exc.final:
+                        raise SandboxGone(str(exc)) from None
                     if not self._ever and self._refused(exc):
                         raise SandboxGone(
                             f"nothing listens for SSH at {self.target.name} (connection refused): "
@@ -230,6 +251,8 @@ class SSHLink:
                         ) from None
                     if once or time.monotonic() + pause >= deadline:
                         self._gone = True
+                        if isinstance(exc, NoSSH):
+                            raise SandboxGone(str(exc)) from None
                         raise SandboxGone(
                             f"the SSH host {self.target.name} does not answer: {exc or type(exc).__name__}"
                         ) from None
