@@ -106,7 +106,9 @@ def _approver(mode, typed="", fail=None, ask=True):
 
 def _feed(approver, turn, request):
     turn.pending_approvals = [request]
+    approver.seen(request)
     approver.on_part(request)
+    assert approver.settle(10.0), "the question is answered"  # asked in a thread of its own
     turn.pending_approvals = []
 
 
@@ -547,3 +549,61 @@ def test_c18_a_state_file_that_cannot_be_written_is_said_and_the_state_kept(work
     assert "cannot write --state" in done.stderr and "the turn state is in " in done.stderr
     kept = done.stderr.strip().rsplit("the turn state is in ", 1)[1]
     assert json.load(open(kept))["prompt"] == "echo fine"
+
+
+# ------------------------------------------------------------------ a question answered elsewhere
+
+
+def test_c18_a_question_answered_from_another_shell_is_withdrawn_and_the_run_goes_on(
+    terminal, workspace, tmp_path
+):
+    state = str(tmp_path / "turn.json")
+    t = terminal(["run", "touch one.txt", "touch two.txt", "--approve", "ask", "--state", state,
+                  "--sandbox", workspace])
+    t.expect("Allow shell: touch one.txt? [y]es/[n]o/[a]lways")
+    t.send("n")  # typed, not entered: it must not answer the next question
+    with open(state) as f:
+        json.load(f)
+    # The request id, as the other shell would read it from the printed request line.
+    shown = t.expect("Allow shell: touch one.txt?")
+    request_id = shown.split("[approval] shell: touch one.txt (request ", 1)[1].split(")", 1)[0]
+    done = cli_run("answer", state, request_id, "allow")
+    assert done.returncode == 0, done.stderr
+    answered = time.monotonic()
+    t.expect(f"bridge-client: request {request_id} was answered elsewhere: allow-once by host")
+    noticed = time.monotonic() - answered
+    t.expect("Allow shell: touch two.txt? [y]es/[n]o/[a]lways")
+    assert os.path.exists(os.path.join(workspace, "one.txt")), "the answer given elsewhere is used"
+    t.send("y\n")
+    status, shown = t.finish()
+    assert status == 0, shown
+    assert os.path.exists(os.path.join(workspace, "two.txt")), "the half-typed 'n' was discarded"
+    assert "Traceback" not in shown
+    print(f"the question was withdrawn {noticed:.2f} s after the other shell's answer returned")
+
+
+def test_c18_a_question_the_approval_timeout_answers_is_withdrawn(terminal, workspace):
+    t = terminal(["run", "touch late.txt", "echo after", "--approve", "ask", "--approval-timeout", "1",
+                  "--sandbox", workspace])
+    t.expect("Allow shell: touch late.txt? [y]es/[n]o/[a]lways")
+    t.expect("was answered by the approval timeout: deny")
+    t.expect("Allow shell: echo after? [y]es/[n]o/[a]lways")
+    t.send("y\n")
+    status, shown = t.finish()
+    assert "after\r\n" in shown and "[finished]" in shown, shown
+    assert not os.path.exists(os.path.join(workspace, "late.txt"))
+
+
+def test_c18_approval_timeout_must_be_a_positive_number_and_needs_approve(workspace):
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        line = _error_line(cli_run("run", "echo hi", "--approve", "all", "--approval-timeout", bad,
+                                   "--sandbox", workspace), 2)
+        assert "--approval-timeout" in line and "seconds > 0" in line, line
+    line = _error_line(cli_run("run", "echo hi", "--approval-timeout", "5", "--sandbox", workspace), 2)
+    assert "needs --approve" in line
+    done = cli_run("run", "touch t.txt", "--approve", "ask", "--json", "--approval-timeout", "0.5",
+                   "--sandbox", workspace)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    answers = [p for p in answers if p["type"] == "approval-answer"]
+    assert [(a["decision"], a["by"]) for a in answers] == [("deny", "timeout")], done.stdout
+    assert not os.path.exists(os.path.join(workspace, "t.txt"))
