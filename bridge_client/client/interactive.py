@@ -13,7 +13,7 @@ import logging
 import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Set, Tuple, Union
 
-from ..errors import ApprovalConflict, ApprovalExpired, ProtocolError
+from ..errors import ApprovalConflict, ApprovalExpired, BadRequest, ProtocolError
 from ..wire import rpcs
 from ..wire.parts import APPROVAL_CHOICES, APPROVAL_DECIDERS, ApprovalAnswer, ApprovalRequest, Part
 from ..wire.parts import StepReset, TurnFinish, TurnStart
@@ -128,11 +128,14 @@ def say(turn: Turn, text: str, message_id: Optional[str] = None) -> str:
     """Send ``SendMessage`` with ``text`` to ``turn``; return the message id.
 
     Raises:
+        BadRequest: an empty text (or only white space), before anything is sent.
         TurnNotRunning, MessagesUnsupported, BadRequest, TurnNotFound, BridgeUnavailable,
         SessionReleased: see ``Turn.say``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise BadRequest("text is empty (or only white space): a message needs some text")
     message_id = rpcs.check_id(message_id if message_id is not None else uuid.uuid4().hex, "message_id")
     payload = {"sessionId": turn._session_id, "turnId": turn.id, "messageId": message_id, "text": text}
     rpcs.SEND_MESSAGE.decode_payload(payload)

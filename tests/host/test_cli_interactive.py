@@ -607,3 +607,27 @@ def test_c18_approval_timeout_must_be_a_positive_number_and_needs_approve(worksp
     answers = [p for p in answers if p["type"] == "approval-answer"]
     assert [(a["decision"], a["by"]) for a in answers] == [("deny", "timeout")], done.stdout
     assert not os.path.exists(os.path.join(workspace, "t.txt"))
+
+
+def test_c18_say_of_a_delivered_id_after_the_turn_finished_succeeds(json_run, workspace, tmp_path):
+    state = str(tmp_path / "turn.json")
+    run = json_run(["run", "echo first", "--approve", "ask", "--json", "--state", state,
+                    "--sandbox", workspace])
+    request = run.until("approval-request")
+    tid = run.parts[0]["turn"]["turnId"]
+    assert cli_run("say", state, "echo steered", "--id", "m-1").returncode == 0
+    run.until("user-message")
+    assert cli_run("answer", state, request["requestId"], "allow").returncode == 0
+    asked = run.until("approval-request", 2)
+    assert cli_run("answer", state, asked["requestId"], "allow").returncode == 0
+    run.until("turn-finish")
+    again = cli_run("say", state, "echo steered", "--id", "m-1")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == f"message m-1 already delivered to turn {tid} (the turn has finished)"
+    line = _error_line(cli_run("say", state, "echo new", "--id", "m-2"), 1)
+    assert "has finished: it takes no more messages" in line, "a new id is refused"
+    line = _error_line(cli_run("say", state, "echo new"), 1)
+    assert "has finished" in line
+    line = _error_line(cli_run("say", state, "echo other", "--id", "m-1"), 1)
+    assert "another text" in line, "the same id with another text is not the message delivered"
+    assert sum(p["type"] == "user-message" for p in run.parts) == 1
