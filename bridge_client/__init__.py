@@ -55,7 +55,7 @@ import logging  # noqa: E402
 
 __version__ = "0.1.0"
 
-from .errors import (
+from .errors import (  # noqa: E402  (after the command's Ctrl-C guard above)
     ApprovalConflict,
     ApprovalExpired,
     ApprovalNotFound,
@@ -86,7 +86,7 @@ from .errors import (
     MessagesUnsupported,
     TurnNotRunning,
 )
-from .wire.parts import (
+from .wire.parts import (  # noqa: E402
     ApprovalAnswer,
     ApprovalRequest,
     Data,

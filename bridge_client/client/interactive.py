@@ -262,7 +262,7 @@ def _note_pending(exc: Exception, request: ApprovalRequest) -> None:
             if isinstance(notes, list):
                 notes.append(note)
             else:
-                exc.__notes__ = [note]  # type: ignore[attr-defined]
+                exc.__notes__ = [note]
     except Exception:  # noqa: BLE001  an exception that takes no attributes keeps its own text
         pass
 

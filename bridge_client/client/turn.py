@@ -351,7 +351,8 @@ class Turn(TurnSource):
             TurnNotRunning: the turn finished (a message of an id it took already is not
                 refused: it returns the id). MessagesUnsupported: the turn's agent cannot
                 take messages. BadRequest: an empty text (refused before anything is sent),
-                the same id sent with another text, or a bad id or text. BridgeUnavailable, SessionReleased: as for every request.
+                the same id sent with another text, or a bad id or text.
+                BridgeUnavailable, SessionReleased: as for every request.
         """
         return _say(self, text, message_id)
 

@@ -529,7 +529,8 @@ def test_b08_an_empty_message_from_a_peer_is_refused_and_nothing_is_recorded(mak
             payload = {**mbase, "messageId": f"m-empty-{i}", "text": text}
             assert _tag(c.causes("SendMessage", payload)) == "BadRequest", repr(text)
         # the connection goes on, and a message with text is taken
-        assert c.value("SendMessage", {**mbase, "messageId": "m-ok", "text": "echo two"})["messageId"] == "m-ok"
+        sent = c.value("SendMessage", {**mbase, "messageId": "m-ok", "text": "echo two"})
+        assert sent["messageId"] == "m-ok"
         c.value("AnswerApproval", {**mbase, "requestId": rid, "decision": "deny"})
         c.value("CancelTurn", {"sessionId": sid, "turnId": tid})
         reader.join(20)
