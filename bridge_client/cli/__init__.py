@@ -3,7 +3,8 @@
 ::
 
     bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE|URL] [--agent NAME|MODULE:CALLABLE]
-                      [--option KEY=VALUE]... [--json] [--approve ask|all|none] [--state FILE]
+                      [--option KEY=VALUE]... [--json] [--approve ask|all|none]
+                      [--approval-timeout SECONDS] [--state FILE]
     bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
     bridge-client cancel TURN_STATE_FILE [--sandbox DIR] [--timeout SECONDS]
     bridge-client answer TURN_STATE_FILE REQUEST_ID allow|deny|always [--message TEXT]

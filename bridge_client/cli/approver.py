@@ -5,7 +5,9 @@ With ``--approve``:
 
 - ``ask``: on a terminal (standard input is one, and the output is not ``--json``) each
   request is a question, ``Allow Bash: rm -rf build? [y]es/[n]o/[a]lways``, read from the
-  terminal; end of input or Ctrl-C at the question answers no. Elsewhere (``--json``, a pipe)
+  terminal; end of input or Ctrl-C at the question answers no. The question is put by a
+  thread of its own while the turn is read on, so an answer given elsewhere (or by the
+  approval timeout) withdraws it at once, saying who answered. Elsewhere (``--json``, a pipe)
   the request is printed and the run keeps reading while another shell answers it with
   ``bridge-client answer``.
 - ``all`` allows every request, ``none`` denies every one (for scripts).

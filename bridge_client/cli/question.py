@@ -43,7 +43,7 @@ class TerminalQuestions:
 
     Args:
         send: sends the decision typed (called in the question's thread; it says itself when
-            the bridge refuses it).
+            the bridge refuses it; any other error it raises is said on ``tty_out``).
         tty_in: where answers are read: a terminal (polled with ``select``), or a file-like
             object without a file descriptor (read line by line; for tests).
         tty_out: where the question is written (standard error).
@@ -185,6 +185,11 @@ class TerminalQuestions:
                 self.held(False)
             try:
                 self._send(current, decided[0], decided[1])
+            except Exception as exc:  # noqa: BLE001  this thread must not die with a traceback
+                # (the bridge unavailable, the session released: the turn's reader says so too)
+                with self._hold(), self._lock:
+                    rid = current.request_id
+                    self._say(f"bridge-client: the answer to request {rid} was not sent: {exc}")
             finally:
                 with self._wake:
                     self._sending = False
@@ -241,9 +246,11 @@ class TerminalQuestions:
             return
         try:
             import termios
-
+        except ImportError:  # no terminals here (Windows)
+            return
+        try:
             termios.tcflush(self._fd, termios.TCIFLUSH)
-        except (ImportError, OSError, ValueError):
+        except (termios.error, OSError, ValueError):  # not a terminal (a pipe): nothing to drop
             pass
 
     @contextlib.contextmanager

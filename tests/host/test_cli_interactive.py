@@ -631,3 +631,57 @@ def test_c18_say_of_a_delivered_id_after_the_turn_finished_succeeds(json_run, wo
     line = _error_line(cli_run("say", state, "echo other", "--id", "m-1"), 1)
     assert "another text" in line, "the same id with another text is not the message delivered"
     assert sum(p["type"] == "user-message" for p in run.parts) == 1
+
+
+def test_c18_a_question_its_step_reset_or_the_turn_finish_settles_is_withdrawn():
+    from bridge_client.cli.question import TerminalQuestions
+
+    read_end, write_end = os.pipe()
+    sent, out = [], io.StringIO()
+    with os.fdopen(read_end, "r") as tty_in:
+        questions = TerminalQuestions(lambda r, d, m: sent.append((r.request_id, d)), tty_in, out, poll=0.02)
+        try:
+            questions.ask(_request("r1"))
+            questions.ask(_request("r2"))
+            deadline = time.monotonic() + 10
+            while "Allow Bash" not in out.getvalue() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            questions.seen(Part.from_dict({"type": "step-reset", "index": 5, "step": 0, "attempt": 2,
+                                           "discardedAttempt": 1, "reason": "bridge restarted",
+                                           "toolCallIds": []}))
+            assert questions.settle(10.0)
+            os.write(write_end, b"y\n")  # typed after: there is no question left to answer
+            time.sleep(0.1)
+            assert sent == []
+            shown = out.getvalue()
+            assert "bridge-client: request r1 is no longer pending: step 0 restarted" in shown, shown
+            assert shown.count("Allow Bash") == 1, "r2, of the same attempt, is dropped unasked"
+            questions.ask(_request("r3"))
+            questions.seen(Part.from_dict({"type": "turn-finish", "index": 6, "step": None, "attempt": 2,
+                                           "finishReason": "error", "error": "x", "usage": None}))
+            assert questions.settle(10.0) and sent == []
+        finally:
+            questions.close()
+            os.close(write_end)
+
+
+def test_c18_an_answer_that_cannot_be_sent_is_said_and_the_question_thread_goes_on():
+    from bridge_client.cli.question import TerminalQuestions
+    from bridge_client.errors import BridgeUnavailable
+
+    def send(request, decision, message):
+        if request.request_id == "r1":
+            raise BridgeUnavailable("no bridge answered within 10 s")
+        sent.append(request.request_id)
+
+    sent, out = [], io.StringIO()
+    questions = TerminalQuestions(send, io.StringIO("y\ny\n"), out, poll=0.02)
+    try:
+        questions.ask(_request("r1"))
+        assert questions.settle(10.0)
+        questions.ask(_request("r2"))
+        assert questions.settle(10.0)
+    finally:
+        questions.close()
+    assert "the answer to request r1 was not sent: no bridge answered within 10 s" in out.getvalue()
+    assert sent == ["r2"], "the thread lived on"
