@@ -10,13 +10,52 @@
 
 See the *Quickstart* guide (:doc:`quickstart`) and the API reference (:doc:`api`).
 """
-import importlib
-import logging
+import os
+import signal
+import sys
 from typing import TYPE_CHECKING, Any, List
+
+
+def _command_interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C while the ``bridge-client`` command loads its modules: one line and exit 130,
+    not a traceback from inside an import. ``bridge_client.cli.main`` puts Python's own
+    handler back once it runs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not interrupt the exit
+    try:
+        sys.stderr.write("bridge-client: interrupted\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    raise SystemExit(130)
+
+
+def _started_as_command() -> bool:
+    """True when this process is the ``bridge-client`` command (its console script, or
+    ``python -m bridge_client`` / ``python -m bridge_client.cli``), not a program importing
+    the package nor the bridge program."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("bridge-client", "bridge-client-script.py"):
+        return True
+    words = list(getattr(sys, "orig_argv", []))[1:]
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1] in ("bridge_client", "bridge_client.cli")
+    return False
+
+
+# Only in the command, over Python's own handler (no user's handler), and first of all: the
+# imports below are where a Ctrl-C in the command's first moments lands. (signal.signal fails
+# outside the main thread: a thread importing the package is no command's start.)
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler and _started_as_command():
+    try:
+        signal.signal(signal.SIGINT, _command_interrupted)
+    except ValueError:
+        pass
+
+import importlib  # noqa: E402
+import logging  # noqa: E402
 
 __version__ = "0.1.0"
 
-from .errors import (
+from .errors import (  # noqa: E402  (after the command's Ctrl-C guard above)
     ApprovalConflict,
     ApprovalExpired,
     ApprovalNotFound,
@@ -47,7 +86,7 @@ from .errors import (
     MessagesUnsupported,
     TurnNotRunning,
 )
-from .wire.parts import (
+from .wire.parts import (  # noqa: E402
     ApprovalAnswer,
     ApprovalRequest,
     Data,

@@ -11,10 +11,12 @@ Every check raises ``ValueError`` naming the driver and the option.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 __all__ = [
     "BUILTIN_DRIVER_NAMES",
+    "CANNOT_ASK",
+    "approvals_refused",
     "check_agent_options",
     "options_object",
     "str_option",
@@ -360,6 +362,26 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)
 """The built-in drivers' names (the keys of ``bridge_client.drivers.BUILTIN_DRIVERS``)."""
+
+CANNOT_ASK = frozenset({"echo", "codex", "gemini", "pi"})
+"""The built-in drivers that cannot ask before they run a tool (their ``supports_approvals``
+is false): a session of one with approvals on is refused before any bridge is launched."""
+
+
+def approvals_refused(args: Sequence[str], agent_id: str) -> Optional[str]:
+    """Why a session with approvals on cannot be opened on the bridge program run with
+    ``args`` (``BridgeOptions.args``: ``-m bridge_client.bridge --driver NAME``), or ``None``
+    when its driver may ask (or is not a built-in one: its bridge says so itself).
+
+    The reason is the bridge's own words: ``the gemini agent cannot ask before it runs a
+    tool: open the session with approvals off``.
+    """
+    words = list(args)
+    if "--driver" not in words[:-1] or "bridge_client.bridge" not in words:
+        return None
+    if words[words.index("--driver") + 1] not in CANNOT_ASK:
+        return None
+    return f"the {agent_id} agent cannot ask before it runs a tool: open the session with approvals off"
 
 
 def check_agent_options(driver: str, options: Any) -> Dict[str, Any]:

@@ -91,6 +91,7 @@ class Progress:
         self.interval = interval
         self.label = "connecting"
         self.may_draw = True  # False while the output's cursor is mid-line on the same terminal
+        self.held = False  # True while a question waits for an answer on the terminal
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self._shown = False
@@ -136,7 +137,7 @@ class Progress:
         while not self._stop.wait(self.interval):
             with self._lock:
                 silent = time.monotonic() - self._last
-                if silent < self.quiet or not self.may_draw or self.stream is None:
+                if silent < self.quiet or not self.may_draw or self.held or self.stream is None:
                     continue
                 self._frame = (self._frame + 1) % len(_FRAMES)
                 try:

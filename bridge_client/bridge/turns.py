@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
-from ..errors import MessagesUnsupported, SessionNotFound, TurnConflict, TurnNotFound
+from ..errors import BadRequest, MessagesUnsupported, SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import SessionState
 from .approvals import TurnInteraction
 from .sessions import Session
@@ -73,6 +73,10 @@ _MAX_CACHED_FINISHED = 32
 JOIN_WAIT = 0.02
 """Seconds StartTurn waits, at most, for a new turn's thread to start running it before it
 commits the turn's start."""
+
+
+EMPTY_MESSAGE = "text is empty (or only white space): a message needs some text"
+"""Why ``SendMessage`` refuses an empty text."""
 
 
 class TurnManager(TurnRunner):
@@ -230,8 +234,11 @@ class TurnManager(TurnRunner):
             ``{"messageId", "index"}``.
 
         Raises:
-            TurnNotFound, MessagesUnsupported, TurnNotRunning, BadRequest.
+            BadRequest: an empty text (or only white space), or the id used with another text.
+            TurnNotFound, MessagesUnsupported, TurnNotRunning.
         """
+        if not text.strip():  # an agent would take it as an empty prompt (the shell: an empty command)
+            raise BadRequest(EMPTY_MESSAGE, turnId=turn_id, messageId=message_id)
         if not getattr(self._driver, "supports_messages", False):
             raise MessagesUnsupported(
                 f"the {self._agent_id} agent cannot take messages during a turn", turnId=turn_id

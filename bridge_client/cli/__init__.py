@@ -3,7 +3,8 @@
 ::
 
     bridge-client run PROMPT... [--sandbox DIR|docker:IMAGE|URL] [--agent NAME|MODULE:CALLABLE]
-                      [--option KEY=VALUE]... [--json] [--approve ask|all|none] [--state FILE]
+                      [--option KEY=VALUE]... [--json] [--approve ask|all|none]
+                      [--approval-timeout SECONDS] [--state FILE]
     bridge-client continue TURN_STATE_FILE [--steps K] [--rerun-here] [same options as run]
     bridge-client cancel TURN_STATE_FILE [--sandbox DIR] [--timeout SECONDS]
     bridge-client answer TURN_STATE_FILE REQUEST_ID allow|deny|always [--message TEXT]
@@ -122,6 +123,16 @@ def _run_command(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _end_start_guard() -> None:
+    """The command's imports are done: a Ctrl-C from here on raises KeyboardInterrupt again
+    (each command handles it), instead of the start's quiet exit."""
+    from .. import _command_interrupted
+
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is _command_interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``bridge-client`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
@@ -132,6 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if sys.stdout is None:  # started with stdout closed: write nowhere rather than crash
         sys.stdout = open(os.devnull, "w")
     try:
+        _end_start_guard()
         args = build_parser().parse_args(argv)
         if args.verbose:
             log_to_stderr()

@@ -184,15 +184,18 @@ def session_options_for(
     args: argparse.Namespace, sandbox: Optional[Sandbox] = None
 ) -> Tuple[BridgeOptions, CreateSessionOptions]:
     """The options of the session a command opens: ``--sandbox`` (or ``sandbox``), ``--agent``,
-    ``--option``, ``--env`` and ``--approve``, with the agent checked first (see
+    ``--option``, ``--env``, ``--approve`` and ``--approval-timeout``, with the agent checked first (see
     :func:`_agent_id`).
 
     Raises:
-        UsageError: an unknown agent, bad options or a bad ``--env``.
+        UsageError: an unknown agent, bad options, a bad ``--env``, or ``--approval-timeout``
+            without ``--approve``.
         Failure: a ``MODULE:CALLABLE`` agent that cannot be loaded in the sandbox.
     """
     if sandbox is None:
         sandbox = open_sandbox(args.sandbox)
+    if getattr(args, "approval_timeout", None) is not None and not approvals_on(args):
+        raise UsageError("--approval-timeout needs --approve ask|all|none")
     agent_options = parse_options(args.option or [])
     module_name, sep, attr = BUILTIN_DRIVERS.get(args.agent, args.agent).partition(":")
     if not sep or not module_name or not attr:
@@ -214,7 +217,8 @@ def session_options_for(
     try:
         env = parse_env(getattr(args, "env", None) or [])  # commands without --env (cancel)
         session_options = CreateSessionOptions(
-            workspace=Workspace(sandbox), env=env, approvals=approvals_on(args)
+            workspace=Workspace(sandbox), env=env, approvals=approvals_on(args),
+            approval_timeout=getattr(args, "approval_timeout", None),
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--env: {exc}") from None

@@ -5,7 +5,9 @@ With ``--approve``:
 
 - ``ask``: on a terminal (standard input is one, and the output is not ``--json``) each
   request is a question, ``Allow Bash: rm -rf build? [y]es/[n]o/[a]lways``, read from the
-  terminal; end of input or Ctrl-C at the question answers no. Elsewhere (``--json``, a pipe)
+  terminal; end of input or Ctrl-C at the question answers no. The question is put by a
+  thread of its own while the turn is read on, so an answer given elsewhere (or by the
+  approval timeout) withdraws it at once, saying who answered. Elsewhere (``--json``, a pipe)
   the request is printed and the run keeps reading while another shell answers it with
   ``bridge-client answer``.
 - ``all`` allows every request, ``none`` denies every one (for scripts).
@@ -20,17 +22,15 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import sys
 import tempfile
-import threading
-from typing import Any, Dict, Optional, Set, TextIO, Tuple
+from typing import Any, Callable, Dict, Optional, Set, TextIO
 
 from ..errors import ApprovalConflict, ApprovalExpired, ApprovalNotFound, TurnNotRunning
 from ..wire.parts import ApprovalAnswer, ApprovalRequest, Part
 from ..terminal import is_terminal
-from .approval_text import keys, parse_answer, question
 from .output import print_err
+from .question import TerminalQuestions
 from .sandboxes import sandbox_label
 from .turn_state import save_turn_state, state_record
 
@@ -38,14 +38,6 @@ __all__ = ["Approver", "write_file", "begin"]
 
 
 # ----------------------------------------------------------------------------- answering
-
-
-class _AtPrompt(Exception):
-    """Ctrl-C at the question: the answer is no."""
-
-
-def _at_prompt(signum: int, frame: Any) -> None:
-    raise _AtPrompt
 
 
 class Approver:
@@ -61,9 +53,14 @@ class Approver:
         note: prints one line for the person (standard error).
         hint: what to print at each request that is not asked at the terminal (how to answer
             it from another shell; ``{id}`` is replaced by the request id), or ``None``.
+        terminal: holds the terminal while a question is written (the spinner's
+            ``Progress.output``), or ``None``.
 
-    :meth:`on_part` is called with every part after it is shown. A request whose answer fails
-    because it was answered elsewhere first, or expired meanwhile, is said and the run goes on.
+    :meth:`seen` is called with every part before it is shown, :meth:`on_part` after. With
+    ``ask``, the questions are put by a thread of their own
+    (:class:`~bridge_client.cli.question.TerminalQuestions`) while the turn is read on, so an
+    answer given elsewhere withdraws the question at once. A request whose answer fails because
+    it was answered elsewhere first, or expired meanwhile, is said and the run goes on.
     """
 
     def __init__(
@@ -76,6 +73,7 @@ class Approver:
         tty_out: Optional[TextIO],
         note: Any,
         hint: Optional[str] = None,
+        terminal: Optional[Callable[[], Any]] = None,
     ) -> None:
         self.mode = mode
         self.turn = turn
@@ -89,6 +87,30 @@ class Approver:
         # Tools allowed always in this turn: the session remembers that, and the bridge answers
         # their next requests itself (allow-always, by policy) right after announcing them.
         self._always: Set[str] = set()
+        self.questions: Optional[TerminalQuestions] = None
+        if ask:
+            self.questions = TerminalQuestions(self._send, tty_in, tty_out, terminal=terminal)
+
+    def seen(self, part: Part) -> None:
+        """Call before ``part`` is shown: a question it settles (answered elsewhere, by the
+        approval timeout, its step restarted, the turn finished) is withdrawn, saying so."""
+        if self.questions is not None:
+            self.questions.seen(part)
+
+    def interrupt(self) -> bool:
+        """Ctrl-C (from the signal handler): True when it answered the open question no,
+        False when no question is open."""
+        return self.questions is not None and self.questions.interrupt()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until the questions asked so far are answered or
+        withdrawn; True if so (at once when nothing is asked)."""
+        return self.questions is None or self.questions.settle(timeout)
+
+    def close(self) -> None:
+        """Stop asking (the turn ended or is suspended). Idempotent."""
+        if self.questions is not None:
+            self.questions.close()
 
     def on_part(self, part: Part) -> None:
         """Answer ``part`` when it is a request nobody has answered yet; else nothing."""
@@ -106,12 +128,8 @@ class Approver:
             self._send(part, "allow-once", None)
         elif self.mode == "none":
             self._send(part, "deny", "denied by --approve none")
-        elif self.ask:
-            try:
-                decision, message = self._ask(part)
-            except _AtPrompt:  # Ctrl-C just as the question ended: no, all the same
-                decision, message = "deny", "denied at the terminal (Ctrl-C)"
-            self._send(part, decision, message)
+        elif self.questions is not None:
+            self.questions.ask(part)
         elif self.hint is not None:
             self.note(self.hint.replace("{id}", shlex.quote(part.request_id)))
 
@@ -126,40 +144,6 @@ class Approver:
 
             return not _answered_ahead(self.turn, request)
         return True
-
-    def _ask(self, request: ApprovalRequest) -> Tuple[str, Optional[str]]:
-        """Put the question until it gets an answer; end of input or Ctrl-C is no."""
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, _at_prompt) if main else None
-        try:
-            return self._read_answer(request)
-        except _AtPrompt:
-            self._say("no (Ctrl-C)")
-            return "deny", "denied at the terminal (Ctrl-C)"
-        finally:
-            while main:  # a Ctrl-C here still lands in _at_prompt: put the handler back anyway
-                try:
-                    signal.signal(signal.SIGINT, previous)
-                    break
-                except _AtPrompt:
-                    continue
-
-    def _read_answer(self, request: ApprovalRequest) -> Tuple[str, Optional[str]]:
-        while True:
-            self._say(question(request), end="")
-            line = self.tty_in.readline() if self.tty_in is not None else ""
-            if not line:
-                self._say("no (end of input)")
-                return "deny", "denied at the terminal (end of input)"
-            decision = parse_answer(line, request.choices)
-            if decision is not None:
-                return decision, None
-            self._say("please answer " + keys(request.choices).replace("[", "").replace("]", ""))
-
-    def _say(self, text: str, end: str = "\n") -> None:
-        if self.tty_out is not None:
-            self.tty_out.write(text + end)
-            self.tty_out.flush()
 
     def _send(self, request: ApprovalRequest, decision: str, message: Optional[str]) -> None:
         try:
@@ -202,12 +186,18 @@ def write_file(path: str, data: bytes) -> None:
         raise
 
 
-def begin(args: argparse.Namespace, turn: Any) -> Optional[Approver]:
+def begin(
+    args: argparse.Namespace, turn: Any, terminal: Optional[Callable[[], Any]] = None
+) -> Optional[Approver]:
     """Set up a ``run`` or ``continue`` for its requests and messages, at turn start.
 
     ``run`` writes the turn state to ``--state FILE`` when given, else (approvals on) to the
     file a suspend writes; ``continue`` has its state file already. With ``--approve ask``,
     one line on standard error names that file and how to answer from another shell.
+
+    Args:
+        args: the command line. turn: the turn being read. terminal: holds the terminal while
+            a question is written (the spinner's ``Progress.output``), or ``None``.
 
     Returns:
         The :class:`Approver` to call with each part, or ``None`` with approvals off.
@@ -239,4 +229,7 @@ def begin(args: argparse.Namespace, turn: Any) -> Optional[Approver]:
         )
         if not ask:
             hint = f"bridge-client: waiting for: bridge-client answer {where} {{id}} allow|deny|always"
-    return Approver(mode, turn, ask=ask, tty_in=sys.stdin, tty_out=sys.stderr, note=print_err, hint=hint)
+    return Approver(
+        mode, turn, ask=ask, tty_in=sys.stdin, tty_out=sys.stderr, note=print_err, hint=hint,
+        terminal=terminal,
+    )

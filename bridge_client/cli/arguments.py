@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any, Dict, NoReturn, Optional, Sequence
 
+from ..wire.rpcs import MAX_APPROVAL_TIMEOUT
 from .exits import UsageError
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "add_agent_arguments",
     "add_verbose",
     "add_approve_arguments",
+    "approval_timeout",
     "approvals_on",
 ]
 
@@ -203,9 +205,37 @@ def one_of(names: Sequence[str]) -> Any:
     return check
 
 
+_APPROVAL_TIMEOUT_HELP = (
+    "with --approve: seconds a request waits for its answer before the bridge denies it "
+    "(recorded as answered by timeout; default: it waits for ever)"
+)
+
+
+def approval_timeout(value: str) -> float:
+    """An argparse ``type`` for ``--approval-timeout``: a number of seconds > 0, at most a
+    year (what the bridge accepts).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (a usage error, exit 2).
+    """
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_APPROVAL_TIMEOUT:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds > 0 (at most {MAX_APPROVAL_TIMEOUT:.0f}, a year)"
+        )
+    return seconds
+
+
 def add_approve_arguments(p: argparse.ArgumentParser, state: bool) -> None:
-    """Add ``--approve`` (and ``--state FILE`` when ``state``) to a ``run``-like command."""
+    """Add ``--approve`` and ``--approval-timeout`` (and ``--state FILE`` when ``state``) to a
+    ``run``-like command."""
     p.add_argument("--approve", type=one_of(APPROVE_MODES), metavar="ask|all|none", help=_APPROVE_HELP)
+    p.add_argument(
+        "--approval-timeout", type=approval_timeout, metavar="SECONDS", help=_APPROVAL_TIMEOUT_HELP
+    )
     if state:
         p.add_argument("--state", metavar="FILE", help=_STATE_HELP)
 

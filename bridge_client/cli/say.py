@@ -18,7 +18,8 @@ __all__ = ["add_command"]
 _SAY_DESCRIPTION = (
     "Add a message to a running turn, from another shell: the agent takes it at once or at its "
     "next step, and the turn's log records it (a user-message part). Give --id to send it again "
-    "safely (the same id and text are one message). Exit status 0 when the turn took it."
+    "safely (the same id and text are one message; after the turn finished, a resend of a "
+    "message it took says 'already delivered'). Exit status 0 when the turn took it."
 )
 
 
@@ -46,9 +47,10 @@ def _cmd_say(args: argparse.Namespace) -> int:
         raise UsageError("the message is empty")
     with reach_turn(args) as turn:
         tid = turn.id
-        if turn.status == "finished":
+        finished = turn.status == "finished"
+        if finished and args.id is None:  # a new id: nothing to resend
             raise Failure(f"turn {tid} has finished: it takes no more messages")
-        try:
+        try:  # a finished turn still answers for the ids it took: a resend is safe
             message_id = turn.say(text, message_id=args.id)
         except TurnNotRunning:
             raise Failure(f"turn {tid} has finished: it takes no more messages") from None
@@ -59,5 +61,8 @@ def _cmd_say(args: argparse.Namespace) -> int:
             ) from None
         except TurnNotFound:
             raise Failure(f"the bridge does not know turn {tid}") from None
-    print_out(f"message {message_id} sent to turn {tid}")
+    if finished:
+        print_out(f"message {message_id} already delivered to turn {tid} (the turn has finished)")
+    else:
+        print_out(f"message {message_id} sent to turn {tid}")
     return 0

@@ -10,11 +10,11 @@ import shlex
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ..terminal import Progress, is_terminal
 from ..wire.parts import ApprovalRequest, Part, ToolCall
-from .approver import begin
+from .approver import Approver, begin
 from .exits import OutputError, Stopped
 from .output import Printer, print_err
 from .sandboxes import sandbox_label
@@ -84,13 +84,24 @@ def stream_turn(session: Session, turn: Any, args: argparse.Namespace, progress:
     printer = Printer(out)
     shared_terminal = is_terminal(out)
     handlers: Dict[signal.Signals, Any] = {}
+    approver: Optional[Approver] = None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and approver is not None and approver.interrupt():
+            return  # Ctrl-C at the question: it answers no
+        _interrupt_once(signum, frame)
+
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
-            handlers[signum] = signal.signal(signum, _interrupt_once)
+            handlers[signum] = signal.signal(signum, on_signal)
     try:
-        approver = begin(args, turn)
+        approver = begin(args, turn, terminal=progress.output)
+        if approver is not None and approver.questions is not None:
+            approver.questions.held = lambda held: setattr(progress, "held", held)
         try:
             for part in turn:
+                if approver is not None:
+                    approver.seen(part)  # a question this part settles is withdrawn first
                 with progress.output(_waiting_for(part)):
                     try:
                         if as_json:
@@ -106,12 +117,16 @@ def stream_turn(session: Session, turn: Any, args: argparse.Namespace, progress:
                     progress.may_draw = printer.at_line_start or not shared_terminal
         except KeyboardInterrupt as exc:
             progress.close()
+            if approver is not None:
+                approver.close()
             state = turn.suspend()
             path = save_turn_state(state, sandbox_label(args.sandbox), getattr(args, "agent", None))
             command = continue_command(path, args, turn.steps)
             print_err(f"\nsuspended; the turn goes on in the bridge. Continue it with:\n  {command}")
             return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
     finally:
+        if approver is not None:
+            approver.close()
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     finish = turn.finish

@@ -13,7 +13,7 @@ import logging
 import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Set, Tuple, Union
 
-from ..errors import ApprovalConflict, ApprovalExpired, ProtocolError
+from ..errors import ApprovalConflict, ApprovalExpired, BadRequest, ProtocolError
 from ..wire import rpcs
 from ..wire.parts import APPROVAL_CHOICES, APPROVAL_DECIDERS, ApprovalAnswer, ApprovalRequest, Part
 from ..wire.parts import StepReset, TurnFinish, TurnStart
@@ -128,11 +128,14 @@ def say(turn: Turn, text: str, message_id: Optional[str] = None) -> str:
     """Send ``SendMessage`` with ``text`` to ``turn``; return the message id.
 
     Raises:
+        BadRequest: an empty text (or only white space), before anything is sent.
         TurnNotRunning, MessagesUnsupported, BadRequest, TurnNotFound, BridgeUnavailable,
         SessionReleased: see ``Turn.say``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise BadRequest("text is empty (or only white space): a message needs some text")
     message_id = rpcs.check_id(message_id if message_id is not None else uuid.uuid4().hex, "message_id")
     payload = {"sessionId": turn._session_id, "turnId": turn.id, "messageId": message_id, "text": text}
     rpcs.SEND_MESSAGE.decode_payload(payload)
@@ -213,7 +216,12 @@ class TurnApprovals:
     def run_policy(self, turn: Turn) -> None:
         """Call the policy for each request yielded since the last call, and send its answer.
         An answer the bridge refuses because the request was answered (by the caller) or
-        expired meanwhile is logged, not raised."""
+        expired meanwhile is logged, not raised.
+
+        A policy that raises (or returns no decision: ``TypeError``) decides nothing: its
+        exception comes out here, in the reading thread, as it is, with a note (PEP 678) that
+        the request is still pending and how to answer it; the request stays pending, and the
+        policy is not asked about it again."""
         policy = self.policy
         while self.due:
             request = self.due[0]
@@ -221,7 +229,11 @@ class TurnApprovals:
             del self.due[0]
             if policy is None or request.request_id not in self.pending or _answered_ahead(turn, request):
                 continue
-            decided = policy_decision(policy(request))
+            try:
+                decided = policy_decision(policy(request))
+            except Exception as exc:
+                _note_pending(exc, request)
+                raise
             if decided is None:
                 continue
             try:
@@ -230,6 +242,29 @@ class TurnApprovals:
                 log.debug(
                     "turn %s: the policy's answer to %s was not used: %s", turn.id, request.request_id, exc
                 )
+
+
+def _note_pending(exc: Exception, request: ApprovalRequest) -> None:
+    """Add to ``exc`` (a policy's exception) the note that ``request`` is still pending: shown
+    under its traceback on Python 3.11+, kept in ``exc.__notes__`` before that."""
+    note = (
+        f"bridge_client: the approve= policy decided nothing for request {request.request_id} "
+        f"({request.tool_name}): it is still pending. Answer it with turn.approve(request) or "
+        "turn.deny(request) (or from another host); reading on does not ask the policy again"
+    )
+    log.debug("%s (%s: %s)", note, type(exc).__name__, exc)
+    try:
+        add_note = getattr(exc, "add_note", None)
+        if add_note is not None:
+            add_note(note)
+        else:  # before Python 3.11: the same attribute, which traceback does not show yet
+            notes = getattr(exc, "__notes__", None)
+            if isinstance(notes, list):
+                notes.append(note)
+            else:
+                exc.__notes__ = [note]
+    except Exception:  # noqa: BLE001  an exception that takes no attributes keeps its own text
+        pass
 
 
 def _answered_ahead(turn: Turn, request: ApprovalRequest) -> bool:

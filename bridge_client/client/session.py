@@ -17,6 +17,8 @@ import logging
 from typing import Any, Optional
 
 from ..bridge import identity
+from ..driver_options import approvals_refused
+from ..errors import ApprovalsUnsupported
 from ..options import BridgeOptions, CreateSessionOptions
 from ..redacted import check_token
 from ..sandbox.base import Sandbox
@@ -82,6 +84,9 @@ class Session:
         )
         # Connecting, resending, the idle timer, release and the turn being read (C04-C08, C15).
         self._channel = SessionChannel(self.id, self.bridge_id, plan, session_options, resume)
+        # A built-in driver that cannot ask: refused at the first turn, before any launch (the
+        # bridge would refuse OpenSession the same way, and then idle).
+        self._refused = approvals_refused(options.args, options.id) if session_options.approvals else None
 
     # ------------------------------------------------------------------ properties
 
@@ -142,6 +147,9 @@ class Session:
             TurnConflict: ``turn_id`` was used with another prompt.
             TurnStalled: ``turn-start`` did not come within ``turn_stall_timeout``.
             BadRequest: the prompt is over 4 MiB of UTF-8, or ``turn_id`` is not a valid id.
+            ApprovalsUnsupported: approvals are on and the agent cannot ask: for a built-in
+                driver that cannot (``echo``, ``codex``, ``gemini``, ``pi``) before anything
+                is launched, for others by their bridge.
         """
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
@@ -189,7 +197,14 @@ class Session:
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":
-        """Make ``turn`` the current turn and read its turn-start; forget it if that fails."""
+        """Make ``turn`` the current turn and read its turn-start; forget it if that fails.
+
+        Raises:
+            ApprovalsUnsupported: approvals are on and the session's built-in driver cannot
+                ask (nothing is launched).
+        """
+        if self._refused is not None and not self.released:
+            raise ApprovalsUnsupported(self._refused, sessionId=self.id)
         with self._channel.reading(turn):
             try:
                 turn._start()

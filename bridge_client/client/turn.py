@@ -340,7 +340,7 @@ class Turn(TurnSource):
         its next step).
 
         Args:
-            text: the message (at most 1 MiB of UTF-8).
+            text: the message (at most 1 MiB of UTF-8, not empty nor only white space).
             message_id: its id (1 to 128 letters, digits, ``. _ : @ -``); default a random one.
                 Sending the same id again adds nothing (resent safely after a drop).
 
@@ -348,9 +348,11 @@ class Turn(TurnSource):
             The message id.
 
         Raises:
-            TurnNotRunning: the turn finished. MessagesUnsupported: the turn's agent cannot
-                take messages. BadRequest: the same id was sent with another text, or a bad
-                id or text. BridgeUnavailable, SessionReleased: as for every request.
+            TurnNotRunning: the turn finished (a message of an id it took already is not
+                refused: it returns the id). MessagesUnsupported: the turn's agent cannot
+                take messages. BadRequest: an empty text (refused before anything is sent),
+                the same id sent with another text, or a bad id or text.
+                BridgeUnavailable, SessionReleased: as for every request.
         """
         return _say(self, text, message_id)
 

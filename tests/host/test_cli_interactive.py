@@ -106,7 +106,9 @@ def _approver(mode, typed="", fail=None, ask=True):
 
 def _feed(approver, turn, request):
     turn.pending_approvals = [request]
+    approver.seen(request)
     approver.on_part(request)
+    assert approver.settle(10.0), "the question is answered"  # asked in a thread of its own
     turn.pending_approvals = []
 
 
@@ -547,3 +549,139 @@ def test_c18_a_state_file_that_cannot_be_written_is_said_and_the_state_kept(work
     assert "cannot write --state" in done.stderr and "the turn state is in " in done.stderr
     kept = done.stderr.strip().rsplit("the turn state is in ", 1)[1]
     assert json.load(open(kept))["prompt"] == "echo fine"
+
+
+# ------------------------------------------------------------------ a question answered elsewhere
+
+
+def test_c18_a_question_answered_from_another_shell_is_withdrawn_and_the_run_goes_on(
+    terminal, workspace, tmp_path
+):
+    state = str(tmp_path / "turn.json")
+    t = terminal(["run", "touch one.txt", "touch two.txt", "--approve", "ask", "--state", state,
+                  "--sandbox", workspace])
+    t.expect("Allow shell: touch one.txt? [y]es/[n]o/[a]lways")
+    t.send("n")  # typed, not entered: it must not answer the next question
+    with open(state) as f:
+        json.load(f)
+    # The request id, as the other shell would read it from the printed request line.
+    shown = t.expect("Allow shell: touch one.txt?")
+    request_id = shown.split("[approval] shell: touch one.txt (request ", 1)[1].split(")", 1)[0]
+    done = cli_run("answer", state, request_id, "allow")
+    assert done.returncode == 0, done.stderr
+    answered = time.monotonic()
+    t.expect(f"bridge-client: request {request_id} was answered elsewhere: allow-once by host")
+    noticed = time.monotonic() - answered
+    t.expect("Allow shell: touch two.txt? [y]es/[n]o/[a]lways")
+    assert os.path.exists(os.path.join(workspace, "one.txt")), "the answer given elsewhere is used"
+    t.send("y\n")
+    status, shown = t.finish()
+    assert status == 0, shown
+    assert os.path.exists(os.path.join(workspace, "two.txt")), "the half-typed 'n' was discarded"
+    assert "Traceback" not in shown
+    print(f"the question was withdrawn {noticed:.2f} s after the other shell's answer returned")
+
+
+def test_c18_a_question_the_approval_timeout_answers_is_withdrawn(terminal, workspace):
+    t = terminal(["run", "touch late.txt", "echo after", "--approve", "ask", "--approval-timeout", "1",
+                  "--sandbox", workspace])
+    t.expect("Allow shell: touch late.txt? [y]es/[n]o/[a]lways")
+    t.expect("was answered by the approval timeout: deny")
+    t.expect("Allow shell: echo after? [y]es/[n]o/[a]lways")
+    t.send("y\n")
+    status, shown = t.finish()
+    assert "after\r\n" in shown and "[finished]" in shown, shown
+    assert not os.path.exists(os.path.join(workspace, "late.txt"))
+
+
+def test_c18_approval_timeout_must_be_a_positive_number_and_needs_approve(workspace):
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        line = _error_line(cli_run("run", "echo hi", "--approve", "all", "--approval-timeout", bad,
+                                   "--sandbox", workspace), 2)
+        assert "--approval-timeout" in line and "seconds > 0" in line, line
+    line = _error_line(cli_run("run", "echo hi", "--approval-timeout", "5", "--sandbox", workspace), 2)
+    assert "needs --approve" in line
+    done = cli_run("run", "touch t.txt", "--approve", "ask", "--json", "--approval-timeout", "0.5",
+                   "--sandbox", workspace)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    answers = [p for p in answers if p["type"] == "approval-answer"]
+    assert [(a["decision"], a["by"]) for a in answers] == [("deny", "timeout")], done.stdout
+    assert not os.path.exists(os.path.join(workspace, "t.txt"))
+
+
+def test_c18_say_of_a_delivered_id_after_the_turn_finished_succeeds(json_run, workspace, tmp_path):
+    state = str(tmp_path / "turn.json")
+    run = json_run(["run", "echo first", "--approve", "ask", "--json", "--state", state,
+                    "--sandbox", workspace])
+    request = run.until("approval-request")
+    tid = run.parts[0]["turn"]["turnId"]
+    assert cli_run("say", state, "echo steered", "--id", "m-1").returncode == 0
+    run.until("user-message")
+    assert cli_run("answer", state, request["requestId"], "allow").returncode == 0
+    asked = run.until("approval-request", 2)
+    assert cli_run("answer", state, asked["requestId"], "allow").returncode == 0
+    run.until("turn-finish")
+    again = cli_run("say", state, "echo steered", "--id", "m-1")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == f"message m-1 already delivered to turn {tid} (the turn has finished)"
+    line = _error_line(cli_run("say", state, "echo new", "--id", "m-2"), 1)
+    assert "has finished: it takes no more messages" in line, "a new id is refused"
+    line = _error_line(cli_run("say", state, "echo new"), 1)
+    assert "has finished" in line
+    line = _error_line(cli_run("say", state, "echo other", "--id", "m-1"), 1)
+    assert "another text" in line, "the same id with another text is not the message delivered"
+    assert sum(p["type"] == "user-message" for p in run.parts) == 1
+
+
+def test_c18_a_question_its_step_reset_or_the_turn_finish_settles_is_withdrawn():
+    from bridge_client.cli.question import TerminalQuestions
+
+    read_end, write_end = os.pipe()
+    sent, out = [], io.StringIO()
+    with os.fdopen(read_end, "r") as tty_in:
+        questions = TerminalQuestions(lambda r, d, m: sent.append((r.request_id, d)), tty_in, out, poll=0.02)
+        try:
+            questions.ask(_request("r1"))
+            questions.ask(_request("r2"))
+            deadline = time.monotonic() + 10
+            while "Allow Bash" not in out.getvalue() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            questions.seen(Part.from_dict({"type": "step-reset", "index": 5, "step": 0, "attempt": 2,
+                                           "discardedAttempt": 1, "reason": "bridge restarted",
+                                           "toolCallIds": []}))
+            assert questions.settle(10.0)
+            os.write(write_end, b"y\n")  # typed after: there is no question left to answer
+            time.sleep(0.1)
+            assert sent == []
+            shown = out.getvalue()
+            assert "bridge-client: request r1 is no longer pending: step 0 restarted" in shown, shown
+            assert shown.count("Allow Bash") == 1, "r2, of the same attempt, is dropped unasked"
+            questions.ask(_request("r3"))
+            questions.seen(Part.from_dict({"type": "turn-finish", "index": 6, "step": None, "attempt": 2,
+                                           "finishReason": "error", "error": "x", "usage": None}))
+            assert questions.settle(10.0) and sent == []
+        finally:
+            questions.close()
+            os.close(write_end)
+
+
+def test_c18_an_answer_that_cannot_be_sent_is_said_and_the_question_thread_goes_on():
+    from bridge_client.cli.question import TerminalQuestions
+    from bridge_client.errors import BridgeUnavailable
+
+    def send(request, decision, message):
+        if request.request_id == "r1":
+            raise BridgeUnavailable("no bridge answered within 10 s")
+        sent.append(request.request_id)
+
+    sent, out = [], io.StringIO()
+    questions = TerminalQuestions(send, io.StringIO("y\ny\n"), out, poll=0.02)
+    try:
+        questions.ask(_request("r1"))
+        assert questions.settle(10.0)
+        questions.ask(_request("r2"))
+        assert questions.settle(10.0)
+    finally:
+        questions.close()
+    assert "the answer to request r1 was not sent: no bridge answered within 10 s" in out.getvalue()
+    assert sent == ["r2"], "the thread lived on"

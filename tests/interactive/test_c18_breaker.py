@@ -516,3 +516,25 @@ def test_c18_a_message_to_a_turn_a_restart_left_unfinished_is_kept_and_handed(ma
     assert [(m["messageId"], m["index"]) for m in messages] == [("m-1", sent["index"])]
     assert out.read_text().splitlines() == ["msg"]
     assert "Traceback" not in bridge.log()
+
+
+def test_b08_an_empty_message_from_a_peer_is_refused_and_nothing_is_recorded(make_bridge):
+    bridge = make_bridge(driver="shell")
+    with bridge.connect() as c:
+        sid, tid, reader = _start(bridge, c, "echo one")
+        wait_until(lambda: reader.requests(), timeout=15)
+        rid = reader.requests()[0]["requestId"]
+        mbase = {"sessionId": sid, "turnId": tid}
+        for i, text in enumerate(["", " ", "\n\t ", "\u3000"]):
+            payload = {**mbase, "messageId": f"m-empty-{i}", "text": text}
+            assert _tag(c.causes("SendMessage", payload)) == "BadRequest", repr(text)
+        # the connection goes on, and a message with text is taken
+        sent = c.value("SendMessage", {**mbase, "messageId": "m-ok", "text": "echo two"})
+        assert sent["messageId"] == "m-ok"
+        c.value("AnswerApproval", {**mbase, "requestId": rid, "decision": "deny"})
+        c.value("CancelTurn", {"sessionId": sid, "turnId": tid})
+        reader.join(20)
+        assert reader.exit is not None
+        logged = [p["messageId"] for p in reader.parts if p["type"] == "user-message"]
+        assert logged == ["m-ok"], "no empty message is in the log"
+    assert "Traceback" not in bridge.log()

@@ -198,3 +198,81 @@ def test_c18_reading_a_turn_again_does_not_ask_the_policy_about_answered_request
     assert len(of_type(parts, bc.ApprovalAnswer)) == 2
     assert asked == []
     assert lines(out) == ["one", "two"]
+
+
+def test_c18_a_policy_that_raises_decides_nothing_and_its_error_says_the_request_is_pending(
+    sandbox, workspace
+):
+    # The policy's own exception comes out of the read, as it is, noted with the request it
+    # left pending; nothing is recorded for it, the policy is not asked again, and the caller's
+    # answer (or the approval timeout) decides.
+    out = os.path.join(workspace, "out")
+    calls = []
+
+    def policy(request):
+        calls.append(request.request_id)
+        raise KeyError("command")
+
+    with shell_session(sandbox, approve=policy, approval_timeout=1.0) as session:
+        turn = session.turn(f"echo one >> {out}\necho two >> {out}")
+        seen = []
+        first = next_request(turn, seen)
+        with pytest.raises(KeyError) as raised:
+            next(turn)
+        notes = getattr(raised.value, "__notes__", [])
+        assert len(notes) == 1 and first.request_id in notes[0] and "still pending" in notes[0], notes
+        assert "turn.approve(request) or turn.deny(request)" in notes[0]
+        assert turn.pending_approvals == [first], "left to the caller"
+        assert turn.approve(first).by == "host"
+        second = next_request(turn, seen)
+        with pytest.raises(KeyError):
+            next(turn)
+        seen.extend(turn)  # nobody answers the second: the approval timeout denies it
+    answers = [(a.request_id, a.decision, a.by) for a in of_type(seen, bc.ApprovalAnswer)]
+    assert answers == [
+        (first.request_id, "allow-once", "host"), (second.request_id, "deny", "timeout")
+    ], "the policy's failure recorded nothing"
+    assert calls == [first.request_id, second.request_id], "asked once per request"
+    assert lines(out) == ["one"]
+
+
+@pytest.mark.parametrize("driver", ["echo", "gemini", "pi", "codex"])
+def test_c18_approvals_on_a_driver_that_cannot_ask_are_refused_before_any_launch(sandbox, workspace, driver):
+    from host_support import _pids_under
+
+    from bridge_client.bridge import identity
+
+    agent_options = None if driver == "echo" else {"executable": os.path.join(workspace, "no-such-cli")}
+    with bc.create_session(
+        options(driver, agent_options=agent_options), session_options(sandbox, approvals=True)
+    ) as session:
+        with pytest.raises(bc.ApprovalsUnsupported) as info:
+            session.turn("hello")
+        assert str(info.value) == (
+            f"the {driver} agent cannot ask before it runs a tool: open the session with approvals off"
+        )
+        assert info.value.fields.get("sessionId") == session.id
+        assert not session.connected
+        folder = identity.state_dir(sandbox.state_root, session.bridge_id)
+        assert not os.path.exists(folder), "no state directory was made"
+        assert _pids_under(workspace) == [], "no bridge process was started"
+        with pytest.raises(bc.ApprovalsUnsupported):  # again: the same, still nothing launched
+            session.turn("hello")
+    assert _pids_under(workspace) == []
+
+
+def test_c18_the_drivers_that_cannot_ask_are_the_ones_the_host_refuses():
+    import importlib
+
+    from bridge_client.driver_options import CANNOT_ASK
+    from bridge_client.drivers import BUILTIN_DRIVERS
+
+    needs = {"openai": {"model": "m"}, "acp": {"command": "x"}}
+    cannot = set()
+    for name, spec in BUILTIN_DRIVERS.items():
+        module, _, attr = spec.partition(":")
+        driver = getattr(importlib.import_module(module), attr)(needs.get(name))
+        if not getattr(driver, "supports_approvals", False):
+            cannot.add(name)
+        getattr(driver, "close", lambda: None)()
+    assert cannot == set(CANNOT_ASK)

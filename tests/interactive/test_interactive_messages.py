@@ -62,3 +62,20 @@ def test_c18_a_message_reaches_a_turn_without_approvals(sandbox, workspace):
         seen.extend(turn)
     assert lines(out) == ["prompt", "steered"]
     assert not of_type(seen, bc.ApprovalRequest)
+
+
+def test_c18_turn_say_refuses_an_empty_message_before_sending_it(sandbox, workspace):
+    out = os.path.join(workspace, "out")
+    with shell_session(sandbox, approve=lambda request: True) as session:
+        turn = session.turn(f"echo prompt >> {out}")
+        seen = [next(turn)]
+        while not isinstance(seen[-1], bc.ApprovalRequest):
+            seen.append(next(turn))
+        for empty in ("", "   ", "\n"):
+            with pytest.raises(bc.BadRequest, match="empty"):
+                turn.say(empty)
+            with pytest.raises(bc.BadRequest, match="empty"):
+                turn.say(empty, message_id="m-empty")
+        seen.extend(turn)
+    assert not of_type(seen, bc.UserMessage), "nothing was stored"
+    assert lines(out) == ["prompt"]
