@@ -81,6 +81,7 @@ from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .acp_parts import UpdateMapper, ask_permission, taken_messages
 from .acp_fs import serve_fs
+from .acp_stop import POLITE_GRACE, stop_agent
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 from .workspace import workspace_dir
@@ -208,7 +209,7 @@ class AcpDriver:
                 mapper.close("stop")
                 result = self._prompt(ctx, agent, mapper, "\n\n".join(later))
         except _GaveUp:
-            self._stop(slot)
+            self._stop(slot, polite=0.0)  # it ignored the cancel: no polite wait
             mapper.close("cancelled", "cancelled")
             return TurnResult("cancelled")
         except _Failed as exc:
@@ -434,12 +435,12 @@ class AcpDriver:
         status = f"status {code}" if code is not None else "still running"
         return f"the ACP agent exited ({status}) before the turn ended" + (f": {tail}" if tail else "")
 
-    def _stop(self, slot: _Slot) -> None:
+    def _stop(self, slot: _Slot, polite: float = POLITE_GRACE) -> None:
+        """End the slot's agent and its process group (see :func:`stop_agent`)."""
         agent, slot.agent = slot.agent, None
         if agent is None:
             return
-        agent.proc.close_stdin()
-        agent.proc.stop(grace=1.0)
+        stop_agent(agent.proc, polite)
 
     def _make_room(self) -> None:
         """Stop the least recently used idle agents while ``max_agents`` are running."""

@@ -19,7 +19,9 @@ A prompt is a small script, one command a line:
 - ``wait FILE``: a thought, then waits for FILE to exist (at most 30 s) or a cancel;
 - ``hold``: waits for a cancel (at most 30 s; with ``--ignore-cancel`` it never ends early);
 - ``env NAME``: says ``NAME=<value or unset>``; ``count``: says ``prompts=N`` for this session;
-  ``pid``: says ``pid=<its process id>`` (each with a newline);
+  ``pid``: says ``pid=<its process id>`` (each with a newline); ``spawn``: starts ``sleep 60``
+  in its process group, ignoring SIGTERM and holding none of its pipes, and says
+  ``child=<its pid>``;
 - ``crash``: exits at once with status 3; ``stop REASON``: ends with that stopReason;
   ``error MSG``: answers the prompt with a JSON-RPC error.
 
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -156,6 +159,7 @@ class Agent:
             "stop",
             "error",
             "pid",
+            "spawn",
         )
         if not lines or lines[0].split(" ", 1)[0] not in known:
             pending = data.get("pending")
@@ -332,6 +336,16 @@ class Agent:
             self.say(ctx, f"prompts={ctx['data']['prompts']}\n")
         elif word == "pid":
             self.say(ctx, f"pid={os.getpid()}\n")
+        elif word == "spawn":
+            # A child of its process group that ignores SIGTERM and holds none of its pipes.
+            child = subprocess.Popen(
+                ["sleep", "60"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
+            )
+            self.say(ctx, f"child={child.pid}\n")
         elif word == "crash":
             sys.stderr.write("acp_agent: crashing as asked\n")
             sys.stderr.flush()
