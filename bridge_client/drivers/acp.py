@@ -14,7 +14,9 @@ session's next turns. A turn:
 
 - opens the ACP session: the one the process already has; else the one the session state
   names (``{"acp_session_id": ...}``) with ``session/load`` when the agent advertises
-  ``loadSession`` (its replayed history is not shown again); else a new one with
+  ``loadSession`` (its replayed history is not shown again: neither what it sends before
+  its answer nor what it sends after, until it is silent for ``REPLAY_QUIET`` seconds, as
+  the Gemini CLI replays after answering); else a new one with
   ``session/new``, whose id goes into the session state;
 - sends ``session/prompt`` with the prompt as one text block, and maps every
   ``session/update`` onto parts until the answer (:mod:`bridge_client.drivers.acp_parts`);
@@ -96,6 +98,9 @@ DEFAULT_CONTINUE_PROMPT = (
     "Continue the task where you left off."
 )
 """What a turn continued after a restart sends to the loaded ACP session."""
+
+REPLAY_QUIET = 0.5
+"""Seconds of silence after ``session/load``'s answer that end the replayed history."""
 
 _STOP_REASONS = {
     "end_turn": ("stop", "stop"),
@@ -325,6 +330,7 @@ class AcpDriver:
                     params = {"sessionId": wanted, "cwd": cwd, "mcpServers": self.mcp_servers}
                     self._start_call(ctx, agent, "session/load", params)
                     agent.session_id = wanted
+                    self._drop_replay(ctx, agent)
                     return
                 except _Failed as exc:
                     lost = str(exc)
@@ -337,6 +343,18 @@ class AcpDriver:
             raise _Failed(f"the ACP agent answered session/new without a sessionId: {summarize(result)}")
         agent.session_id = session_id
         ctx.set_state({**data, "acp_session_id": session_id})
+
+    def _drop_replay(self, ctx: TurnContext, agent: _Agent) -> None:
+        """Read (and drop) the history an agent replays after it answered ``session/load``
+        (the Gemini CLI does), until it is silent for ``REPLAY_QUIET`` seconds."""
+
+        def poll() -> None:
+            if ctx.cancelled.is_set():
+                raise _GaveUp()
+
+        drop = lambda m: self._between_turns(agent, m)  # noqa: E731
+        if not agent.conn.settle(drop, REPLAY_QUIET, self.start_timeout, poll):
+            raise AgentExited("the agent exited after session/load")
 
     def _prompt(self, ctx: TurnContext, agent: _Agent, mapper: UpdateMapper, prompt: str) -> Any:
         session_id = agent.session_id

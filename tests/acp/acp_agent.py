@@ -3,7 +3,9 @@ line on stdio, protocol version 1 (``initialize``, ``session/new``, ``session/lo
 replay of the history, ``session/prompt``, ``session/cancel``; it calls the client's
 ``session/request_permission``, ``fs/read_text_file`` and ``fs/write_text_file``).
 
-Usage: ``python acp_agent.py --store DIR [--no-load] [--ask] [--ignore-cancel] [--protocol N]``.
+Usage: ``python acp_agent.py --store DIR [--no-load] [--ask] [--ignore-cancel] [--protocol N]
+[--late-replay]`` (``--late-replay``: ``session/load`` answers first and replays the history
+after its answer, as the Gemini CLI does).
 Sessions live in ``DIR/<id>.json`` (their history, how many prompts they had, the prompt under
 way), so a new process loads them. The agent exits when its stdin ends.
 
@@ -91,6 +93,7 @@ class Agent:
     def __init__(self, args):
         self.args = args
         self.client_caps = {}
+        self.replay_after = None
 
     # ---------------------------------------------------------------- sessions on disk
 
@@ -129,11 +132,17 @@ class Agent:
         session_id = params["sessionId"]
         if not os.path.exists(self.path(session_id)):
             raise KeyError(f"Session not found: {session_id}")
+        if self.args.late_replay:
+            self.replay_after = session_id  # after the answer, as the Gemini CLI does
+            return None
+        self.replay(session_id)
+        return None
+
+    def replay(self, session_id):
         data = self.load(session_id)
         for role, text in data["history"]:
             kind = "user_message_chunk" if role == "user" else "agent_message_chunk"
             self.update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
-        return None
 
     def session_prompt(self, params):
         session_id = params["sessionId"]
@@ -364,6 +373,7 @@ def main():
     parser.add_argument("--ask", action="store_true")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--protocol", type=int, default=1)
+    parser.add_argument("--late-replay", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.store, exist_ok=True)
     agent = Agent(args)
@@ -394,6 +404,10 @@ def main():
             send({"id": message["id"], "error": {"code": -32603, "message": str(exc)}})
             continue
         send({"id": message["id"], "result": result})
+        if agent.replay_after is not None:
+            session_id, agent.replay_after = agent.replay_after, None
+            time.sleep(0.05)
+            agent.replay(session_id)
 
 
 if __name__ == "__main__":
