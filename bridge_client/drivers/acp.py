@@ -80,9 +80,11 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
+from ..wire.parts import ToolCall
 from ..driver_options import check_agent_options
-from .acp_parts import UpdateMapper, ask_permission, taken_messages
+from .acp_parts import UpdateMapper, ask_permission, policy_permission, taken_messages
 from .acp_fs import serve_fs
+from .acp_journal import ToolJournal
 from .acp_stop import POLITE_GRACE, stop_agent
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
@@ -110,9 +112,6 @@ _STOP_REASONS = {
     "refusal": ("error", "refusal"),
 }
 """ACP ``stopReason`` → (the turn's finish reason, the last step's finish reason)."""
-
-_PREFERRED = {"reject": ("reject_once", "reject_always"), "allow": ("allow_once", "allow_always"),
-              "allow_always": ("allow_always", "allow_once")}
 
 log = logging.getLogger("bridge_client.drivers.acp")
 
@@ -199,11 +198,16 @@ class AcpDriver:
             slot.lock.release()
 
     def _run(self, ctx: TurnContext, slot: _Slot) -> TurnResult:
-        mapper = UpdateMapper(ctx)
+        journal = ToolJournal.for_session(ctx.session_id, ctx.turn_id)
+        mapper = UpdateMapper(ctx, journal)
+        logged = [p.tool_call_id for step in ctx.steps for p in step if isinstance(p, ToolCall)]
+        done, interrupted = journal.cut(logged)
         try:
             agent = self._agent(ctx, slot)
-            self._open_session(ctx, agent)
-            prompt = self.continue_prompt if ctx.completed_steps else ctx.prompt
+            loaded = self._open_session(ctx, agent)
+            prompt = self.continue_prompt if ctx.completed_steps or done else ctx.prompt
+            if done or interrupted:  # a restart cut a step with tool calls: give them back
+                prompt = mapper.given_back(ctx.prompt if not loaded else prompt, done, interrupted)
             result = self._prompt(ctx, agent, mapper, prompt)
             # ACP takes no prompt while one runs: the user's messages sent meanwhile are the
             # next prompt of the same turn, once the agent ended this one.
@@ -316,12 +320,13 @@ class AcpDriver:
         except TimeoutError as exc:
             raise _Failed(str(exc)) from None
 
-    def _open_session(self, ctx: TurnContext, agent: _Agent) -> None:
+    def _open_session(self, ctx: TurnContext, agent: _Agent) -> bool:
+        """Open the turn's ACP session; True when it is the session's earlier one."""
         data = ctx.state.data if isinstance(ctx.state.data, dict) else {}
         wanted = data.get("acp_session_id")
         wanted = wanted if isinstance(wanted, str) and wanted else None
         if agent.session_id is not None and agent.session_id == wanted:
-            return
+            return True
         cwd = workspace_dir()
         if wanted is not None:
             if agent.capabilities.get("loadSession") is True:
@@ -331,7 +336,7 @@ class AcpDriver:
                     self._start_call(ctx, agent, "session/load", params)
                     agent.session_id = wanted
                     self._drop_replay(ctx, agent)
-                    return
+                    return True
                 except _Failed as exc:
                     lost = str(exc)
             else:
@@ -343,6 +348,7 @@ class AcpDriver:
             raise _Failed(f"the ACP agent answered session/new without a sessionId: {summarize(result)}")
         agent.session_id = session_id
         ctx.set_state({**data, "acp_session_id": session_id})
+        return False
 
     def _drop_replay(self, ctx: TurnContext, agent: _Agent) -> None:
         """Read (and drop) the history an agent replays after it answered ``session/load``
@@ -416,30 +422,12 @@ class AcpDriver:
             agent.conn.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _permission(self, ctx: TurnContext, mapper: UpdateMapper, params: Dict[str, Any]) -> Dict[str, Any]:
-        """With approvals on, ask the host; else choose an option by the ``permission``
-        policy and say so in a data part."""
+        """With approvals on, ask the host; else the ``permission`` policy chooses."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
-        outcome: Dict[str, Any] = {"outcome": "cancelled"}
-        if not ctx.cancelled.is_set():
-            for kind in _PREFERRED[self.permission]:
-                chosen = next((o for o in options if o.get("kind") == kind), None)
-                if chosen is not None:
-                    outcome = {"outcome": "selected", "optionId": chosen.get("optionId")}
-                    break
-        ctx.data(
-            "acp-permission",
-            {
-                "toolCallId": tool.id if tool is not None else None,
-                "title": tool.fields.get("title") if tool is not None else None,
-                "options": [{"optionId": o.get("optionId"), "kind": o.get("kind")} for o in options],
-                "policy": self.permission,
-                "outcome": outcome,
-            },
-        )
-        return outcome
+        return policy_permission(ctx, tool, options, self.permission)
 
     # ------------------------------------------------------------------ ending agents
 
