@@ -9,7 +9,7 @@ acp-tools/<hash of the session id>.json``, by default under ``~/.local/state``; 
 replaced atomically and synced) *before* its ``tool-result`` part is emitted. A later run of
 the same turn reads it: the calls that completed in the cut step are given back (their parts
 are emitted again, once, in the retried step, and the prompt tells the agent their results),
-and a call that started but has no result is named in a ``data`` part 
+and a call that started but has no result is named in a ``data`` part
 ``acp-tool-interrupted`` and in the prompt (it may have finished or not: the agent is told to check
 before it runs it again).
 """
