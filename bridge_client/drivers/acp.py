@@ -464,6 +464,7 @@ class AcpDriver:
         """Stop the session's agent process (now, or when its running turn ends). A later
         turn of the session starts an agent again and loads its ACP session when the agent
         can (``session/load``)."""
+        ToolJournal.for_session(session_id, "").discard()
         with self._lock:
             slot = self._slots.pop(session_id, None)
         if slot is None:

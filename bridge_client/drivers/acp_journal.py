@@ -4,14 +4,13 @@ death does not run again a tool call whose result is in the log.
 A restart resets the turn to its last completed step: a tool call that completed in the cut
 step (its ``tool-result`` was logged) is lost with it, and an agent asked again from before
 the step would run the tool again. So the driver writes each tool call of the running turn
-to a small file of the sandbox user's state folder (``$XDG_STATE_HOME/bridge-client/
-acp-tools/<hash of the session id>.json``, by default under ``~/.local/state``; mode 0600,
-replaced atomically and synced) *before* its ``tool-result`` part is emitted. A later run of
-the same turn reads it: the calls that completed in the cut step are given back (their parts
-are emitted again, once, in the retried step, and the prompt tells the agent their results),
-and a call that started but has no result is named in a ``data`` part
-``acp-tool-interrupted`` and in the prompt (it may have finished or not: the agent is told to check
-before it runs it again).
+to a small file of the bridge's state directory (``acp-tools/<hash of the session
+id>.json``; mode 0600, replaced atomically and synced) *before* its ``tool-result`` part is
+emitted. A later run of the same turn reads it: the calls that completed in the cut step are
+given back (their parts are emitted again, once, in the retried step, and the prompt tells
+the agent their results), and a call that started but has no result is named in a ``data``
+part ``acp-tool-interrupted`` and in the prompt (it may have finished or not: the agent is
+told to check before it runs it again).
 """
 from __future__ import annotations
 
@@ -52,9 +51,20 @@ class ToolJournal:
     @classmethod
     def for_session(cls, session_id: str, turn_id: str) -> "ToolJournal":
         """The journal of ``session_id``'s turn ``turn_id`` (see the module's docstring)."""
-        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        from . import STATE_DIR  # the bridge's state directory, set before drivers are made
+
+        if not STATE_DIR:
+            return cls(None, turn_id)
         name = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
-        return cls(os.path.join(base, "bridge-client", "acp-tools", f"{name}.json"), turn_id)
+        return cls(os.path.join(STATE_DIR, "acp-tools", f"{name}.json"), turn_id)
+
+    def discard(self) -> None:
+        """Remove the journal's file (the session was closed); a missing file is fine."""
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
     def _write(self) -> None:
         if self.path is None:
