@@ -51,7 +51,8 @@ What survives a restart: the session state holds the ACP session id. A bridge th
 starts the agent again and loads that session (``session/load``) when the agent can; a turn
 cut by the restart is continued there with ``continue_prompt`` when it had completed steps,
 and runs its prompt again when it had none. An agent without ``loadSession`` starts a new
-ACP session (a ``data`` part ``acp-session-lost`` says so). The agents run in process groups
+ACP session (a ``data`` part ``acp-session-lost`` says so). Tool calls the cut step completed
+are given back, not run again (:mod:`bridge_client.drivers.acp_journal`). The agents run in process groups
 of their own, listed with a keeper process (as every CLI of
 :mod:`bridge_client.drivers.cli_process`; see :mod:`bridge_client.drivers.keeper`), so a
 SIGKILLed bridge leaves none running.
