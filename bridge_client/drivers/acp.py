@@ -14,7 +14,9 @@ session's next turns. A turn:
 
 - opens the ACP session: the one the process already has; else the one the session state
   names (``{"acp_session_id": ...}``) with ``session/load`` when the agent advertises
-  ``loadSession`` (its replayed history is not shown again); else a new one with
+  ``loadSession`` (its replayed history is not shown again: neither what it sends before
+  its answer nor what it sends after, until it is silent for ``REPLAY_QUIET`` seconds, as
+  the Gemini CLI replays after answering); else a new one with
   ``session/new``, whose id goes into the session state;
 - sends ``session/prompt`` with the prompt as one text block, and maps every
   ``session/update`` onto parts until the answer (:mod:`bridge_client.drivers.acp_parts`);
@@ -49,7 +51,8 @@ What survives a restart: the session state holds the ACP session id. A bridge th
 starts the agent again and loads that session (``session/load``) when the agent can; a turn
 cut by the restart is continued there with ``continue_prompt`` when it had completed steps,
 and runs its prompt again when it had none. An agent without ``loadSession`` starts a new
-ACP session (a ``data`` part ``acp-session-lost`` says so). The agents run in process groups
+ACP session (a ``data`` part ``acp-session-lost`` says so). Tool calls the cut step completed
+are given back, not run again (:mod:`bridge_client.drivers.acp_journal`). The agents run in process groups
 of their own, listed with a keeper process (as every CLI of
 :mod:`bridge_client.drivers.cli_process`; see :mod:`bridge_client.drivers.keeper`), so a
 SIGKILLed bridge leaves none running.
@@ -78,9 +81,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
+from ..wire.parts import ToolCall
 from ..driver_options import check_agent_options
-from .acp_parts import UpdateMapper, ask_permission, taken_messages
+from .acp_parts import UpdateMapper, ask_permission, policy_permission, taken_messages
 from .acp_fs import serve_fs
+from .acp_journal import ToolJournal
+from .acp_stop import POLITE_GRACE, stop_agent
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 from .workspace import workspace_dir
@@ -96,6 +102,9 @@ DEFAULT_CONTINUE_PROMPT = (
 )
 """What a turn continued after a restart sends to the loaded ACP session."""
 
+REPLAY_QUIET = 0.5
+"""Seconds of silence after ``session/load``'s answer that end the replayed history."""
+
 _STOP_REASONS = {
     "end_turn": ("stop", "stop"),
     "max_tokens": ("stop", "max-tokens"),
@@ -104,9 +113,6 @@ _STOP_REASONS = {
     "refusal": ("error", "refusal"),
 }
 """ACP ``stopReason`` → (the turn's finish reason, the last step's finish reason)."""
-
-_PREFERRED = {"reject": ("reject_once", "reject_always"), "allow": ("allow_once", "allow_always"),
-              "allow_always": ("allow_always", "allow_once")}
 
 log = logging.getLogger("bridge_client.drivers.acp")
 
@@ -193,11 +199,16 @@ class AcpDriver:
             slot.lock.release()
 
     def _run(self, ctx: TurnContext, slot: _Slot) -> TurnResult:
-        mapper = UpdateMapper(ctx)
+        journal = ToolJournal.for_session(ctx.session_id, ctx.turn_id)
+        mapper = UpdateMapper(ctx, journal)
+        logged = [p.tool_call_id for step in ctx.steps for p in step if isinstance(p, ToolCall)]
+        done, interrupted = journal.cut(logged)
         try:
             agent = self._agent(ctx, slot)
-            self._open_session(ctx, agent)
-            prompt = self.continue_prompt if ctx.completed_steps else ctx.prompt
+            loaded = self._open_session(ctx, agent)
+            prompt = self.continue_prompt if ctx.completed_steps or done else ctx.prompt
+            if done or interrupted:  # a restart cut a step with tool calls: give them back
+                prompt = mapper.given_back(ctx.prompt if not loaded else prompt, done, interrupted)
             result = self._prompt(ctx, agent, mapper, prompt)
             # ACP takes no prompt while one runs: the user's messages sent meanwhile are the
             # next prompt of the same turn, once the agent ended this one.
@@ -208,7 +219,7 @@ class AcpDriver:
                 mapper.close("stop")
                 result = self._prompt(ctx, agent, mapper, "\n\n".join(later))
         except _GaveUp:
-            self._stop(slot)
+            self._stop(slot, polite=0.0)  # it ignored the cancel: no polite wait
             mapper.close("cancelled", "cancelled")
             return TurnResult("cancelled")
         except _Failed as exc:
@@ -310,12 +321,13 @@ class AcpDriver:
         except TimeoutError as exc:
             raise _Failed(str(exc)) from None
 
-    def _open_session(self, ctx: TurnContext, agent: _Agent) -> None:
+    def _open_session(self, ctx: TurnContext, agent: _Agent) -> bool:
+        """Open the turn's ACP session; True when it is the session's earlier one."""
         data = ctx.state.data if isinstance(ctx.state.data, dict) else {}
         wanted = data.get("acp_session_id")
         wanted = wanted if isinstance(wanted, str) and wanted else None
         if agent.session_id is not None and agent.session_id == wanted:
-            return
+            return True
         cwd = workspace_dir()
         if wanted is not None:
             if agent.capabilities.get("loadSession") is True:
@@ -324,7 +336,8 @@ class AcpDriver:
                     params = {"sessionId": wanted, "cwd": cwd, "mcpServers": self.mcp_servers}
                     self._start_call(ctx, agent, "session/load", params)
                     agent.session_id = wanted
-                    return
+                    self._drop_replay(ctx, agent)
+                    return True
                 except _Failed as exc:
                     lost = str(exc)
             else:
@@ -336,6 +349,19 @@ class AcpDriver:
             raise _Failed(f"the ACP agent answered session/new without a sessionId: {summarize(result)}")
         agent.session_id = session_id
         ctx.set_state({**data, "acp_session_id": session_id})
+        return False
+
+    def _drop_replay(self, ctx: TurnContext, agent: _Agent) -> None:
+        """Read (and drop) the history an agent replays after it answered ``session/load``
+        (the Gemini CLI does), until it is silent for ``REPLAY_QUIET`` seconds."""
+
+        def poll() -> None:
+            if ctx.cancelled.is_set():
+                raise _GaveUp()
+
+        drop = lambda m: self._between_turns(agent, m)  # noqa: E731
+        if not agent.conn.settle(drop, REPLAY_QUIET, self.start_timeout, poll):
+            raise AgentExited("the agent exited after session/load")
 
     def _prompt(self, ctx: TurnContext, agent: _Agent, mapper: UpdateMapper, prompt: str) -> Any:
         session_id = agent.session_id
@@ -397,30 +423,12 @@ class AcpDriver:
             agent.conn.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _permission(self, ctx: TurnContext, mapper: UpdateMapper, params: Dict[str, Any]) -> Dict[str, Any]:
-        """With approvals on, ask the host; else choose an option by the ``permission``
-        policy and say so in a data part."""
+        """With approvals on, ask the host; else the ``permission`` policy chooses."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
-        outcome: Dict[str, Any] = {"outcome": "cancelled"}
-        if not ctx.cancelled.is_set():
-            for kind in _PREFERRED[self.permission]:
-                chosen = next((o for o in options if o.get("kind") == kind), None)
-                if chosen is not None:
-                    outcome = {"outcome": "selected", "optionId": chosen.get("optionId")}
-                    break
-        ctx.data(
-            "acp-permission",
-            {
-                "toolCallId": tool.id if tool is not None else None,
-                "title": tool.fields.get("title") if tool is not None else None,
-                "options": [{"optionId": o.get("optionId"), "kind": o.get("kind")} for o in options],
-                "policy": self.permission,
-                "outcome": outcome,
-            },
-        )
-        return outcome
+        return policy_permission(ctx, tool, options, self.permission)
 
     # ------------------------------------------------------------------ ending agents
 
@@ -434,12 +442,12 @@ class AcpDriver:
         status = f"status {code}" if code is not None else "still running"
         return f"the ACP agent exited ({status}) before the turn ended" + (f": {tail}" if tail else "")
 
-    def _stop(self, slot: _Slot) -> None:
+    def _stop(self, slot: _Slot, polite: float = POLITE_GRACE) -> None:
+        """End the slot's agent and its process group (see :func:`stop_agent`)."""
         agent, slot.agent = slot.agent, None
         if agent is None:
             return
-        agent.proc.close_stdin()
-        agent.proc.stop(grace=1.0)
+        stop_agent(agent.proc, polite)
 
     def _make_room(self) -> None:
         """Stop the least recently used idle agents while ``max_agents`` are running."""
@@ -457,6 +465,7 @@ class AcpDriver:
         """Stop the session's agent process (now, or when its running turn ends). A later
         turn of the session starts an agent again and loads its ACP session when the agent
         can (``session/load``)."""
+        ToolJournal.for_session(session_id, "").discard()
         with self._lock:
             slot = self._slots.pop(session_id, None)
         if slot is None:

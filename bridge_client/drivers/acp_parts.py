@@ -29,9 +29,10 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..bridge.driver import TurnContext
+from .acp_journal import recap
 from .stream_control import approval_title
 
-__all__ = ["UpdateMapper", "tool_output", "ask_permission", "taken_messages"]
+__all__ = ["UpdateMapper", "tool_output", "ask_permission", "policy_permission", "taken_messages"]
 
 _ENDED = ("completed", "failed")
 _STARTED = ("in_progress",) + _ENDED
@@ -72,10 +73,31 @@ class UpdateMapper:
         ctx: the turn.
     """
 
-    def __init__(self, ctx: TurnContext) -> None:
+    def __init__(self, ctx: TurnContext, journal: Any = None) -> None:
         self.ctx = ctx
+        self.journal = journal  # a ToolJournal (acp_journal), or None
         self.tools: Dict[str, _Tool] = {}
         self._step_tools: List[_Tool] = []
+
+    def given_back(
+        self, prompt: str, calls: Sequence[Dict[str, Any]], interrupted: Sequence[Dict[str, Any]]
+    ) -> str:
+        """Give back what an earlier run of the turn journaled in the step a restart cut:
+        each completed call's ``tool-call`` and ``tool-result`` again, once, in the open (or
+        a new) step, and a ``data`` part ``acp-tool-interrupted`` for each call without a
+        result. Returns ``prompt`` followed by the recap the agent gets of them
+        (:func:`~bridge_client.drivers.acp_journal.recap`)."""
+        for call in interrupted:
+            self.ctx.data("acp-tool-interrupted", {k: call.get(k) for k in ("id", "name", "input")})
+        for call in calls:
+            self.ensure_step()
+            tool = self.tools[str(call["id"])] = _Tool(str(call["id"]))
+            tool.called = tool.ended = True
+            self._step_tools.append(tool)
+            name = str(call.get("name") or "other")
+            self.ctx.tool_call(tool.id, name, call.get("input"))
+            self.ctx.tool_result(tool.id, name, call.get("output"), is_error=bool(call.get("is_error")))
+        return f"{prompt}\n\n{recap(list(calls), list(interrupted))}"
 
     # ------------------------------------------------------------------ steps
 
@@ -127,6 +149,8 @@ class UpdateMapper:
             return
         self.ctx.tool_call(tool.id, self._name(tool), self.input_of(tool))
         tool.called = True
+        if self.journal is not None:
+            self.journal.started(tool.id, self._name(tool), self.input_of(tool))
 
     def tool(self, fields: Dict[str, Any]) -> Optional[_Tool]:
         """Merge a ``tool_call``/``tool_call_update`` (or a permission request's
@@ -149,6 +173,10 @@ class UpdateMapper:
         if status in _ENDED and not tool.ended:
             tool.ended = True
             output = tool_output(tool.fields.get("content"), tool.fields.get("rawOutput"))
+            if self.journal is not None:  # before the part: a logged result is journaled
+                self.journal.completed(
+                    tool.id, self._name(tool), self.input_of(tool), output, status == "failed"
+                )
             self.ctx.tool_result(tool.id, self._name(tool), output, is_error=status == "failed")
         return tool
 
@@ -235,6 +263,37 @@ def ask_permission(
         if chosen is not None:
             return {"outcome": "selected", "optionId": chosen.get("optionId")}
     return {"outcome": "cancelled"}
+
+
+_PREFERRED = {"reject": ("reject_once", "reject_always"), "allow": ("allow_once", "allow_always"),
+              "allow_always": ("allow_always", "allow_once")}
+"""The ``permission`` policy → the option kinds it picks, preferred first."""
+
+
+def policy_permission(ctx: TurnContext, tool: Optional[_Tool], options: Sequence[Dict[str, Any]],
+                      permission: str) -> Dict[str, Any]:
+    """Answer a ``session/request_permission`` by the driver's ``permission`` policy
+    (``reject``, ``allow``, ``allow_always``) and say so in a ``data`` part
+    ``acp-permission``: the outcome object (``cancelled`` when the turn was cancelled or no
+    offered option fits)."""
+    outcome: Dict[str, Any] = {"outcome": "cancelled"}
+    if not ctx.cancelled.is_set():
+        for kind in _PREFERRED[permission]:
+            chosen = next((o for o in options if o.get("kind") == kind), None)
+            if chosen is not None:
+                outcome = {"outcome": "selected", "optionId": chosen.get("optionId")}
+                break
+    ctx.data(
+        "acp-permission",
+        {
+            "toolCallId": tool.id if tool is not None else None,
+            "title": tool.fields.get("title") if tool is not None else None,
+            "options": [{"optionId": o.get("optionId"), "kind": o.get("kind")} for o in options],
+            "policy": permission,
+            "outcome": outcome,
+        },
+    )
+    return outcome
 
 
 def taken_messages(ctx: TurnContext) -> List[str]:

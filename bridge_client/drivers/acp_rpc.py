@@ -183,3 +183,42 @@ class AcpConnection:
             if event.obj is not None and isinstance(event.obj.get("method"), str):
                 handler(event.obj)
         return False
+
+    def settle(
+        self,
+        handler: Handler,
+        quiet: float,
+        limit: float,
+        poll: Optional[Callable[[], None]] = None,
+    ) -> bool:
+        """Hand every message to ``handler`` until the agent has been silent for ``quiet``
+        seconds, or ``limit`` seconds have passed: what an agent sends on its own after an
+        answer (the history a ``session/load`` replays after its answer) is read here, not
+        by the next request.
+
+        Args:
+            handler: see :data:`Handler`.
+            quiet, limit: seconds (``quiet`` <= ``limit``).
+            poll: as for :meth:`request`.
+
+        Returns:
+            False when the agent's stdout has ended (it is gone), else True.
+        """
+        start = last = time.monotonic()
+        while not self.gone:
+            now = time.monotonic()
+            if now - last >= quiet or now - start >= limit:
+                return True
+            if poll is not None:
+                poll()
+            event = self.proc.next_event(min(_TICK, max(0.0, quiet - (now - last))))
+            if event is None:
+                continue
+            if event is JsonLinesProcess.EOF:
+                self.gone = True
+                break
+            assert isinstance(event, Event)
+            last = time.monotonic()
+            if event.obj is not None and isinstance(event.obj.get("method"), str):
+                handler(event.obj)
+        return False

@@ -3,7 +3,9 @@ line on stdio, protocol version 1 (``initialize``, ``session/new``, ``session/lo
 replay of the history, ``session/prompt``, ``session/cancel``; it calls the client's
 ``session/request_permission``, ``fs/read_text_file`` and ``fs/write_text_file``).
 
-Usage: ``python acp_agent.py --store DIR [--no-load] [--ask] [--ignore-cancel] [--protocol N]``.
+Usage: ``python acp_agent.py --store DIR [--no-load] [--ask] [--ignore-cancel] [--protocol N]
+[--late-replay]`` (``--late-replay``: ``session/load`` answers first and replays the history
+after its answer, as the Gemini CLI does).
 Sessions live in ``DIR/<id>.json`` (their history, how many prompts they had, the prompt under
 way), so a new process loads them. The agent exits when its stdin ends.
 
@@ -19,7 +21,9 @@ A prompt is a small script, one command a line:
 - ``wait FILE``: a thought, then waits for FILE to exist (at most 30 s) or a cancel;
 - ``hold``: waits for a cancel (at most 30 s; with ``--ignore-cancel`` it never ends early);
 - ``env NAME``: says ``NAME=<value or unset>``; ``count``: says ``prompts=N`` for this session;
-  ``pid``: says ``pid=<its process id>`` (each with a newline);
+  ``pid``: says ``pid=<its process id>`` (each with a newline); ``spawn``: starts ``sleep 60``
+  in its process group, ignoring SIGTERM and holding none of its pipes, and says
+  ``child=<its pid>``;
 - ``crash``: exits at once with status 3; ``stop REASON``: ends with that stopReason;
   ``error MSG``: answers the prompt with a JSON-RPC error.
 
@@ -31,6 +35,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -88,6 +93,7 @@ class Agent:
     def __init__(self, args):
         self.args = args
         self.client_caps = {}
+        self.replay_after = None
 
     # ---------------------------------------------------------------- sessions on disk
 
@@ -126,11 +132,17 @@ class Agent:
         session_id = params["sessionId"]
         if not os.path.exists(self.path(session_id)):
             raise KeyError(f"Session not found: {session_id}")
+        if self.args.late_replay:
+            self.replay_after = session_id  # after the answer, as the Gemini CLI does
+            return None
+        self.replay(session_id)
+        return None
+
+    def replay(self, session_id):
         data = self.load(session_id)
         for role, text in data["history"]:
             kind = "user_message_chunk" if role == "user" else "agent_message_chunk"
             self.update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
-        return None
 
     def session_prompt(self, params):
         session_id = params["sessionId"]
@@ -156,6 +168,7 @@ class Agent:
             "stop",
             "error",
             "pid",
+            "spawn",
         )
         if not lines or lines[0].split(" ", 1)[0] not in known:
             pending = data.get("pending")
@@ -332,6 +345,16 @@ class Agent:
             self.say(ctx, f"prompts={ctx['data']['prompts']}\n")
         elif word == "pid":
             self.say(ctx, f"pid={os.getpid()}\n")
+        elif word == "spawn":
+            # A child of its process group that ignores SIGTERM and holds none of its pipes.
+            child = subprocess.Popen(
+                ["sleep", "60"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
+            )
+            self.say(ctx, f"child={child.pid}\n")
         elif word == "crash":
             sys.stderr.write("acp_agent: crashing as asked\n")
             sys.stderr.flush()
@@ -350,6 +373,7 @@ def main():
     parser.add_argument("--ask", action="store_true")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--protocol", type=int, default=1)
+    parser.add_argument("--late-replay", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.store, exist_ok=True)
     agent = Agent(args)
@@ -380,6 +404,10 @@ def main():
             send({"id": message["id"], "error": {"code": -32603, "message": str(exc)}})
             continue
         send({"id": message["id"], "result": result})
+        if agent.replay_after is not None:
+            session_id, agent.replay_after = agent.replay_after, None
+            time.sleep(0.05)
+            agent.replay(session_id)
 
 
 if __name__ == "__main__":

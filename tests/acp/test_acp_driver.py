@@ -280,3 +280,17 @@ def test_b09_acp_agent_of_a_session_closed_mid_turn_stops_after_the_turn(sandbox
         session.cancel_turn()
         assert list(turn)[-1].finish_reason == "cancelled"
         assert wait_until(lambda: not _alive(pid), timeout=5), "stopped once the turn ended"
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["replay-before-answer", "replay-after-answer"])
+def test_acp_replayed_history_is_not_shown_after_a_bridge_restart(sandbox, acp_options, late):
+    """An agent that replays its history in ``session/load`` (before its answer, or after it
+    as the Gemini CLI does): the turn after a bridge SIGKILL shows only its own output."""
+    opts = acp_options("--late-replay") if late else acp_options()
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        _run(session, "say earlier words\nrun echo earlier-run")
+        sigkill_bridge(sandbox, session.bridge_id)
+        second, parts = _run(session, "count")
+    assert second.text() == "prompts=2\n", f"the replayed history was shown: {second.text()!r}"
+    assert not _of(parts, "tool-call"), "the replayed tool call was shown"
+    assert not _data(parts, "acp-session-lost")

@@ -181,3 +181,51 @@ def test_acp_real_gemini_cli_in_acp_mode(sandbox, workspace, tmp_path, prefix, m
     requests = model.agent_requests()
     assert {r.headers.get("x-goog-api-key") for r in requests} == {KEY}, "the key came from the session's env"
     assert "Make gem.txt" in requests[-1].text(), "the second turn went on in the same conversation"
+
+
+def _gemini_env(tmp_path, model):
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    return {
+        "HOME": str(home),
+        "GEMINI_API_KEY": bc.Redacted(KEY),
+        "GOOGLE_GEMINI_BASE_URL": model.url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+
+
+def test_acp_real_gemini_after_a_bridge_sigkill_shows_no_history_and_says_it_lost_it(
+    sandbox, workspace, tmp_path, prefix, model
+):
+    """After a bridge SIGKILL, the next turn of a Gemini ACP session shows only its own
+    answer: a loaded session's replayed history (Gemini replays it after answering
+    ``session/load``) is dropped, and a session Gemini cannot load (this Gemini CLI empties
+    the session's file as it starts to load it: "No previous sessions found") is named in an
+    ``acp-session-lost`` part."""
+    gemini = program(prefix, "gemini")
+    model.script(
+        shell_call("echo from-gemini > gem.txt; echo made-by-gemini"),
+        text_quoting_last_tool_output(),
+        text("second answer"),
+    )
+    opts = _options(gemini, args=["--experimental-acp", "--model", "gemini-2.5-flash"])
+    with bc.create_session(opts, session_options(sandbox, env=_gemini_env(tmp_path, model))) as session:
+        first = session.turn("Make gem.txt")
+        assert list(first)[-1].finish_reason == "stop"
+        acp_id = session.state.data["acp_session_id"]
+        sigkill_bridge(sandbox, session.bridge_id)
+        second = session.turn("And now?")
+        parts = list(second)
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    assert not _of(parts, "tool-call"), "the replayed tool call was shown again"
+    assert second.text() == "second answer", f"the replayed history was shown: {second.text()!r}"
+    lost = [p.data for p in parts if p.type == "data" and p.name == "acp-session-lost"]
+    if lost:
+        assert lost[0]["sessionId"] == acp_id and "No previous sessions" in lost[0]["reason"], lost
+    else:
+        assert "Make gem.txt" in model.agent_requests()[-1].text(), "the loaded session went on"
