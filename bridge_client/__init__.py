@@ -46,7 +46,11 @@ from .errors import (
     InvalidToken,
     MessagesUnsupported,
     TurnNotRunning,
+    ToolsUnsupported,
+    BadHostTool,
+    HostToolCallNotFound,
 )
+from .wire.host_parts import HostToolCall, HostToolResult, HostToolStart
 from .wire.parts import (
     ApprovalAnswer,
     ApprovalRequest,
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
     from .agent import Agent, bridge_agent, bridge_options, create_session
     from .client.session import Session
     from .client.turn import Turn
+    from .host_tools import HostTool, host_tool
 
 # The host client (sessions, connections, launcher, resends) loads on first use (PEP 562), so
 # the bridge program (``python -m bridge_client.bridge``, which imports this package first)
@@ -104,6 +109,8 @@ _LAZY = {
     "create_session": ".agent",
     "Session": ".client.session",
     "Turn": ".client.turn",
+    "HostTool": ".host_tools",
+    "host_tool": ".host_tools",
 }
 
 
@@ -196,4 +203,12 @@ __all__ = [
     "InvalidToken",
     "SandboxGone",
     "TemplateError",
+    "HostTool",
+    "host_tool",
+    "HostToolCall",
+    "HostToolStart",
+    "HostToolResult",
+    "ToolsUnsupported",
+    "BadHostTool",
+    "HostToolCallNotFound",
 ]
