@@ -27,7 +27,7 @@ DEFAULT_TOOL_TIMEOUT = 600.0
 MAX_TOOL_NAME = 64
 """A host tool's name is 1 to 64 characters of letters, digits, ``_`` and ``-``."""
 
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class HostTool:
         fn: the function; called with the agent's arguments as keyword arguments, in the
             thread that reads the turn.
         name: what the agent calls it (``str``, 1 to 64 letters, digits, ``_``, ``-``,
-            starting with a letter).
+            starting with a letter or ``_``).
         description: what it does, for the agent (``str``).
         schema: the JSON Schema of its arguments (an ``object`` schema, a ``dict``).
         approve: ``True`` makes the agent ask through the approval flow before each call
@@ -115,7 +115,7 @@ def host_tool(
 
     Raises:
         BadHostTool: ``fn`` is not callable, the name is not 1 to 64 letters, digits, ``_``
-            or ``-`` starting with a letter, ``schema`` is not an object schema, or (without
+            or ``-`` starting with a letter or ``_``, ``schema`` is not an object schema, or (without
             ``schema``) a parameter has no hint or a type JSON cannot carry.
     """
     if isinstance(fn, HostTool) or not callable(fn):
@@ -124,7 +124,7 @@ def host_tool(
     if not isinstance(tool_name, str) or not _NAME.match(tool_name):
         raise BadHostTool(
             f"host tool name {tool_name!r} must be 1 to {MAX_TOOL_NAME} letters, digits, '_' or '-', "
-            "starting with a letter"
+            "starting with a letter or '_'"
         )
     if description is None:
         description = first_paragraph(getattr(fn, "__doc__", None))

@@ -163,7 +163,7 @@ def check_host_tools(value: Any) -> List[Dict[str, Any]]:
         if not isinstance(tool, dict):
             raise BadRequest("interactive.hostTools: each tool must be an object")
         name = tool.get("name")
-        if not isinstance(name, str) or not re.match(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z", name) or name in names:
+        if not isinstance(name, str) or not re.match(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z", name) or name in names:
             raise BadRequest(f"interactive.hostTools: bad or repeated tool name {str(name)[:70]!r}")
         names.add(name)
         schema = tool.get("inputSchema", {"type": "object"})

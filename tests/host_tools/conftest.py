@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from typing import Iterator
 
 import pytest
 
@@ -38,3 +40,15 @@ def model(tmp_path, monkeypatch):
     make.requests = requests
     make.log = log
     return make
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resilience"))
+from resilience_proxy import ProxySandbox  # noqa: E402
+
+
+@pytest.fixture
+def proxied(sandbox) -> Iterator[ProxySandbox]:
+    """The workspace's sandbox behind a TCP proxy per exposed port; proxies closed afterwards."""
+    wrapped = ProxySandbox(sandbox)
+    yield wrapped
+    wrapped.close()
