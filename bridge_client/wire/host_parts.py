@@ -32,6 +32,8 @@ HOST_TOOL_DECIDERS = ("host", "timeout", "host-lost", "cancel")
 no host answered within the tool timeout, when the host was lost while the function ran
 (and the tool may not run again), or when the turn was cancelled."""
 
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z")
+
 MAX_HOST_TOOLS = 128
 """A session has at most this many host tools."""
 
@@ -163,7 +165,7 @@ def check_host_tools(value: Any) -> List[Dict[str, Any]]:
         if not isinstance(tool, dict):
             raise BadRequest("interactive.hostTools: each tool must be an object")
         name = tool.get("name")
-        if not isinstance(name, str) or not re.match(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z", name) or name in names:
+        if not isinstance(name, str) or not _TOOL_NAME.match(name) or name in names:
             raise BadRequest(f"interactive.hostTools: bad or repeated tool name {str(name)[:70]!r}")
         names.add(name)
         schema = tool.get("inputSchema", {"type": "object"})

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import bridge_client as bc
-from host_support import options, session_options, wait_until
+from host_support import session_options, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
