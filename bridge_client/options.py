@@ -241,7 +241,7 @@ class CreateSessionOptions:
             :func:`~bridge_client.host_tool`) or :class:`~bridge_client.HostTool` values;
             kept as a tuple of ``HostTool``. They run in the thread that reads the turn. A
             driver that cannot offer them makes the session's first request fail with
-            :class:`~bridge_client.errors.ToolsUnsupported`. See :doc:`host-tools`.
+            :class:`~bridge_client.ToolsUnsupported`. See :doc:`host-tools`.
         tool_timeout: seconds a host tool call waits for a host to answer before the agent
             gets an error result saying the host did not answer (default 600).
 

@@ -96,7 +96,7 @@ class HostToolResult(Part):
     Attributes:
         call_id: the call. tool_name: the tool. output: the function's JSON value or text, or
             the error's text. is_error: the function raised, or no result came. by: ``host``,
-            ``timeout``, ``host-lost`` or ``cancel`` (see :data:`HOST_TOOL_DECIDERS`).
+            ``timeout``, ``host-lost`` or ``cancel`` (see :doc:`protocol`, "Host tools").
     """
 
     call_id: str

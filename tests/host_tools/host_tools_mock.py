@@ -27,6 +27,11 @@ openai_mock.SCENARIOS.update(
             _call("lookup", '{"key": "alpha"}'),
             {"body": sse(text_stream("Done."))},
         ],
+        # The example of docs/host-tools.md.
+        "doc-order": [
+            _call("lookup_order", '{"order_id": "A-1001"}'),
+            {"body": sse(text_stream("Yes, A-1001 has shipped."))},
+        ],
         # A tool that raises; the turn goes on.
         "host-raise": [_call("explode", '{"why": "on purpose"}'), {"body": sse(text_stream("Noted."))}],
     }
