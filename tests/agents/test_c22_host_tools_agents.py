@@ -1,0 +1,68 @@
+"""Host tools through the real agent CLIs (Claude Code: ``--mcp-config``, the MCP server named
+``host``), offline against the scripted model server: the model calls the host tool; the
+function runs once, in this test's process; its result is in the model's next request; an
+exception comes back as an error result and the turn goes on."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bridge_client as bc
+from host_support import options, session_options
+from model_server import text, text_quoting_last_tool_output, tool_call
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _session(sandbox, cli, tools):
+    return bc.create_session(
+        options(cli.driver, agent_options=cli.agent_options),
+        session_options(sandbox, launch_timeout=60.0, resend_window=30.0, tools=tools),
+    )
+
+
+def test_c22_claude_code_calls_a_host_tool_through_the_host_mcp_server(real_cli, model, sandbox):
+    cli = real_cli("claude-code")
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up in the application's table.
+
+        Args:
+            key: the key to look up.
+        """
+        calls.append(key)
+        return {"key": key, "value": 42}
+
+    def explode(why: str) -> str:
+        """Fail on purpose."""
+        raise RuntimeError(f"broken {why}")
+
+    model.script(
+        tool_call("mcp__host__lookup", {"key": "alpha"}),
+        text_quoting_last_tool_output("Got: "),
+        tool_call("mcp__host__explode", {"why": "now"}),
+        text_quoting_last_tool_output("Then: "),
+    )
+    with _session(sandbox, cli, [lookup, explode]) as session:
+        first = session.turn("Look alpha up")
+        parts = list(first)
+        assert first.finish.finish_reason == "stop", first.finish
+        second = session.turn("Now break it")
+        more = list(second)
+        assert second.finish.finish_reason == "stop", second.finish
+    assert calls == ["alpha"], "once, in this process"
+    requests = model.agent_requests()
+    # Claude Code may defer MCP tools (offered by name, their schema fetched on use).
+    assert "mcp__host__lookup" in requests[0].text()
+    assert json.loads(requests[1].tool_outputs()[-1]) == {"key": "alpha", "value": 42}
+    assert "Got: " in first.text()
+    (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert (result.output, result.is_error, result.by) == ({"key": "alpha", "value": 42}, False, "host")
+    assert [p.tool_name for p in parts if isinstance(p, bc.ToolCall)] == ["mcp__host__lookup"]
+    (failed,) = [p for p in more if isinstance(p, bc.HostToolResult)]
+    assert failed.is_error and failed.output == "RuntimeError: broken now"
+    assert "RuntimeError: broken now" in requests[3].tool_outputs()[-1]
+    model_errors = [e for e in model.errors]
+    assert model_errors == [], model_errors
