@@ -10,7 +10,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import options, session_options
-from model_server import text, text_quoting_last_tool_output, tool_call
+from model_server import text_quoting_last_tool_output, tool_call
 
 pytestmark = pytest.mark.timeout(150)
 
