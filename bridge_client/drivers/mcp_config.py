@@ -10,7 +10,9 @@ builds the CLI's command line or configuration:
   ``--allowedTools`` (:func:`claude_allowed`), except the tools marked ``approve=True``, which
   Claude Code then asks about (through the approval flow when the session has approvals on).
 - Codex: :func:`codex_args`: ``-c mcp_servers.host.command=...`` overrides of its
-  ``config.toml`` (``args``, ``env``), and the tools approved without a prompt.
+  ``config.toml`` (``args``, ``env``, ``required``), its tools approved without a prompt
+  (``default_tools_approval_mode = "approve"``) except those marked ``approve=True``
+  (``prompt``: ``codex exec`` cannot ask, so it refuses their calls).
 """
 from __future__ import annotations
 
@@ -88,8 +90,14 @@ def codex_args() -> List[str]:
     config = mcp_server_config(relay)
     env = "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in config["env"].items()) + "}"
     prefix = f"mcp_servers.{SERVER_NAME}"
-    return [
+    args = [
         "-c", f"{prefix}.command={_toml(config['command'])}",
         "-c", f"{prefix}.args={_toml(config['args'])}",
         "-c", f"{prefix}.env={env}",
+        "-c", f"{prefix}.required=true",
+        "-c", f'{prefix}.default_tools_approval_mode="approve"',  # runs them without a prompt
     ]
+    for tool in _tools():
+        if tool.get("approve"):  # codex exec cannot ask: such a call is refused
+            args += ["-c", f'{prefix}.tools.{tool["name"]}.approval_mode="prompt"']
+    return args

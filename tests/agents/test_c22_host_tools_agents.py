@@ -1,5 +1,5 @@
-"""Host tools through the real agent CLIs (Claude Code: ``--mcp-config``, the MCP server named
-``host``), offline against the scripted model server: the model calls the host tool; the
+"""Host tools through the real agent CLIs (Claude Code: ``--mcp-config``; Codex: its
+``mcp_servers`` configuration; both start the MCP server named ``host``), offline against the scripted model server: the model calls the host tool; the
 function runs once, in this test's process; its result is in the model's next request; an
 exception comes back as an error result and the turn goes on."""
 from __future__ import annotations
@@ -64,5 +64,32 @@ def test_c22_claude_code_calls_a_host_tool_through_the_host_mcp_server(real_cli,
     (failed,) = [p for p in more if isinstance(p, bc.HostToolResult)]
     assert failed.is_error and failed.output == "RuntimeError: broken now"
     assert "RuntimeError: broken now" in requests[3].tool_outputs()[-1]
-    model_errors = [e for e in model.errors]
-    assert model_errors == [], model_errors
+    assert model.errors == [], model.errors
+
+
+def test_c22_codex_calls_a_host_tool_through_the_host_mcp_server(real_cli, model, sandbox):
+    cli = real_cli("codex")
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up in the application's table.
+
+        Args:
+            key: the key to look up.
+        """
+        calls.append(key)
+        return {"key": key, "value": 42}
+
+    # Codex offers MCP tools as a namespace tool (mcp__host) whose functions the model calls.
+    model.script(tool_call("mcp__host/lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
+    with _session(sandbox, cli, [lookup]) as session:
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+    requests = model.agent_requests()
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert "mcp__host" in dict(requests[0].tools())
+    assert calls == ["alpha"], "once, in this process"
+    (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert (result.output, result.is_error) == ({"key": "alpha", "value": 42}, False)
+    assert "42" in requests[1].tool_outputs()[-1]
+    assert "Got: " in turn.text()
