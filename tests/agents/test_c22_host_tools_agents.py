@@ -1,7 +1,8 @@
 """Host tools through the real agent CLIs (Claude Code: ``--mcp-config``; Codex: its
-``mcp_servers`` configuration; both start the MCP server named ``host``), offline against the scripted model server: the model calls the host tool; the
-function runs once, in this test's process; its result is in the model's next request; an
-exception comes back as an error result and the turn goes on."""
+``mcp_servers`` configuration; both start the MCP server named ``host``), offline against the
+scripted model server: the model calls the host tool; the function runs once, in this test's
+process; its result is in the model's next request; an exception comes back as an error result
+and the turn goes on."""
 from __future__ import annotations
 
 import json
