@@ -6,6 +6,8 @@ and the turn goes on."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -93,4 +95,45 @@ def test_c22_codex_calls_a_host_tool_through_the_host_mcp_server(real_cli, model
     (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
     assert (result.output, result.is_error) == ({"key": "alpha", "value": 42}, False)
     assert "42" in requests[1].tool_outputs()[-1]
+    assert "Got: " in turn.text()
+
+
+_CALL_NAME = {"claude-code": "mcp__host__lookup", "codex": "mcp__host/lookup"}
+
+
+@pytest.mark.parametrize("driver", ["claude-code", "codex"])
+def test_c22_real_cli_a_bridge_sigkill_while_the_function_runs_still_calls_it_once(
+    driver, real_cli, model, sandbox
+):
+    cli = real_cli(driver)
+    calls = []
+    holder = {}
+
+    def lookup(key: str) -> dict:
+        """Look a key up."""
+        calls.append(key)
+        if len(calls) == 1:
+            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
+        return {"key": key, "value": 7}
+
+    model.script(
+        tool_call(_CALL_NAME[driver], {"key": "alpha"}),
+        tool_call(_CALL_NAME[driver], {"key": "alpha"}),  # the resumed CLI calls it again
+        text_quoting_last_tool_output("Got: "),
+    )
+    with _session(sandbox, cli, [lookup]) as session:
+        holder["session"] = session
+        first = None
+        turn = session.turn("Look alpha up")
+        parts = []
+        for part in turn:
+            parts.append(part)
+            first = first or session._hello.pid
+        assert session._hello.pid != first, "the bridge was launched again"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "the function ran once across the bridge's death"
+    results = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert [r.output for r in results] == [{"key": "alpha", "value": 7}], "one recorded result"
+    assert any(isinstance(p, bc.StepReset) for p in parts)
+    assert '"value": 7' in model.agent_requests()[-1].tool_outputs()[-1]
     assert "Got: " in turn.text()
