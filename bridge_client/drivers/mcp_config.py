@@ -13,6 +13,10 @@ builds the CLI's command line or configuration:
   ``config.toml`` (``args``, ``env``, ``required``), its tools approved without a prompt
   (``default_tools_approval_mode = "approve"``) except those marked ``approve=True``
   (``prompt``: ``codex exec`` cannot ask, so it refuses their calls).
+- Qwen Code: :func:`settings_env`: its system settings file (the variable
+  ``QWEN_CODE_SYSTEM_SETTINGS_PATH``) names a file with ``{"mcpServers": {"host": {...,
+  "trust": true}}}``, merged over the user's settings. (The Gemini CLI skips a system
+  settings file below a folder others may write, such as ``/tmp``: not used for it yet.)
 """
 from __future__ import annotations
 
@@ -25,7 +29,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config, start_relay
 
-__all__ = ["host_mcp", "current", "claude_args", "claude_allowed", "codex_args", "SERVER_NAME"]
+__all__ = [
+    "host_mcp", "current", "claude_args", "claude_allowed", "codex_args", "settings_env", "SERVER_NAME"
+]
 
 SERVER_NAME = "host"
 """The MCP server's name: Claude Code calls its tools ``mcp__host__NAME``."""
@@ -101,3 +107,17 @@ def codex_args() -> List[str]:
         if tool.get("approve"):  # codex exec cannot ask: such a call is refused
             args += ["-c", f'{prefix}.tools.{tool["name"]}.approval_mode="prompt"']
     return args
+
+
+def settings_env(variable: str) -> Dict[str, str]:
+    """``{variable: FILE}``: a settings file (mode 0600, in the relay's private folder) that
+    gives the CLI the ``host`` server, trusted (its calls are not confirmed); ``{}`` without a
+    relay."""
+    relay = current()
+    if relay is None:
+        return {}
+    path = os.path.join(os.path.dirname(relay.path), "settings.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"mcpServers": {SERVER_NAME: {**mcp_server_config(relay), "trust": True}}}, f)
+    return {variable: path}

@@ -137,3 +137,34 @@ def test_c22_real_cli_a_bridge_sigkill_while_the_function_runs_still_calls_it_on
     assert any(isinstance(p, bc.StepReset) for p in parts)
     assert '"value": 7' in model.agent_requests()[-1].tool_outputs()[-1]
     assert "Got: " in turn.text()
+
+
+def test_c22_qwen_calls_a_host_tool_from_its_settings_mcp_servers(real_cli, model, sandbox):
+    driver = "qwen"
+    cli = real_cli(driver)
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up in the application's table.
+
+        Args:
+            key: the key to look up.
+        """
+        calls.append(key)
+        return {"key": key, "value": 42}
+
+    model.script(tool_call(_MCP_NAME[driver], {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
+    with _session(sandbox, cli, [lookup]) as session:
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+    requests = model.agent_requests()
+    assert _MCP_NAME[driver] in requests[0].text(), "offered (Qwen Code may defer it behind tool_search)"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "once, in this process"
+    (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert (result.output, result.is_error) == ({"key": "alpha", "value": 42}, False)
+    assert "42" in requests[1].tool_outputs()[-1]
+    assert "Got: " in turn.text()
+
+
+_MCP_NAME = {"qwen": "mcp__host__lookup"}
