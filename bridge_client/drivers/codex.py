@@ -232,8 +232,8 @@ class CodexDriver:
         return argv + ["-"]
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run the CLI once for the turn (see :meth:`_run_turn`), with the session's host
-        tools' MCP server."""
+        """Run the CLI once for the turn (or resume its thread after a restart), with the
+        session's host tools' MCP server; returns as ``_run_turn`` does."""
         with mcp_config.host_mcp(ctx):
             return self._run_turn(ctx)
 
