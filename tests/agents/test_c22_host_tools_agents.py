@@ -168,3 +168,35 @@ def test_c22_qwen_calls_a_host_tool_from_its_settings_mcp_servers(real_cli, mode
 
 
 _MCP_NAME = {"qwen": "mcp__host__lookup"}
+
+
+@pytest.mark.parametrize("approve, allow", [(True, True), (True, False), (False, True)])
+def test_c22_claude_code_asks_before_a_host_tool_marked_approve(real_cli, model, sandbox, approve, allow):
+    cli = real_cli("claude-code")
+    calls = []
+
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        calls.append(key)
+        return f"value of {key}"
+
+    def policy(request):
+        asked.append((request.tool_name, request.input))
+        return allow
+
+    asked = []
+    model.script(tool_call("mcp__host__lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
+    so = session_options(
+        sandbox, launch_timeout=60.0, tools=[bc.host_tool(lookup, approve=approve)], approve=policy
+    )
+    with bc.create_session(options("claude-code", agent_options=cli.agent_options), so) as session:
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+    assert turn.finish.finish_reason == "stop", turn.finish
+    if approve:
+        assert asked == [("mcp__host__lookup", {"key": "alpha"})], "asked through the approval flow"
+    else:
+        assert asked == [], "a host tool not marked approve=True is allowed without asking"
+    assert calls == (["alpha"] if allow else []), "run only once allowed"
+    results = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert [r.output for r in results] == (["value of alpha"] if allow else [])
