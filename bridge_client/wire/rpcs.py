@@ -341,7 +341,7 @@ OPEN_SESSION = Rpc(
     "OpenSession",
     stream=False,
     resend=True,
-    errors=("BadRequest", "ApprovalsUnsupported"),
+    errors=("BadRequest", "ApprovalsUnsupported", "ToolsUnsupported"),
     check=_open_session,
 )
 START_TURN = Rpc(
