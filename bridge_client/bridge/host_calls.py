@@ -14,9 +14,12 @@ its way of appending) and rebuilt from the log when the turn is read back from t
   stored result, or waits for the result the host is still sending. The function is never
   called for it again.
 - A host claims a call before it runs the function (``ClaimHostTool``; a ``host-tool-start``
-  part names the host). A claim by another host of a call that was started and has no result
-  means the first host was lost while the function ran: with ``retry`` the new host runs it
-  again; without, the bridge records an error result (``by="host-lost"``).
+  part names the host), and claims it again every ``LEASE / 4`` seconds while the function
+  runs: its lease. Another host's claim while the lease holds is answered ``running`` (two
+  readers of one turn: the other one answers). A claim by another host once the lease ran out
+  (no renewal for :data:`LEASE` seconds; a claim read back from the log after a restart starts
+  a new lease) means the first host was lost while the function ran: with ``retry`` the new
+  host runs it again; without, the bridge records an error result (``by="host-lost"``).
 """
 from __future__ import annotations
 
@@ -31,7 +34,11 @@ from ..errors import HostToolCallNotFound
 from .approvals import Append, TurnInteraction
 from .store import StoredPart, Ticket
 
-__all__ = ["HostCalls", "calls_of", "call_host_tool", "host_tools", "configure", "HOST_TOOL_TYPES"]
+__all__ = ["HostCalls", "calls_of", "call_host_tool", "host_tools", "configure", "HOST_TOOL_TYPES", "LEASE"]
+
+LEASE = 5.0
+"""Seconds a host's claim of a call holds without a renewal (the host renews it while its
+function runs); after that another host may take the call over."""
 
 HOST_TOOL_TYPES = frozenset(("host-tool-call", "host-tool-start", "host-tool-result"))
 
@@ -47,7 +54,9 @@ ABANDONED_TEXT = "the call of tool {name} was abandoned"
 
 
 class _Call:
-    __slots__ = ("id", "step", "attempt", "seq", "tool_name", "text", "status", "result", "host_id", "ticket")
+    __slots__ = (
+        "id", "step", "attempt", "seq", "tool_name", "text", "status", "result", "host_id", "ticket", "lease"
+    )
 
     def __init__(self, call_id: str, step: int, attempt: int, seq: int, tool_name: str, text: str) -> None:
         self.id = call_id
@@ -58,6 +67,7 @@ class _Call:
         self.result: Optional[Dict[str, Any]] = None
         self.host_id: Optional[str] = None  # the host that started it, if any
         self.ticket: Optional[Ticket] = None  # the result part's, until committed
+        self.lease = 0.0  # monotonic time until which host_id's claim holds
 
 
 def _canonical(value: Any) -> str:
@@ -115,6 +125,7 @@ class HostCalls:
                     rec = self._calls[call_id]
                     if p.type == "host-tool-start":
                         rec.host_id = str(value.get("hostId"))
+                        rec.lease = time.monotonic() + LEASE  # that host may be alive: a new lease
                     else:
                         rec.status, rec.result = _ANSWERED, _result_fields(value)
 
@@ -211,8 +222,10 @@ class HostCalls:
         """``ClaimHostTool``: may ``host_id`` run the call's function now?
 
         Returns:
-            ``{"callId", "status"}``: ``run`` (run it, then ``AnswerHostTool``), ``answered``
-            (with ``result``: do not run it), or ``expired`` (nobody waits for it any more).
+            ``{"callId", "status", "lease"}``: ``run`` (run it, claim it again within
+            ``lease`` seconds while it runs, then ``AnswerHostTool``), ``running`` (another
+            host's lease holds: ask again later), ``answered`` (with ``result``: do not run
+            it), or ``expired`` (nobody waits for it any more).
 
         Raises:
             HostToolCallNotFound: no such call.
@@ -222,11 +235,17 @@ class HostCalls:
             rec = self._find(call_id)
             if rec.status == _EXPIRED:
                 return {"callId": call_id, "status": "expired"}
-            if rec.status == _PENDING and rec.host_id not in (None, host_id) and not retry:
+            now = time.monotonic()
+            other = rec.host_id not in (None, host_id)
+            if rec.status == _PENDING and other and rec.lease > now:
+                return {"callId": call_id, "status": "running", "lease": LEASE}
+            if rec.status == _PENDING and other and not retry:
                 ticket = self._record(rec, LOST_TEXT.format(name=rec.tool_name), True, "host-lost", append)
             elif rec.status == _PENDING and rec.host_id != host_id:
                 _, ticket = append("host-tool-start", None, 1, {"callId": call_id, "hostId": host_id}, ())
-                rec.host_id = host_id
+                rec.host_id, rec.lease = host_id, now + LEASE
+            elif rec.status == _PENDING:
+                rec.lease = now + LEASE  # the same host again: a renewal
         if ticket is not None:
             self._ia._wait_commit(ticket)
             with self._cond:
@@ -236,7 +255,7 @@ class HostCalls:
         with self._cond:
             if rec.status == _ANSWERED:
                 return {"callId": call_id, "status": "answered", "result": dict(rec.result or {})}
-            return {"callId": call_id, "status": "run"}
+            return {"callId": call_id, "status": "run", "lease": LEASE}
 
     def answer(self, call_id: str, output: Any, is_error: bool, append: Append) -> Dict[str, Any]:
         """``AnswerHostTool``: record the host's result (once per call id).

@@ -3,15 +3,20 @@ that reads the turn.
 
 :class:`~bridge_client.client.interactive.TurnApprovals` hands each call part it yields to
 :class:`HostCallRunner` (when the next part is asked for, as for the ``approve=`` policy),
-which claims the call (``ClaimHostTool``), runs the function, and sends its result
-(``AnswerHostTool``). Both requests are idempotent in the bridge (by call id, and host id), so
-they are resent over a new connection after a drop or a bridge restart; the function runs at
-most once per call in this host, and a result not yet sent is kept and sent again when the
-turn is read on. See the *Host tools* guide (:doc:`host-tools`).
+which claims the call (``ClaimHostTool``), runs the function (renewing its claim from a
+thread of its own while it runs: the bridge's lease), and sends its result
+(``AnswerHostTool``). A call another live host is running (its lease holds) is waited for:
+its claim is asked again until that host answers, or its lease runs out. Both requests are
+idempotent in the bridge (by call id, and host id), so they are resent over a new connection
+after a drop or a bridge restart; the function runs at most once per call in this host, and a
+result not yet sent is kept and sent again when the turn is read on. See the *Host tools*
+guide (:doc:`host-tools`).
 """
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from typing import Any, Dict, List, Optional, Protocol, Set, Tuple
 
@@ -24,6 +29,9 @@ from ..wire.parts import Part
 __all__ = ["HostCallRunner"]
 
 log = logging.getLogger("bridge_client")
+
+_LEASE = 5.0  # the bridge's lease when it names none (seconds)
+_POLL = 0.25  # seconds between claims of a call another live host runs
 
 
 class Turn(Protocol):
@@ -79,7 +87,10 @@ class HostCallRunner:
             if cid in self._started:
                 return  # its function was interrupted here: never run twice in one host
             tool = self.tools.get(call.tool_name)
-            status = self._claim(turn, call, tool)
+            status, lease = self._claim(turn, call, tool)
+            while status == "running":  # another live host runs it: wait for its answer
+                time.sleep(min(_POLL, lease / 4))
+                status, lease = self._claim(turn, call, tool)
             if status != "run":
                 self.done.add(cid)
                 return
@@ -87,7 +98,17 @@ class HostCallRunner:
             if tool is None:
                 self._results[cid] = (f"this host has no tool named {call.tool_name!r}", True)
             else:
-                self._results[cid] = tool.run(call.input)
+                stop = threading.Event()
+                renew = threading.Thread(
+                    target=self._renew, args=(turn, call, tool, lease / 4, stop),
+                    name="host-tool-lease", daemon=True,
+                )
+                renew.start()
+                try:
+                    self._results[cid] = tool.run(call.input)
+                finally:
+                    stop.set()
+                    renew.join()
         output, is_error = self._results[cid]
         payload = {
             "sessionId": turn._session_id, "turnId": turn.id, "callId": cid,
@@ -103,7 +124,18 @@ class HostCallRunner:
         if isinstance(recorded, dict) and recorded.get("by") not in (None, "host"):
             log.warning("turn %s: host tool call %s was answered %s before", turn.id, cid, recorded.get("by"))
 
-    def _claim(self, turn: Turn, call: HostToolCall, tool: Optional[HostTool]) -> str:
+    def _renew(
+        self, turn: Turn, call: HostToolCall, tool: HostTool, every: float, stop: threading.Event
+    ) -> None:
+        """Claim the call again every ``every`` seconds until ``stop`` (the function returned):
+        the bridge keeps this host's lease. A failure is logged; the next renewal tries again."""
+        while not stop.wait(every):
+            try:
+                self._claim(turn, call, tool)
+            except Exception as exc:
+                log.debug("turn %s: renewing host tool call %s: %s", turn.id, call.call_id, exc)
+
+    def _claim(self, turn: Turn, call: HostToolCall, tool: Optional[HostTool]) -> Tuple[str, float]:
         payload = {
             "sessionId": turn._session_id,
             "turnId": turn.id,
@@ -115,8 +147,13 @@ class HostCallRunner:
             value = turn._call(host_parts.CLAIM_HOST_TOOL, payload)
         except HostToolCallNotFound as exc:
             log.warning("turn %s: host tool call %s: %s", turn.id, call.call_id, exc)
-            return "expired"
-        return str(value.get("status")) if isinstance(value, dict) else "expired"
+            return "expired", _LEASE
+        if not isinstance(value, dict):
+            return "expired", _LEASE
+        lease = value.get("lease")
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
+            lease = _LEASE
+        return str(value.get("status")), float(lease)
 
 
 def _answered_ahead(turn: Turn, call_id: str) -> bool:

@@ -217,7 +217,8 @@ export const BridgeRpcs = RpcGroup.make(
     },
     success: Schema.Struct({
       callId: Schema.String,
-      status: Schema.Literals(["run", "answered", "expired"]),
+      status: Schema.Literals(["run", "running", "answered", "expired"]),
+      lease: Schema.optional(Schema.Number),
       result: Schema.optional(HostToolRecorded)
     }),
     error: Schema.Union([TurnNotFound, HostToolCallNotFound, BadRequest])
