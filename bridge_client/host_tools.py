@@ -17,7 +17,9 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 from .errors import BadHostTool
 from .tool_schema import convert_arguments, first_paragraph, function_schema
 
-__all__ = ["HostTool", "host_tool", "check_tools", "DEFAULT_TOOL_TIMEOUT", "MAX_TOOL_NAME"]
+__all__ = [
+    "HostTool", "host_tool", "check_tools", "DEFAULT_TOOL_TIMEOUT", "MAX_TOOL_NAME", "MAX_RESULT_BYTES"
+]
 
 log = logging.getLogger("bridge_client")
 
@@ -26,6 +28,9 @@ DEFAULT_TOOL_TIMEOUT = 600.0
 
 MAX_TOOL_NAME = 64
 """A host tool's name is 1 to 64 characters of letters, digits, ``_`` and ``-``."""
+
+MAX_RESULT_BYTES = 1024 * 1024
+"""A host tool's result is at most 1 MiB of JSON (UTF-8); a bigger one is an error result."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z")
 
@@ -72,7 +77,8 @@ class HostTool:
 
         The output is the function's value when JSON can carry it (a ``str`` as it is). An
         exception becomes ``"ExceptionType: message"`` with ``is_error`` True (the traceback
-        is logged on the host, never sent); so does a value JSON cannot carry. Never raises
+        is logged on the host, never sent); so does a value JSON cannot carry, or one over
+        :data:`MAX_RESULT_BYTES` of JSON. Never raises
         an ``Exception`` (``KeyboardInterrupt`` and ``SystemExit`` go through).
         """
         if not isinstance(arguments, dict):
@@ -82,13 +88,14 @@ class HostTool:
         except Exception as exc:
             log.warning("host tool %s raised %s", self.name, type(exc).__name__, exc_info=True)
             return f"{type(exc).__name__}: {exc}", True
-        if isinstance(value, str):
-            return value, False
         try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+            size = len(json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8"))
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
             log.warning("host tool %s returned a value JSON cannot carry: %s", self.name, exc)
             return f"the tool returned a {type(value).__name__}, which JSON cannot carry", True
+        if size > MAX_RESULT_BYTES:
+            log.warning("host tool %s returned %d bytes of JSON", self.name, size)
+            return f"the tool's result is {size} bytes of JSON, over the limit of {MAX_RESULT_BYTES}", True
         return value, False
 
 

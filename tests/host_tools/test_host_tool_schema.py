@@ -127,6 +127,14 @@ def test_run_converts_enums_and_dataclasses_and_reports_errors_without_traceback
 
     assert bc.host_tool(odd).run({}) == ("the tool returned a object, which JSON cannot carry", True)
 
+    def big() -> str:
+        """Big."""
+        return "x" * (1024 * 1024)
+
+    output, is_error = bc.host_tool(big).run({})
+    assert is_error and output.startswith("the tool's result is 1048578 bytes of JSON, over the limit")
+    assert bc.host_tool(lambda: "\ud800", name="lone").run({})[1], "a lone surrogate is no UTF-8"
+
 
 def _no_hint(x):  # type: ignore[no-untyped-def]
     """No hint."""
