@@ -78,7 +78,7 @@ class HostTool:
         The output is the function's value when JSON can carry it (a ``str`` as it is). An
         exception becomes ``"ExceptionType: message"`` with ``is_error`` True (the traceback
         is logged on the host, never sent); so does a value JSON cannot carry, or one over
-        :data:`MAX_RESULT_BYTES` of JSON. Never raises
+        1 MiB of JSON (``MAX_RESULT_BYTES``). Never raises
         an ``Exception`` (``KeyboardInterrupt`` and ``SystemExit`` go through).
         """
         if not isinstance(arguments, dict):
