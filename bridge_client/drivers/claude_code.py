@@ -396,8 +396,7 @@ class ClaudeCodeDriver(StreamJsonDriver):
     supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run the CLI once for the turn, with the session's host tools' MCP server (as the
-        base class's ``run_turn`` does)."""
+        """The base class's ``run_turn``, with the session's host tools' MCP server."""
         with mcp_config.host_mcp(ctx):
             return super().run_turn(ctx)
 
