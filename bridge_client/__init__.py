@@ -85,7 +85,11 @@ from .errors import (  # noqa: E402  (after the command's Ctrl-C guard above)
     InvalidToken,
     MessagesUnsupported,
     TurnNotRunning,
+    ToolsUnsupported,
+    BadHostTool,
+    HostToolCallNotFound,
 )
+from .wire.host_parts import HostToolCall, HostToolResult, HostToolStart  # noqa: E402
 from .wire.parts import (  # noqa: E402
     ApprovalAnswer,
     ApprovalRequest,
@@ -115,6 +119,7 @@ if TYPE_CHECKING:
     from .agent import Agent, bridge_agent, bridge_options, create_session
     from .client.session import Session
     from .client.turn import Turn
+    from .host_tools import HostTool, host_tool
 
 # The host client (sessions, connections, launcher, resends) loads on first use (PEP 562), so
 # the bridge program (``python -m bridge_client.bridge``, which imports this package first)
@@ -143,6 +148,8 @@ _LAZY = {
     "create_session": ".agent",
     "Session": ".client.session",
     "Turn": ".client.turn",
+    "HostTool": ".host_tools",
+    "host_tool": ".host_tools",
 }
 
 
@@ -235,4 +242,12 @@ __all__ = [
     "InvalidToken",
     "SandboxGone",
     "TemplateError",
+    "HostTool",
+    "host_tool",
+    "HostToolCall",
+    "HostToolStart",
+    "HostToolResult",
+    "ToolsUnsupported",
+    "BadHostTool",
+    "HostToolCallNotFound",
 ]

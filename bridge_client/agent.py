@@ -6,14 +6,15 @@ session_options)`` the full one, and what an adapter's :class:`Agent` does.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from .client.session import Session
 from .driver_options import BUILTIN_DRIVER_NAMES, check_agent_options
-from .errors import HarnessError
+from .errors import HarnessError, ToolsUnsupported
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .paths import default_secret
 from .redacted import Redacted, TokenFunction, hmac_token
@@ -28,6 +29,7 @@ def create_session(
     session_options: Union[CreateSessionOptions, Sandbox, str, "os.PathLike[str]"],
     *,
     agent_options: Any = None,
+    tools: Optional[Sequence[Any]] = None,
 ) -> Session:
     """Create a session of an agent that runs behind a bridge in a sandbox.
 
@@ -58,6 +60,8 @@ def create_session(
             workspace, default timeouts); or a folder path (a
             :class:`~bridge_client.sandbox.local.LocalSandbox` on it; the folder must exist).
         agent_options: plain JSON for the driver; only with a driver name.
+        tools: host tools (functions or :class:`~bridge_client.HostTool` values) for the
+            session; the same as ``CreateSessionOptions(tools=...)``, which they replace.
 
     Returns:
         A :class:`~bridge_client.client.session.Session` (a context manager: leaving the
@@ -65,6 +69,9 @@ def create_session(
 
     Raises:
         HarnessError: the workspace has no sandbox.
+        BadHostTool: a tool cannot be offered (see :func:`~bridge_client.host_tool`).
+        ToolsUnsupported: tools were given, and the driver is a built-in one that cannot
+            offer them (the bridge checks any other driver at the session's first request).
         TypeError: ``options`` or ``session_options`` is none of the types above, or
             ``agent_options`` was given with a :class:`BridgeOptions`.
         ValueError: an unknown driver name, or options that do not suit it.
@@ -107,12 +114,28 @@ def create_session(
             "CreateSessionOptions(workspace=Workspace(LocalSandbox('.'))) as its second argument, "
             f"got {type(session_options).__name__}"
         )
+    if tools is not None:
+        session_options = dataclasses.replace(session_options, tools=tuple(tools))
+    _check_tools_supported(options.id, session_options)
     sandbox = session_options.workspace.sandbox
     if sandbox is None:
         raise HarnessError(
             f"agent {options.id!r} runs behind a bridge and requires a sandbox: set Workspace(sandbox=...)"
         )
     return Session(options, session_options, sandbox)
+
+
+NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp"))
+"""The built-in drivers that cannot offer host tools to their agent (yet)."""
+
+
+def _check_tools_supported(agent_id: str, session_options: CreateSessionOptions) -> None:
+    if session_options.tools and agent_id in NO_HOST_TOOLS:
+        raise ToolsUnsupported(
+            f"the {agent_id} agent cannot call host tools: create the session without tools, "
+            "or use a driver that offers them (openai)",
+            agentId=agent_id,
+        )
 
 
 @dataclass(frozen=True)

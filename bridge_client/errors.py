@@ -25,7 +25,10 @@
     │   ├── ApprovalConflict       the request was answered otherwise before (``recorded``)
     │   ├── ApprovalsUnsupported   approvals are on, and the session's driver cannot ask
     │   ├── MessagesUnsupported    the turn's driver cannot take user messages
-    │   └── TurnNotRunning         the turn finished: it takes no message any more
+    │   ├── TurnNotRunning         the turn finished: it takes no message any more
+    │   ├── ToolsUnsupported       the session has host tools, and its driver cannot offer them
+    │   └── HostToolCallNotFound   the turn has no host tool call with that id
+    ├── BadHostTool (TypeError)    a host tool cannot be offered (no hints, a bad name, ...)
     ├── SessionReleased            a call on a session after ``release()``
     ├── TurnInProgress (RuntimeError)
     │                              a second turn while one is being read on the same session
@@ -66,6 +69,9 @@ __all__ = [
     "ApprovalsUnsupported",
     "MessagesUnsupported",
     "TurnNotRunning",
+    "ToolsUnsupported",
+    "BadHostTool",
+    "HostToolCallNotFound",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",
@@ -285,6 +291,27 @@ class TurnNotRunning(RpcError):
     tag = "TurnNotRunning"
 
 
+class ToolsUnsupported(RpcError):
+    """The session has host tools (``CreateSessionOptions(tools=...)``), and its driver cannot
+    offer them to the agent. Raised when the session opens (its first request), before any
+    turn runs. See the *Host tools* guide (:doc:`host-tools`)."""
+
+    tag = "ToolsUnsupported"
+
+
+class HostToolCallNotFound(RpcError):
+    """The turn has no host tool call with that id (``ClaimHostTool``, ``AnswerHostTool``)."""
+
+    tag = "HostToolCallNotFound"
+
+
+class BadHostTool(HarnessError, TypeError):
+    """A host tool cannot be offered: a parameter without a type hint or of a type JSON cannot
+    carry, a name that is not 1 to 64 letters, digits, ``_`` or ``-``, two tools of one name,
+    or a value that is neither a function nor a :class:`~bridge_client.HostTool`. Raised when
+    the session is created (by ``CreateSessionOptions`` or ``host_tool``)."""
+
+
 class SessionReleased(HarnessError):
     """The session was released; only ``release()`` may be called again."""
 
@@ -372,6 +399,8 @@ _RPC_ERRORS = {
         ApprovalsUnsupported,
         MessagesUnsupported,
         TurnNotRunning,
+        ToolsUnsupported,
+        HostToolCallNotFound,
     )
 }
 

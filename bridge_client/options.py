@@ -7,9 +7,10 @@ import inspect
 import os
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BadRequest
+from .host_tools import DEFAULT_TOOL_TIMEOUT, check_tools
 from .redacted import Redacted, TokenFunction
 from .sandbox.base import Sandbox
 from .template import Template
@@ -236,8 +237,16 @@ class CreateSessionOptions:
             ``"allow-always"``, ``False`` or ``"deny"``, a ``(decision, message)`` pair, or
             ``None`` to leave the request to the caller. Giving it turns ``approvals`` on.
             See the *Interactive turns* guide (:doc:`interactive`).
+        tools: host tools the agent may call: functions (described by
+            :func:`~bridge_client.host_tool`) or :class:`~bridge_client.HostTool` values;
+            kept as a tuple of ``HostTool``. They run in the thread that reads the turn. A
+            driver that cannot offer them makes the session's first request fail with
+            :class:`~bridge_client.ToolsUnsupported`. See :doc:`host-tools`.
+        tool_timeout: seconds a host tool call waits for a host to answer before the agent
+            gets an error result saying the host did not answer (default 600).
 
     Raises:
+        BadHostTool: a tool cannot be offered (see :func:`~bridge_client.host_tool`).
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
             ``resume`` is not a SessionState, ``ca_bundle`` is not a path, or ``env`` is not
             a mapping of ``str`` names to ``str``/``Redacted`` values, ``approvals`` is not a
@@ -264,9 +273,12 @@ class CreateSessionOptions:
     approvals: bool = False
     approval_timeout: Optional[float] = None
     approve: Optional[Callable[[Any], Any]] = None
+    tools: Sequence[Any] = ()
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT
 
     def __post_init__(self) -> None:
         self._check_interactive()
+        self._check_tools()
         if not isinstance(self.env, SessionEnv):
             object.__setattr__(self, "env", SessionEnv(self.env))
         if not isinstance(self.workspace, Workspace):
@@ -329,9 +341,25 @@ class CreateSessionOptions:
                 "(at most a year)"
             )
 
+    def _check_tools(self) -> None:
+        object.__setattr__(self, "tools", check_tools(self.tools))
+        timeout = self.tool_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= rpcs.MAX_APPROVAL_TIMEOUT
+        ):
+            raise ValueError(
+                "CreateSessionOptions.tool_timeout must be a number of seconds > 0 (at most a year)"
+            )
+
     def interactive_payload(self) -> Optional[Dict[str, Any]]:
         """``OpenSession``'s ``interactive`` object for these options, or ``None`` (approvals
-        off: the payload carries none, as before)."""
-        if not self.approvals:
+        off and no host tools: the payload carries none, as before)."""
+        if not self.approvals and not self.tools:
             return None
-        return {"approvals": True, "approvalTimeout": self.approval_timeout}
+        out: Dict[str, Any] = {"approvals": self.approvals, "approvalTimeout": self.approval_timeout}
+        if self.tools:
+            out["hostTools"] = [t.spec() for t in self.tools]
+            out["toolTimeout"] = float(self.tool_timeout)
+        return out

@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bridge_client.errors import ProtocolError
+from bridge_client.wire.host_parts import HOST_TOOL_DECIDERS, HostToolCall, HostToolResult, HostToolStart
 from bridge_client.wire.parts import (
     APPROVAL_CHOICES,
     APPROVAL_DECIDERS,
@@ -127,6 +128,16 @@ PART_STRATEGIES = {
         by=st.sampled_from(APPROVAL_DECIDERS),
     ),
     UserMessage: _part(UserMessage, message_id=texts, text=st.text()),
+    HostToolCall: _part(HostToolCall, call_id=texts, tool_call_id=texts, tool_name=texts, input=json_values),
+    HostToolStart: _part(HostToolStart, call_id=texts, host_id=texts),
+    HostToolResult: _part(
+        HostToolResult,
+        call_id=texts,
+        tool_name=texts,
+        output=json_values,
+        is_error=st.booleans(),
+        by=st.sampled_from(HOST_TOOL_DECIDERS),
+    ),
 }
 parts = st.one_of(*PART_STRATEGIES.values())
 
@@ -152,6 +163,9 @@ def test_part_types_are_the_protocol_names():
         "approval-request",
         "approval-answer",
         "user-message",
+        "host-tool-call",
+        "host-tool-start",
+        "host-tool-result",
     }
     for name, cls in PART_TYPES.items():
         assert cls.type == name and issubclass(cls, Part)
@@ -297,6 +311,9 @@ GOOD = {
     },
     "approval-answer": {"requestId": "r", "decision": "deny", "message": None, "by": "host"},
     "user-message": {"messageId": "m", "text": "t"},
+    "host-tool-call": {"callId": "0.1.1-a", "toolCallId": "c", "toolName": "n", "input": {"k": 1}},
+    "host-tool-start": {"callId": "0.1.1-a", "hostId": "h"},
+    "host-tool-result": {"callId": "0.1.1-a", "toolName": "n", "output": 1, "isError": False, "by": "host"},
 }
 
 # Keys whose absence is an error (JSON-valued fields such as ``input`` may be left out: null).
@@ -315,6 +332,9 @@ REQUIRED = {
     "approval-request": ["requestId", "toolCallId", "toolName", "choices"],
     "approval-answer": ["requestId", "decision", "by"],
     "user-message": ["messageId", "text"],
+    "host-tool-call": ["callId", "toolCallId", "toolName"],
+    "host-tool-start": ["callId", "hostId"],
+    "host-tool-result": ["callId", "toolName", "isError", "by"],
 }
 
 

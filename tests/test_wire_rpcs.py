@@ -37,13 +37,15 @@ DESIGNED = {
 # Interactive turns (issue 13; docs/protocol.md, which wins where PROTOCOL.md is older).
 EXPECTED = {
     **DESIGNED,
-    "OpenSession": (False, True, ("BadRequest", "ApprovalsUnsupported")),
+    "OpenSession": (False, True, ("BadRequest", "ApprovalsUnsupported", "ToolsUnsupported")),
     "AnswerApproval": (
         False,
         True,
         ("TurnNotFound", "ApprovalNotFound", "ApprovalExpired", "ApprovalConflict", "BadRequest"),
     ),
     "SendMessage": (False, True, ("TurnNotFound", "TurnNotRunning", "MessagesUnsupported", "BadRequest")),
+    "ClaimHostTool": (False, True, ("TurnNotFound", "HostToolCallNotFound", "BadRequest")),
+    "AnswerHostTool": (False, True, ("TurnNotFound", "HostToolCallNotFound", "BadRequest")),
 }
 
 PROTOCOL_MD = os.environ.get("BRIDGE_CLIENT_PROTOCOL_MD", "/work/shared/design/PROTOCOL.md")
@@ -219,7 +221,16 @@ GOOD_PAYLOADS = [
     (
         OPEN_SESSION,
         {"sessionId": "s1", "interactive": {"approvals": True, "approvalTimeout": 2}},
-        _open(interactive={"approvals": True, "approval_timeout": 2.0}),
+        _open(
+            interactive={"approvals": True, "approval_timeout": 2.0, "host_tools": None, "tool_timeout": None}
+        ),
+    ),
+    (
+        OPEN_SESSION,
+        {"sessionId": "s1", "interactive": {"hostTools": [], "toolTimeout": 5}},
+        _open(
+            interactive={"approvals": False, "approval_timeout": None, "host_tools": [], "tool_timeout": 5.0}
+        ),
     ),
     (
         rpcs.ANSWER_APPROVAL,

@@ -40,6 +40,8 @@ def rpc_handlers(manager: TurnManager, hello: Callable[[], Dict[str, Any]]) -> D
         "CloseSession": manager.close_session,
         "AnswerApproval": manager.answer_approval,
         "SendMessage": manager.send_message,
+        "ClaimHostTool": manager.claim_host_tool,
+        "AnswerHostTool": manager.answer_host_tool,
     }
 
 

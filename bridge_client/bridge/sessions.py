@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from ..errors import ApprovalsUnsupported, RevisionExhausted, SessionNotFound
+from ..errors import ApprovalsUnsupported, BadRequest, RevisionExhausted, SessionNotFound, ToolsUnsupported
+from ..wire.host_parts import check_host_tools
 from ..wire.parts import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, SessionState
 from .driver import Driver
 from .store import Op, Store, interactive_op, json_text, session_op
@@ -31,7 +32,10 @@ class Session:
             when the host opens the session on its new connection.
     """
 
-    __slots__ = ("id", "revision", "data", "closed", "env", "approvals", "approval_timeout")
+    __slots__ = (
+        "id", "revision", "data", "closed", "env", "approvals", "approval_timeout",
+        "host_tools", "tool_timeout",
+    )
 
     def __init__(self, session_id: str, revision: int, data: Any, closed: bool = False) -> None:
         self.id = session_id
@@ -42,6 +46,9 @@ class Session:
         # OpenSession's interactive settings: in memory, like env (every connection sends them).
         self.approvals = False
         self.approval_timeout: Optional[float] = None
+        # OpenSession's host tools (their specs) and tool timeout: in memory, like env.
+        self.host_tools: List[Dict[str, Any]] = []
+        self.tool_timeout: Optional[float] = None
 
     def state(self) -> SessionState:
         """Return the state as a :class:`SessionState` value."""
@@ -51,6 +58,32 @@ class Session:
         """Return the store op that writes this session."""
         return session_op(self.id, self.revision, self.data, self.closed)
 
+
+
+def _check_tools(
+    driver: Driver, agent_id: str, session_id: str, interactive: Optional[Dict[str, Any]]
+) -> List[Dict[str, Any]]:
+    """The host tools ``OpenSession`` gave, checked against what the driver can offer.
+
+    Raises:
+        BadRequest, ToolsUnsupported: see :meth:`SessionRegistry.open_session`.
+    """
+    tools = check_host_tools((interactive or {}).get("host_tools"))
+    if not tools:
+        return tools
+    if not getattr(driver, "supports_host_tools", False):
+        raise ToolsUnsupported(
+            f"the {agent_id} agent cannot call host tools: open the session without tools",
+            sessionId=session_id,
+        )
+    own = set(getattr(driver, "tool_names", ()))
+    clash = sorted(t["name"] for t in tools if t["name"] in own)
+    if clash:
+        raise BadRequest(
+            f"host tool {clash[0]!r} has the name of one of the {agent_id} agent's own tools: rename it",
+            sessionId=session_id,
+        )
+    return tools
 
 
 def _check_room(session: Session) -> None:
@@ -120,7 +153,11 @@ class SessionRegistry:
             RevisionExhausted: the bridge's own copy is above ``MAX_OPEN_REVISION`` (the host's
                 is checked when the payload is decoded).
             ApprovalsUnsupported: approvals on, and the driver cannot ask.
+            ToolsUnsupported: host tools given, and the driver cannot offer them.
+            BadRequest: the host tools are not of the shape ``hostTools`` takes, or one is
+                named like one of the driver's own tools.
         """
+        tools = _check_tools(self._driver, self._agent_id, session_id, interactive)
         approvals = bool(interactive and interactive.get("approvals"))
         if approvals and not getattr(self._driver, "supports_approvals", False):
             raise ApprovalsUnsupported(
@@ -152,6 +189,7 @@ class SessionRegistry:
             session.env = dict(env or {})
             session.approvals = approvals
             session.approval_timeout = (interactive or {}).get("approval_timeout") if approvals else None
+            session.host_tools, session.tool_timeout = tools, (interactive or {}).get("tool_timeout")
             # Committed by this thread in wait() below (no wake of the writer; see submit),
             # or, for a session new to the store, by the next commit (see the docstring).
             ticket = self._store.submit(

@@ -24,6 +24,7 @@ from ..wire.parts import FINISH_REASONS, PROTOCOL_VERSION, Part, SessionState, T
 from .approvals import AlwaysAllowed, Append, TurnInteraction
 from .cancel_grace import GraceWatcher
 from .driver import Driver, TurnContext, TurnResult
+from .host_calls import configure as configure_host_calls
 from .sessions import Session, SessionRegistry, _check_room
 from .store import Op, Store, Ticket, checkpoint_op, finish_op, json_text, session_op, turn_op
 from .turn_life import NEW, RUNNING, _Abandoned
@@ -367,6 +368,7 @@ class TurnRunner(SessionRegistry):
             cancelled=turn.cancelled,
             append=self._appender(turn),
         )
+        configure_host_calls(interaction, session)
         ctx = TurnContext(
             prompt=turn.prompt,
             session_id=turn.session_id,

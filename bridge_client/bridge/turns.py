@@ -38,6 +38,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..errors import BadRequest, MessagesUnsupported, SessionNotFound, TurnConflict, TurnNotFound
 from ..wire.parts import SessionState
 from .approvals import TurnInteraction
+from .host_calls import calls_of
 from .sessions import Session
 from .store import Ticket
 from .turn_life import _Abandoned
@@ -249,6 +250,40 @@ class TurnManager(TurnRunner):
         except _Abandoned:
             raise RuntimeError("the bridge is shutting down") from None
 
+    def claim_host_tool(
+        self, session_id: str, turn_id: str, call_id: str, host_id: str, retry: bool
+    ) -> Dict[str, Any]:
+        """``ClaimHostTool`` (see :mod:`~bridge_client.bridge.host_calls`).
+
+        Returns:
+            ``{"callId", "status"}``: ``run``, ``answered`` (with ``result``) or ``expired``.
+
+        Raises:
+            TurnNotFound, HostToolCallNotFound.
+        """
+        turn, interaction = self._interaction_of(session_id, turn_id)
+        try:
+            return calls_of(interaction).claim(call_id, host_id, retry, self._appender(turn))
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
+    def answer_host_tool(
+        self, session_id: str, turn_id: str, call_id: str, output: Any, is_error: bool
+    ) -> Dict[str, Any]:
+        """``AnswerHostTool``: record a host tool call's result (idempotent by call id).
+
+        Returns:
+            The recorded result ``{"callId", "toolName", "output", "isError", "by", "status"}``.
+
+        Raises:
+            TurnNotFound, HostToolCallNotFound.
+        """
+        turn, interaction = self._interaction_of(session_id, turn_id)
+        try:
+            return calls_of(interaction).answer(call_id, output, is_error, self._appender(turn))
+        except _Abandoned:
+            raise RuntimeError("the bridge is shutting down") from None
+
     def _interaction_of(self, session_id: str, turn_id: str) -> Tuple[Turn, TurnInteraction]:
         with self._lock:
             self._check_open()
@@ -315,6 +350,8 @@ class TurnManager(TurnRunner):
         )
         turn.load(parts)
         self._new_interaction(turn).load(parts, self._store.load_messages_taken(turn_id))
+        assert turn.interaction is not None
+        calls_of(turn.interaction).load(parts)
         turn.buffer = self._store.buffer(turn_id, turn, turn.append_lock, turn.next_index)
         self._turns[turn_id] = turn
         if finished:

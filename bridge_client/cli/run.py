@@ -10,6 +10,7 @@ from typing import Any
 from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments, add_approve_arguments
 from .exits import UsageError
+from .host_tools import add_tool_arguments, with_tools
 from .prompt import PROMPT_HELP, PromptError, check_utf8, read_prompt
 from .stream import progress_for, stream_turn
 
@@ -28,6 +29,7 @@ def add_command(commands: Any) -> None:
     run.add_argument("prompt", nargs="+", metavar="PROMPT", help=PROMPT_HELP)
     add_agent_arguments(run, "shell")
     add_approve_arguments(run, state=True)
+    add_tool_arguments(run)
     run.set_defaults(func=_cmd_run)
 
 
@@ -40,6 +42,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     options, session_options = session_options_for(args)
+    session_options = with_tools(args, session_options)
     from ..agent import create_session  # the host side: loaded by the commands that open a session
     progress = progress_for(args)
     try:

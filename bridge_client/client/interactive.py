@@ -16,7 +16,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Se
 from ..errors import ApprovalConflict, ApprovalExpired, BadRequest, ProtocolError
 from ..wire import rpcs
 from ..wire.parts import APPROVAL_CHOICES, APPROVAL_DECIDERS, ApprovalAnswer, ApprovalRequest, Part
+from ..wire.host_parts import HostToolCall
 from ..wire.parts import StepReset, TurnFinish, TurnStart
+from .host_calls import HostCallRunner
 
 __all__ = ["RecordedAnswer", "TurnApprovals", "answer", "say", "policy_decision"]
 
@@ -190,14 +192,21 @@ class TurnApprovals:
     :meth:`seen` is idempotent (the reader may account a part twice after an interrupt).
     """
 
-    def __init__(self, policy: Optional[Callable[[ApprovalRequest], Any]]) -> None:
+    def __init__(
+        self, policy: Optional[Callable[[ApprovalRequest], Any]], tools: Tuple[Any, ...] = ()
+    ) -> None:
         self.policy = policy
         self.pending: Dict[str, ApprovalRequest] = {}
-        self.due: List[ApprovalRequest] = []  # yielded, waiting for the policy
+        self.due: List[Any] = []  # yielded, waiting for the policy (or host tool calls to run)
         self._asked: Set[str] = set()  # handed to the policy already
+        self.host = HostCallRunner(tuple(tools)) if tools else None
 
     def seen(self, part: Part) -> None:
         """Account a part the reader is about to yield."""
+        host = self.host
+        if host is not None and host.wants(part):
+            if all(p is not part for p in self.due):
+                self.due.append(part)
         if isinstance(part, ApprovalRequest):
             if part.request_id not in self.pending:
                 self.pending[part.request_id] = part
@@ -225,6 +234,11 @@ class TurnApprovals:
         policy = self.policy
         while self.due:
             request = self.due[0]
+            if isinstance(request, HostToolCall):
+                assert self.host is not None
+                self.host.run(turn, request)  # raises before it ran: run again on the next read
+                del self.due[0]
+                continue
             self._asked.add(request.request_id)
             del self.due[0]
             if policy is None or request.request_id not in self.pending or _answered_ahead(turn, request):

@@ -49,6 +49,7 @@ from ..wire.parts import (
     TurnState,
     UserMessage,
 )
+from ..wire.host_parts import HostToolCall, HostToolResult
 from ..wire.part_batch import parts_from_dicts
 from .channel import SessionChannel
 from .foreign import ForeignBridge
@@ -119,7 +120,9 @@ class Turn(TurnSource):
         self._pos: Tuple[Any, int, int] = (None, 0, 0)
         self._adopted_state = False  # a bridge of other options gave this session a new state
         # Approval requests seen, and those the approve= policy has still to answer.
-        self._approvals = TurnApprovals(getattr(channel.options, "approve", None))
+        self._approvals = TurnApprovals(
+            getattr(channel.options, "approve", None), tuple(getattr(channel.options, "tools", ()))
+        )
         self._due = self._approvals.due
 
     # ------------------------------------------------------------------ public
@@ -477,7 +480,7 @@ class Turn(TurnSource):
         elif isinstance(part, TurnFinish):
             finish = part
             self._approvals.seen(part)
-        elif isinstance(part, (ApprovalRequest, ApprovalAnswer, UserMessage)):
+        elif isinstance(part, (ApprovalRequest, ApprovalAnswer, UserMessage, HostToolCall, HostToolResult)):
             self._approvals.seen(part)
         elif isinstance(part, TurnStart):
             if part.index == 0 and started:

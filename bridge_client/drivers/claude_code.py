@@ -96,6 +96,7 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
+from . import mcp_config
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import (
     CLIRuns,
@@ -392,6 +393,12 @@ class ClaudeCodeDriver(StreamJsonDriver):
 
     supports_messages = True
     permission_updates = True
+    supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """The base class's ``run_turn``, with the session's host tools' MCP server."""
+        with mcp_config.host_mcp(ctx):
+            return super().run_turn(ctx)
 
     def __init__(self, options: Dict[str, Any]) -> None:
         super().__init__(options)
@@ -432,11 +439,12 @@ class ClaudeCodeDriver(StreamJsonDriver):
             argv += ["--max-turns", str(self.max_turns)]
         if self.append_system_prompt:
             argv += ["--append-system-prompt", self.append_system_prompt]
-        if self.allowed_tools:
-            argv += ["--allowedTools", ",".join(self.allowed_tools)]
+        allowed = self.allowed_tools + mcp_config.claude_allowed()  # the host tools too
+        if allowed:
+            argv += ["--allowedTools", ",".join(allowed)]
         if self.partial:
             argv.append("--include-partial-messages")
-        return argv + self.extra_args
+        return argv + mcp_config.claude_args() + self.extra_args
 
     def env(self, approvals: bool = False) -> Dict[str, str]:
         """In an isolated sandbox with the default bypass, ``IS_SANDBOX=1`` (claude refuses

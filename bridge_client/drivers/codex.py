@@ -66,6 +66,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
+from . import mcp_config
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
 from .cli_process import keep_session_id, resume_point, summarize
@@ -195,6 +196,7 @@ class CodexDriver:
     agent_id = "codex"
     supports_approvals = False  # ``codex exec`` never asks (nothing to answer on its stdin)
     supports_messages = False
+    supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
     program = "codex"
     package = "@openai/codex"
     version = "0.171.0"
@@ -224,12 +226,18 @@ class CodexDriver:
             argv += ["--sandbox", self.sandbox]
         if self.model:
             argv += ["--model", self.model]
-        argv += self.extra_args
+        argv += mcp_config.codex_args() + self.extra_args  # the host tools' MCP server, if any
         if thread_id:
             argv += ["resume", thread_id]
         return argv + ["-"]
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run the CLI once for the turn (or resume its thread after a restart), with the
+        session's host tools' MCP server; returns as ``_run_turn`` does."""
+        with mcp_config.host_mcp(ctx):
+            return self._run_turn(ctx)
+
+    def _run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume its thread after a restart).
 
         Returns:

@@ -82,7 +82,8 @@ from .openai_http import _abort, _arriving  # noqa: F401 - read here by tests
 from .openai_stream import _Answer, apply_chunk, read_answer
 from .openai_stream import _flush  # noqa: F401 - read here by tests
 from .stream_control import approval_title
-from .tools import TOOL_SPECS, run_tool
+from .openai_host import function_specs, run_host_tool
+from .tools import TOOL_NAMES, TOOL_SPECS, run_tool
 from .workspace import workspace_dir
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
@@ -104,6 +105,8 @@ class OpenAIChatDriver:
     agent_id = "openai"
     supports_approvals = True
     supports_messages = True
+    supports_host_tools = True  # native function tools (drivers.openai_host)
+    tool_names = TOOL_NAMES  # host tools may not take these names
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.model: str = options["model"]
@@ -182,7 +185,7 @@ class OpenAIChatDriver:
                     if denied is not None:
                         output, is_error = denied, True
                     else:
-                        output, is_error = run_tool(
+                        output, is_error = run_host_tool(ctx, cid, name, parsed) or run_tool(
                             name, parsed, workspace_dir(), ctx.cancelled,
                             self.command_timeout, self.max_output,
                         )
@@ -264,7 +267,9 @@ class OpenAIChatDriver:
     def _call(self, ctx: TurnContext, messages: List[Any]) -> Optional[_Answer]:
         """One model call, streamed into the open step (:func:`.openai_stream.read_answer`).
         Raises :class:`_Cut`, :class:`_Fatal`."""
-        response = self._endpoint.open(ctx, self._request(messages), self._key(ctx))
+        body = self._request(messages)
+        body["tools"] = body["tools"] + function_specs(ctx)  # the session's host tools
+        response = self._endpoint.open(ctx, body, self._key(ctx))
         if response is None:
             return None
         return read_answer(ctx, response)

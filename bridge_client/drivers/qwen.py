@@ -38,7 +38,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
+from . import mcp_config
 from .claude_code import StreamJsonDriver
 from .cli_install import sandbox_isolated
 
@@ -89,8 +91,17 @@ class QwenDriver(StreamJsonDriver):
         return argv + self.extra_args
 
     def env(self, approvals: bool = False) -> Dict[str, str]:
-        """Quiet the notice Qwen Code prints for ``yolo`` without its own sandbox."""
-        return {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"} if self._mode(approvals) == "yolo" else {}
+        """Quiet the notice Qwen Code prints for ``yolo`` without its own sandbox; the host
+        tools' MCP server in its system settings (see :mod:`.mcp_config`)."""
+        quiet = {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"} if self._mode(approvals) == "yolo" else {}
+        return {**quiet, **mcp_config.settings_env("QWEN_CODE_SYSTEM_SETTINGS_PATH")}
+
+    supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
+
+    def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """Run the CLI once for the turn, with the session's host tools' MCP server."""
+        with mcp_config.host_mcp(ctx):
+            return super().run_turn(ctx)
 
 
 def make_driver(options: Any) -> QwenDriver:

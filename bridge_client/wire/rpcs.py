@@ -135,7 +135,8 @@ def check_interactive(value: Any) -> Dict[str, Any]:
     null}`` (both optional; ``None`` or absent is approvals off).
 
     Returns:
-        ``{"approvals": bool, "approval_timeout": Optional[float]}``.
+        ``{"approvals": bool, "approval_timeout": Optional[float], "host_tools": the raw
+        ``hostTools`` value or None, "tool_timeout": Optional[float]}``.
 
     Raises:
         BadRequest: not an object of that shape, or a timeout that is not a number of seconds
@@ -159,7 +160,20 @@ def check_interactive(value: Any) -> Dict[str, Any]:
                 "interactive.approvalTimeout must be a number of seconds > 0 (at most a year), or null"
             )
         timeout = float(timeout)
-    return {"approvals": approvals, "approval_timeout": timeout}
+    tool_timeout = value.get("toolTimeout")
+    if tool_timeout is not None and (
+        isinstance(tool_timeout, bool)
+        or not isinstance(tool_timeout, (int, float))
+        or not 0 < tool_timeout <= MAX_APPROVAL_TIMEOUT
+    ):
+        raise BadRequest("interactive.toolTimeout must be a number of seconds > 0 (at most a year), or null")
+    # hostTools is checked by wire.host_parts.check_host_tools where the session opens.
+    return {
+        "approvals": approvals,
+        "approval_timeout": timeout,
+        "host_tools": value.get("hostTools"),
+        "tool_timeout": None if tool_timeout is None else float(tool_timeout),
+    }
 
 
 def _utf8_size(value: str, name: str) -> int:
@@ -327,7 +341,7 @@ OPEN_SESSION = Rpc(
     "OpenSession",
     stream=False,
     resend=True,
-    errors=("BadRequest", "ApprovalsUnsupported"),
+    errors=("BadRequest", "ApprovalsUnsupported", "ToolsUnsupported"),
     check=_open_session,
 )
 START_TURN = Rpc(

@@ -623,6 +623,9 @@ def _responses(
         else:
             items.append({"type": "function_call", "id": f"fc_{b.id}", "call_id": f"call_{b.id}",
                           "name": b.name, "arguments": json.dumps(b.args), "status": "completed"})
+            if "/" in b.name:  # "NAMESPACE/NAME": a tool of a namespace tool (Codex's MCP tools)
+                namespace, _, name = b.name.partition("/")
+                items[-1].update(name=name, namespace=namespace)
     base = {"id": rid, "object": "response", "created_at": created, "model": MODEL, "error": None,
             "incomplete_details": None, "instructions": None, "tools": [], "parallel_tool_calls": True,
             "tool_choice": "auto", "metadata": {}}

@@ -26,6 +26,7 @@ import {
   ApprovalNotFound,
   BadRequest,
   BridgeRpcs,
+  HostToolCallNotFound,
   type Part,
   SessionNotFound,
   type SessionState,
@@ -281,6 +282,19 @@ const Handlers = BridgeRpcs.toLayer({
       turn.messages.set(messageId, { text, index })
       push(turn, { type: "user-message", step: null, attempt: 1, messageId, text })
       return { messageId, index }
+    }),
+  // C22: this bridge's agent calls no host tools, so no call id is known.
+  ClaimHostTool: ({ callId, sessionId, turnId }) =>
+    Effect.gen(function*() {
+      touch()
+      yield* findTurn(sessionId, turnId)
+      return yield* new HostToolCallNotFound({ message: `no host tool call ${JSON.stringify(callId)}`, turnId, callId })
+    }),
+  AnswerHostTool: ({ callId, sessionId, turnId }) =>
+    Effect.gen(function*() {
+      touch()
+      yield* findTurn(sessionId, turnId)
+      return yield* new HostToolCallNotFound({ message: `no host tool call ${JSON.stringify(callId)}`, turnId, callId })
     })
 })
 

@@ -113,6 +113,36 @@ export type Part = typeof Part.Type
 // BadRequest is listed for every RPC that takes a payload: our bridge answers any payload of
 // the wrong shape with it (PROTOCOL.md's catalogue leaves it out for CancelTurn and
 // CloseSession; see docs/design-notes.md).
+// C22: host tools (their specs in OpenSession, the calls' typed failures and results).
+export const HostToolSpec = Schema.Struct({
+  name: Schema.String,
+  description: Schema.String,
+  inputSchema: Schema.Record(Schema.String, Schema.Unknown),
+  approve: Schema.optional(Schema.Boolean),
+  retryOnHostLoss: Schema.optional(Schema.Boolean)
+})
+
+export const HostToolDecider = Schema.Literals(["host", "timeout", "host-lost", "cancel"])
+
+export const HostToolRecorded = Schema.Struct({
+  callId: Schema.String,
+  toolName: Schema.String,
+  output: Schema.Unknown,
+  isError: Schema.Boolean,
+  by: HostToolDecider
+})
+
+export class ToolsUnsupported extends Schema.TaggedError<ToolsUnsupported>()("ToolsUnsupported", {
+  message: Schema.String,
+  sessionId: Schema.optional(Schema.String)
+}) {}
+
+export class HostToolCallNotFound extends Schema.TaggedError<HostToolCallNotFound>()("HostToolCallNotFound", {
+  message: Schema.String,
+  turnId: Schema.optional(Schema.String),
+  callId: Schema.optional(Schema.String)
+}) {}
+
 export const BridgeRpcs = RpcGroup.make(
   Rpc.make("Hello", { payload: Schema.Null, success: Hello }),
   Rpc.make("OpenSession", {
@@ -124,11 +154,14 @@ export const BridgeRpcs = RpcGroup.make(
       // C18: approvals on or off (absent: off), and how long a request waits (seconds).
       interactive: Schema.optional(Schema.NullOr(Schema.Struct({
         approvals: Schema.optional(Schema.Boolean),
-        approvalTimeout: Schema.optional(Schema.NullOr(Schema.Number))
+        approvalTimeout: Schema.optional(Schema.NullOr(Schema.Number)),
+        // C22: the session's host tools, and how long a call waits for a host (seconds).
+        hostTools: Schema.optional(Schema.Array(HostToolSpec)),
+        toolTimeout: Schema.optional(Schema.NullOr(Schema.Number))
       })))
     },
     success: SessionState,
-    error: Schema.Union([BadRequest, RevisionExhausted, ApprovalsUnsupported])
+    error: Schema.Union([BadRequest, RevisionExhausted, ApprovalsUnsupported, ToolsUnsupported])
   }),
   Rpc.make("StartTurn", {
     payload: { sessionId: Schema.String, turnId: Schema.String, prompt: Schema.String },
@@ -172,5 +205,40 @@ export const BridgeRpcs = RpcGroup.make(
     payload: { sessionId: Schema.String, turnId: Schema.String, messageId: Schema.String, text: Schema.String },
     success: Schema.Struct({ messageId: Schema.String, index: Schema.Number }),
     error: Schema.Union([TurnNotFound, TurnNotRunning, MessagesUnsupported, BadRequest])
+  }),
+  // C22: a host claims a host tool call before it runs the function, then sends its result.
+  Rpc.make("ClaimHostTool", {
+    payload: {
+      sessionId: Schema.String,
+      turnId: Schema.String,
+      callId: Schema.String,
+      hostId: Schema.String,
+      retry: Schema.optional(Schema.Boolean)
+    },
+    success: Schema.Struct({
+      callId: Schema.String,
+      status: Schema.Literals(["run", "running", "answered", "expired"]),
+      lease: Schema.optional(Schema.Number),
+      result: Schema.optional(HostToolRecorded)
+    }),
+    error: Schema.Union([TurnNotFound, HostToolCallNotFound, BadRequest])
+  }),
+  Rpc.make("AnswerHostTool", {
+    payload: {
+      sessionId: Schema.String,
+      turnId: Schema.String,
+      callId: Schema.String,
+      output: Schema.Unknown,
+      isError: Schema.optional(Schema.Boolean)
+    },
+    success: Schema.Struct({
+      callId: Schema.String,
+      status: Schema.Literals(["recorded", "expired"]),
+      toolName: Schema.optional(Schema.String),
+      output: Schema.optional(Schema.Unknown),
+      isError: Schema.optional(Schema.Boolean),
+      by: Schema.optional(HostToolDecider)
+    }),
+    error: Schema.Union([TurnNotFound, HostToolCallNotFound, BadRequest])
   })
 )
