@@ -97,10 +97,22 @@ class _FakeTurn:
             raise self.fail
 
 
+_APPROVERS: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_approvers():
+    """Each test's approvers are closed after it, so that no question thread outlives it."""
+    yield
+    while _APPROVERS:
+        _APPROVERS.pop().close()
+
+
 def _approver(mode, typed="", fail=None, ask=True):
     turn, out, notes = _FakeTurn(fail), io.StringIO(), []
     approver = Approver(mode, turn, ask=ask, tty_in=io.StringIO(typed), tty_out=out, note=notes.append,
                         hint="answer {id} elsewhere")
+    _APPROVERS.append(approver)
     return approver, turn, out, notes
 
 

@@ -114,7 +114,8 @@ def test_c17_the_bridge_server_at_debug_level_logs_no_token(caplog):
     token = "bridge-debug-secret-" + "7" * 16
     manager = type(
         "NoTurns", (), {n: None for n in (
-            "open_session", "start_turn", "cancel_turn", "close_session", "answer_approval", "send_message"
+            "open_session", "start_turn", "cancel_turn", "close_session", "answer_approval", "send_message",
+            "claim_host_tool", "answer_host_tool",
         )}
     )
     server = BridgeServer(manager(), token=bc.Redacted(token), hello={"agentId": "x"})
