@@ -88,6 +88,11 @@ from .errors import (  # noqa: E402  (after the command's Ctrl-C guard above)
     ToolsUnsupported,
     BadHostTool,
     HostToolCallNotFound,
+    ExportDamaged,
+    ExportUnsupported,
+    DriverMismatch,
+    RestoreConflict,
+    SessionMoved,
 )
 from .wire.host_parts import HostToolCall, HostToolResult, HostToolStart  # noqa: E402
 from .wire.parts import (  # noqa: E402
@@ -117,6 +122,7 @@ if TYPE_CHECKING:
     from .sandbox import DockerSandbox, Endpoint, ExecResult, LocalSandbox, Sandbox, SSHSandbox
     from .template import Template, TemplateStep, bridge_template
     from .agent import Agent, bridge_agent, bridge_options, create_session
+    from .portable import restore_session
     from .client.session import Session
     from .client.turn import Turn
     from .host_tools import HostTool, host_tool
@@ -146,6 +152,7 @@ _LAZY = {
     "bridge_agent": ".agent",
     "bridge_options": ".agent",
     "create_session": ".agent",
+    "restore_session": ".portable",
     "Session": ".client.session",
     "Turn": ".client.turn",
     "HostTool": ".host_tools",
@@ -250,4 +257,10 @@ __all__ = [
     "ToolsUnsupported",
     "BadHostTool",
     "HostToolCallNotFound",
+    "restore_session",
+    "ExportDamaged",
+    "ExportUnsupported",
+    "DriverMismatch",
+    "RestoreConflict",
+    "SessionMoved",
 ]

@@ -27,7 +27,12 @@
     │   ├── MessagesUnsupported    the turn's driver cannot take user messages
     │   ├── TurnNotRunning         the turn finished: it takes no message any more
     │   ├── ToolsUnsupported       the session has host tools, and its driver cannot offer them
-    │   └── HostToolCallNotFound   the turn has no host tool call with that id
+    │   ├── HostToolCallNotFound   the turn has no host tool call with that id
+    │   ├── ExportDamaged          a session export file is damaged or truncated
+    │   ├── ExportUnsupported      a session export file of a newer format
+    │   ├── DriverMismatch         a restore into a bridge of another driver
+    │   ├── RestoreConflict        the new bridge holds other turns of that session
+    │   └── SessionMoved           the session was restored elsewhere (``epoch``, ``to``)
     ├── BadHostTool (TypeError)    a host tool cannot be offered (no hints, a bad name, ...)
     ├── SessionReleased            a call on a session after ``release()``
     ├── TurnInProgress (RuntimeError)
@@ -72,6 +77,11 @@ __all__ = [
     "ToolsUnsupported",
     "BadHostTool",
     "HostToolCallNotFound",
+    "ExportDamaged",
+    "ExportUnsupported",
+    "DriverMismatch",
+    "RestoreConflict",
+    "SessionMoved",
     "SessionReleased",
     "TurnInProgress",
     "TurnStalled",
@@ -305,6 +315,47 @@ class HostToolCallNotFound(RpcError):
     tag = "HostToolCallNotFound"
 
 
+class ExportDamaged(RpcError):
+    """A session export file (:meth:`Session.export`) is damaged or truncated: its header is
+    not the format's, its length or SHA-256 differ from what the header says, or its body is
+    not of the documented shape. Nothing was restored. See :doc:`portable-sessions`."""
+
+    tag = "ExportDamaged"
+
+
+class ExportUnsupported(RpcError):
+    """A session export file of a format version newer than this bridge_client reads
+    (``fields["version"]``): restore it with the version that wrote it, or a newer one.
+    Nothing was restored."""
+
+    tag = "ExportUnsupported"
+
+
+class DriverMismatch(RpcError):
+    """A restore into a bridge whose driver differs from the one the export was made with
+    (``fields["expected"]``, ``fields["actual"]``: agent ids). Nothing was restored."""
+
+    tag = "DriverMismatch"
+
+
+class RestoreConflict(RpcError):
+    """The bridge a restore goes to already holds turns of that session, or turns of those
+    ids, from another source. Nothing was restored."""
+
+    tag = "RestoreConflict"
+
+
+class SessionMoved(RpcError):
+    """The session was restored into another sandbox: this bridge serves it no more.
+
+    Attributes (in ``fields``):
+        epoch: the session's epoch where it went (``int``).
+        to: where it went: ``{"sandbox": id, "bridgeId": id}``.
+    """
+
+    tag = "SessionMoved"
+
+
 class BadHostTool(HarnessError, TypeError):
     """A host tool cannot be offered: a parameter without a type hint or of a type JSON cannot
     carry, a name that is not 1 to 64 letters, digits, ``_`` or ``-``, two tools of one name,
@@ -401,6 +452,11 @@ _RPC_ERRORS = {
         TurnNotRunning,
         ToolsUnsupported,
         HostToolCallNotFound,
+        ExportDamaged,
+        ExportUnsupported,
+        DriverMismatch,
+        RestoreConflict,
+        SessionMoved,
     )
 }
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Tuple, Union
 from ..errors import BadRequest, RpcError
 from ..wire.frames import Die, ExitValue, Fail, Failure, Request, Success
 from ..wire.rpcs import CATALOGUE, Rpc
+from .portable import portable_handlers
 from .store import json_text
 from .turns import TurnManager
 
@@ -42,6 +43,7 @@ def rpc_handlers(manager: TurnManager, hello: Callable[[], Dict[str, Any]]) -> D
         "SendMessage": manager.send_message,
         "ClaimHostTool": manager.claim_host_tool,
         "AnswerHostTool": manager.answer_host_tool,
+        **portable_handlers(manager),  # ExportSession, ImportSession, MoveSession
     }
 
 

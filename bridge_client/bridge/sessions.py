@@ -7,13 +7,21 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import ApprovalsUnsupported, BadRequest, RevisionExhausted, SessionNotFound, ToolsUnsupported
+from ..errors import (
+    ApprovalsUnsupported,
+    BadRequest,
+    RevisionExhausted,
+    SessionMoved,
+    SessionNotFound,
+    ToolsUnsupported,
+)
 from ..wire.host_parts import check_host_tools
 from ..wire.parts import MAX_OPEN_REVISION, MAX_SAFE_INTEGER, SessionState
 from .driver import Driver
 from .store import Op, Store, interactive_op, json_text, session_op
+from .store.portable import load_epochs
 
 __all__ = ["Session", "SessionRegistry"]
 
@@ -121,6 +129,10 @@ class SessionRegistry:
         self._lock = threading.Lock()
         self._sessions: Dict[str, Session] = {}
         self._closing = False
+        # Sessions restored elsewhere: {id: (epoch, where to)}; every RPC naming one is refused.
+        self._moved: Dict[str, Tuple[int, Dict[str, Any]]] = {
+            sid: (row.epoch, row.moved_to) for sid, row in load_epochs(store).items() if row.moved_to
+        }
 
     def open_session(
         self,
@@ -238,7 +250,19 @@ class SessionRegistry:
         if self._closing:
             raise RuntimeError("the bridge is shutting down")
 
+    def _moved_check(self, session_id: str) -> None:
+        """Raises: SessionMoved: the session was restored elsewhere (``epoch``, ``to``)."""
+        moved = self._moved.get(session_id)
+        if moved is not None:
+            epoch, to = moved
+            raise SessionMoved(
+                f"session {session_id!r} was restored elsewhere (epoch {epoch}, sandbox "
+                f"{to.get('sandbox', '?')}): this bridge serves it no more",
+                sessionId=session_id, epoch=epoch, to=to,
+            )
+
     def _get_session(self, session_id: str) -> Optional[Session]:
+        self._moved_check(session_id)
         session = self._sessions.get(session_id)
         if session is None:
             row = self._store.load_session(session_id)

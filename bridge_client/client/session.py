@@ -28,6 +28,7 @@ from . import launcher, randoms
 from .channel import SessionChannel
 from .connection import Connection
 from .foreign import ForeignBridge
+from .session_export import PathLike, write_export
 from .turn import Turn
 
 __all__ = ["Session"]
@@ -242,6 +243,35 @@ class Session:
         if turn is None:
             return None
         return turn.cancel()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ export
+
+    def export(self, path: PathLike) -> str:
+        """Write the session to one export file at ``path``, for :func:`~bridge_client.restore_session`
+        in another sandbox (see :doc:`portable-sessions`).
+
+        The file holds the session's state (for the ``openai`` driver: its messages) and every
+        turn the bridge has committed, with its parts and checkpoints, as one snapshot; a turn
+        still running is in it up to its last committed part (a restore continues it from its
+        last completed step). Written atomically: ``path`` is the whole new file or what it
+        was before, never half a file. Mode 0600.
+
+        Args:
+            path: where to write (``str`` or path-like); its folder must exist.
+
+        Returns:
+            The absolute path written (``str``).
+
+        Raises:
+            SessionReleased: the session was released.
+            SessionMoved: the session was restored elsewhere.
+            BridgeUnavailable, Unauthorized, BridgeLaunchError: connecting failed.
+            OSError: the file cannot be written.
+        """
+        from ..wire import portable  # registers ExportSession in the catalogue
+
+        body = self._channel.call(portable.EXPORT_SESSION, {"sessionId": self.id})
+        return write_export(path, portable.check_body(body, f"the export of session {self.id}"))
 
     # ------------------------------------------------------------------ release
 

@@ -73,6 +73,10 @@ _INTERACTIVE = (
     "CREATE TABLE IF NOT EXISTS turn_messages (turn_id TEXT PRIMARY KEY, taken INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS session_interactive ("
     "session_id TEXT PRIMARY KEY, approvals INTEGER NOT NULL, timeout REAL)",
+    # A session's epoch (grows by one at each restore), the import that made it here, and
+    # where it went when it was restored elsewhere (see bridge/store/portable.py).
+    "CREATE TABLE IF NOT EXISTS session_epochs ("
+    "session_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL, import_id TEXT, moved_to TEXT)",
 )
 
 

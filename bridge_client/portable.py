@@ -1,0 +1,157 @@
+"""A session outlives its sandbox: :func:`restore_session` makes a live session, in another
+sandbox, from the export file :meth:`Session.export <bridge_client.client.session.Session.export>`
+wrote. See :doc:`portable-sessions`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, List, Optional, Union
+
+from .agent import bridge_options, create_session
+from .client import launcher
+from .client.connection import Connection
+from .client.session import Session
+from .client.session_export import PathLike, read_export
+from .errors import ConnectionLost, DriverMismatch, HarnessError
+from .options import BridgeOptions, CreateSessionOptions, Workspace
+from .sandbox.base import Sandbox
+from .wire import portable
+from .wire.parts import SessionState
+
+__all__ = ["restore_session", "read_export"]
+
+log = logging.getLogger("bridge_client")
+
+
+def restore_session(
+    source: PathLike,
+    session_options: Union[CreateSessionOptions, Sandbox, str, "PathLike"],
+    options: Union[BridgeOptions, str, None] = None,
+    *,
+    agent_options: Any = None,
+    previous: Optional[Session] = None,
+) -> Session:
+    """Make the session of an export file live again in another sandbox.
+
+    The sandbox's bridge (found, or installed and launched) imports the export's log and
+    checkpoint in one transaction: every turn, with its parts at their offsets, and the
+    session state (for ``openai``: its messages, so the next turn's agent remembers the
+    earlier turns). Turn ids of the export stay taken (a ``turn()`` with one of them is that
+    turn again, or ``TurnConflict``), and a turn the export holds unfinished continues from its
+    last completed step at its next ``StartTurn``. The session gets a new epoch (the export's
+    plus one). With ``previous`` (the session in its old sandbox, when that bridge can still
+    be reached), the old bridge is told where the session went: from then on it answers
+    every request for the session with :class:`~bridge_client.errors.SessionMoved`, so a host
+    still holding the old state is never served there again.
+
+    Example::
+
+        session.export("chat.export")                      # before the sandbox goes
+        restored = bc.restore_session("chat.export", "/tmp/new-sandbox")
+        restored.turn("and then?")
+
+    Args:
+        source: the export file (``str`` or path-like).
+        session_options: where the session goes on, as for :func:`~bridge_client.create_session`
+            (a :class:`CreateSessionOptions`, a :class:`Sandbox`, or a folder); its
+            ``session_id`` and ``resume`` are replaced by the export's.
+        options: the bridge's :class:`BridgeOptions`, or a driver name; ``None``: the export's
+            agent id as a driver name (a built-in driver).
+        agent_options: plain JSON for the driver, only with a driver name (or ``None``).
+        previous: the session in the old sandbox, to be told it moved (a failure to reach it
+            is logged, not raised: the restore is done by then). It is released.
+
+    Returns:
+        The restored :class:`~bridge_client.client.session.Session` (not yet connected to
+        anything but for the import; a context manager).
+
+    Raises:
+        ExportDamaged: the file is damaged, truncated, or not an export.
+        ExportUnsupported: the file is of a newer format version.
+        DriverMismatch: ``options`` (or the sandbox's bridge) runs another driver than the
+            export's: checked before anything is launched, and again by the bridge.
+        RestoreConflict: the new sandbox's bridge holds turns of that session already.
+        OSError: the file cannot be read (``FileNotFoundError``).
+        BridgeLaunchError, BridgeUnavailable, Unauthorized, SandboxGone, TemplateError:
+            the new sandbox's bridge cannot be reached or launched (nothing was imported).
+        ValueError, TypeError: as :func:`~bridge_client.create_session` for bad options.
+
+    Nothing is half restored: the import is one transaction in the new bridge's store, and
+    every check (the driver, the shape, taken turn ids) comes before it.
+    """
+    body = read_export(source)
+    agent_id = body["agentId"]
+    if options is None:
+        options = bridge_options(agent_id, agent_options=agent_options)
+        agent_options = None
+    elif isinstance(options, str):
+        options = bridge_options(options, agent_options=agent_options)
+        agent_options = None
+    if isinstance(options, BridgeOptions) and options.id != agent_id:
+        raise DriverMismatch(
+            f"the export is of the {agent_id} agent, the options are of {options.id}: restore it "
+            "with the same agent",
+            expected=agent_id, actual=options.id,
+        )
+    state = SessionState.from_dict(body["session"])
+    session_options = _with_session(session_options, state)
+    session = create_session(options, session_options, agent_options=agent_options)
+    payload = {"sessionId": state.session_id, "version": portable.VERSION, "export": body}
+    try:
+        result = _import(session, payload)
+    except BaseException:
+        session.release()
+        raise
+    log.info(
+        "session %s restored into sandbox %s: %d turns, epoch %s",
+        session.id, session.sandbox.id, result.get("turns", 0), result.get("epoch"),
+    )
+    if previous is not None:
+        _tell_moved(previous, session, int(result["epoch"]))
+    return session
+
+
+def _with_session(session_options: Any, state: SessionState) -> CreateSessionOptions:
+    """``session_options`` as :func:`create_session` takes it, with the export's session."""
+    if isinstance(session_options, CreateSessionOptions):
+        opts = session_options
+    elif isinstance(session_options, Sandbox):
+        opts = CreateSessionOptions(workspace=Workspace(session_options))
+    else:
+        from .sandbox.local import LocalSandbox
+
+        opts = CreateSessionOptions(workspace=Workspace(LocalSandbox(session_options)))
+    return dataclasses.replace(opts, resume=state, session_id=None)
+
+
+def _import(session: Session, payload: Any) -> Any:
+    """Send ``ImportSession`` on a connection of the session's bridge, before any
+    ``OpenSession`` (an open would write the session's state before its turns). Safe to send
+    again (idempotent by the export's SHA-256): a dropped connection is tried again within
+    the session's resend window."""
+    opts = session._channel.options
+    deadline = time.monotonic() + opts.resend_window
+    while True:
+        made: List[Connection] = []
+        try:
+            conn, _hello = launcher.connect(session._plan, holder=made)
+            return conn.call(portable.IMPORT_SESSION.tag, payload, timeout=max(opts.request_timeout, 60.0))
+        except ConnectionLost:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+        finally:
+            for conn in made:
+                conn.close()
+
+
+def _tell_moved(previous: Session, session: Session, epoch: int) -> None:
+    """Tell the old bridge where the session went, then release the old session."""
+    to = {"sandbox": session.sandbox.id, "bridgeId": session.bridge_id}
+    try:
+        previous._call(portable.MOVE_SESSION, {"sessionId": previous.id, "epoch": epoch, "to": to})
+    except HarnessError as exc:
+        log.warning("session %s: the old bridge was not told it moved: %s", previous.id, exc)
+    previous.release()

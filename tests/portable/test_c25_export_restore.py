@@ -1,0 +1,44 @@
+"""C25, a session outlives its sandbox: export a session to one file, restore it into another
+sandbox (a second local folder; real bridges, real stores), and the session goes on there."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import bridge_client as bc
+from bridge_client.wire import portable
+from host_support import options, session_options
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _texts(parts):
+    return "".join(p.text for p in parts if p.type == "text-delta")
+
+
+def test_c25_echo_export_restore_goes_on_in_the_new_sandbox(sandbox, other_sandbox, tmp_path):
+    out = str(tmp_path / "chat.export")
+    with bc.create_session(options("echo"), session_options(sandbox)) as session:
+        first = list(session.turn("one", turn_id="t-1"))
+        second = list(session.turn("two", turn_id="t-2"))
+        assert session.export(out) == out
+        sid = session.id
+    header, body = open(out, "rb").read().split(b"\n")[:2]
+    assert json.loads(header)["format"] == portable.FORMAT and json.loads(header)["version"] == 1
+    assert [t["turnId"] for t in json.loads(body)["turns"]] == ["t-1", "t-2"]
+
+    restored = bc.restore_session(out, session_options(other_sandbox), options("echo"))
+    with restored:
+        assert restored.id == sid
+        # The imported turns are there at their offsets: read again, they are what was read.
+        again = list(restored.turn("one", turn_id="t-1"))
+        assert [p.to_dict() for p in again] == [p.to_dict() for p in first]
+        # A used turn id is never a new turn: another prompt under it is refused.
+        with pytest.raises(bc.TurnConflict):
+            restored.turn("not two", turn_id="t-2")
+        third = list(restored.turn("three", turn_id="t-3"))
+        assert third[-1].type == "turn-finish" and _texts(third).strip() == "three"
+        assert third[0].turn.bridge_id == restored.bridge_id
+    assert _texts(second)
