@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
 import bridge_client as bc
 from bridge_client.wire import portable
-from host_support import options, session_options
+from host_support import kill_all_under, options, session_options
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,3 +43,41 @@ def test_c25_echo_export_restore_goes_on_in_the_new_sandbox(sandbox, other_sandb
         assert third[-1].type == "turn-finish" and _texts(third).strip() == "three"
         assert third[0].turn.bridge_id == restored.bridge_id
     assert _texts(second)
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVERS = os.path.join(os.path.dirname(HERE), "drivers")
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_c25_openai_restored_session_sends_the_earlier_turns(
+    sandbox, workspace, other_sandbox, tmp_path, monkeypatch
+):
+    """The openai driver's checkpoint is its messages: the restored bridge's first request to
+    the model holds turn 1's prompt and answer (the scripted chat-completions server's log)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([DRIVERS, REPO, os.environ.get("PYTHONPATH", "")]))
+    log = str(tmp_path / "requests.jsonl")
+    opts = options(
+        "openai_mock:make_driver", agent_id="openai",
+        agent_options={"model": "gpt-test", "backoff_initial": 0.01, "backoff_max": 0.05,
+                       "mock": {"scenario": "plain", "log": log}},
+    )
+    out = str(tmp_path / "chat.export")
+    with bc.create_session(opts, session_options(sandbox)) as session:
+        assert _texts(list(session.turn("Say hello"))) == "Hello, world!"
+        session.export(out)
+    # The first sandbox is gone: its bridge (SIGKILL by pid), its folder, its bridge's store.
+    kill_all_under(workspace, grace=0.0)
+    shutil.rmtree(sandbox._state_root)
+    shutil.rmtree(workspace)
+    with bc.restore_session(out, session_options(other_sandbox), opts) as restored:
+        parts = list(restored.turn("And again?"))
+    assert parts[-1].finish_reason == "stop"
+    with open(log) as f:
+        requests = [json.loads(line) for line in f]
+    assert len(requests) == 2
+    assert requests[1]["body"]["messages"][1:] == [
+        {"role": "user", "content": "Say hello"},
+        {"role": "assistant", "content": "Hello, world!"},
+        {"role": "user", "content": "And again?"},
+    ]
