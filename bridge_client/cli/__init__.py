@@ -12,6 +12,8 @@
     bridge-client bridges [--sandbox DIR | --all] [--json]
     bridge-client stop (BRIDGE_ID | --all) [--sandbox DIR] [--timeout SECONDS]
     bridge-client prune [--dry-run] [--min-age SECONDS]
+    bridge-client export STATE_FILE OUT [--sandbox DIR] [--agent NAME]
+    bridge-client restore EXPORT [PROMPT...] --sandbox NEW [--agent NAME] [--option KEY=VALUE]...
 
 A PROMPT word ``-`` reads the prompt from standard input, ``@FILE`` from a file.
 
@@ -60,7 +62,7 @@ try:
     from .. import __version__
     from ..errors import ApprovalsUnsupported, HarnessError
     from ..paths import STATE_DIR_HINT, user_home
-    from . import answer, bridges, cancel, continue_, prune, run, say, stop
+    from . import answer, bridges, cancel, continue_, export, prune, restore, run, say, stop
     from .arguments import Parser
     from .exits import INTERNAL_ERROR, Failure, OutputError, Stopped, UsageError
     from .output import log_to_stderr, print_err
@@ -80,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
-    for command in (run, continue_, bridges, stop, cancel, answer, say, prune):
+    for command in (run, continue_, bridges, stop, cancel, answer, say, prune, export, restore):
         command.add_command(commands)
     return parser
 
