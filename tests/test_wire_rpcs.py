@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_client.errors import BadRequest, HarnessError, RpcError, rpc_error_from_wire
+from bridge_client.wire import portable as _portable  # noqa: F401  (its rows join the catalogue)
 from bridge_client.wire import rpcs
 from bridge_client.wire.parts import SessionState
 from bridge_client.wire.rpcs import (
@@ -46,6 +47,14 @@ EXPECTED = {
     "SendMessage": (False, True, ("TurnNotFound", "TurnNotRunning", "MessagesUnsupported", "BadRequest")),
     "ClaimHostTool": (False, True, ("TurnNotFound", "HostToolCallNotFound", "BadRequest")),
     "AnswerHostTool": (False, True, ("TurnNotFound", "HostToolCallNotFound", "BadRequest")),
+    # Portable sessions (issue 31; docs/protocol.md, "Moving a session").
+    "ExportSession": (False, True, ("SessionNotFound", "SessionMoved")),
+    "ImportSession": (
+        False,
+        True,
+        ("ExportDamaged", "ExportUnsupported", "DriverMismatch", "RestoreConflict", "BadRequest"),
+    ),
+    "MoveSession": (False, True, ("SessionNotFound", "BadRequest")),
 }
 
 PROTOCOL_MD = os.environ.get("BRIDGE_CLIENT_PROTOCOL_MD", "/work/shared/design/PROTOCOL.md")

@@ -32,7 +32,8 @@ def add_command(commands: Any) -> None:
     )
     export.add_argument(
         "state_file", metavar="STATE_FILE",
-        help="a turn state file of the session (the file a suspend or run --state wrote, or run --json output)",
+        help="a turn state file of the session (the file a suspend or run --state wrote, or the "
+        "output of run --json)",
     )
     export.add_argument("out", metavar="OUT", help="the export file to write (replaced whole, mode 0600)")
     add_agent_arguments(export, None)

@@ -60,7 +60,8 @@ def encode_export(body: Mapping[str, Any]) -> bytes:
         ValueError, TypeError: ``body`` is not plain JSON (a NaN, a non-JSON value).
     """
     text = _body_text(body)
-    header = {"format": FORMAT, "version": VERSION, "bytes": len(text), "sha256": hashlib.sha256(text).hexdigest()}
+    digest = hashlib.sha256(text).hexdigest()
+    header = {"format": FORMAT, "version": VERSION, "bytes": len(text), "sha256": digest}
     return json.dumps(header, separators=(",", ":")).encode("ascii") + b"\n" + text + b"\n"
 
 
@@ -153,7 +154,8 @@ def check_body(body: Any, where: str = "the export") -> Dict[str, Any]:
         _check_turn(turn, body["sessionId"], f"{where}: turn {n}", where)
         _need(turn["turnId"] not in seen, where, f"turn {turn['turnId']!r} is there twice")
         seen.add(turn["turnId"])
-    return body
+    checked: Dict[str, Any] = body
+    return checked
 
 
 def _check_turn(turn: Any, session_id: str, at: str, where: str) -> None:
@@ -215,16 +217,24 @@ def _move_session(payload: Any) -> Dict[str, Any]:
         raise BadRequest("payload must be a JSON object")
     session_id = check_id(payload.get("sessionId"), "sessionId")
     epoch = payload.get("epoch")
-    if not _is_int(epoch) or epoch < 1:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
         raise BadRequest("epoch must be an integer >= 1")
     to = payload.get("to")
-    if not isinstance(to, dict) or not all(isinstance(v, str) for v in to.values()) or len(json.dumps(to)) > 4096:
+    if (
+        not isinstance(to, dict)
+        or not all(isinstance(v, str) for v in to.values())
+        or len(json.dumps(to)) > 4096
+    ):
         raise BadRequest("to must be an object of strings (at most 4 KiB)")
     return {"session_id": session_id, "epoch": epoch, "to": dict(to)}
 
 
 EXPORT_SESSION = Rpc(
-    "ExportSession", stream=False, resend=True, errors=("SessionNotFound", "SessionMoved"), check=_export_session
+    "ExportSession",
+    stream=False,
+    resend=True,
+    errors=("SessionNotFound", "SessionMoved"),
+    check=_export_session,
 )
 """``ExportSession {sessionId}``: the body of an export of the session's committed log."""
 

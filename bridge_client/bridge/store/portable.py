@@ -108,7 +108,9 @@ def read_session_log(store: StoreReader, session_id: str) -> Dict[str, Any]:
             always = [r[0] for r in conn.execute(
                 "SELECT tool_name FROM approval_always WHERE session_id = ? ORDER BY tool_name", (session_id,)
             )]
-            epoch = conn.execute("SELECT epoch FROM session_epochs WHERE session_id = ?", (session_id,)).fetchone()
+            epoch = conn.execute(
+                "SELECT epoch FROM session_epochs WHERE session_id = ?", (session_id,)
+            ).fetchone()
         finally:
             conn.execute("COMMIT")
     return {
