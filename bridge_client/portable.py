@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from .agent import bridge_options, create_session
 from .client import launcher
 from .client.connection import Connection
 from .client.session import Session
-from .client.session_export import PathLike, read_export
+from .client.session_export import read_export
 from .errors import ConnectionLost, DriverMismatch, HarnessError
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .sandbox.base import Sandbox
@@ -26,8 +27,8 @@ log = logging.getLogger("bridge_client")
 
 
 def restore_session(
-    source: PathLike,
-    session_options: Union[CreateSessionOptions, Sandbox, str, "PathLike"],
+    source: "str | os.PathLike[str]",
+    session_options: "CreateSessionOptions | Sandbox | str | os.PathLike[str]",
     options: Union[BridgeOptions, str, None] = None,
     *,
     agent_options: Any = None,
@@ -83,21 +84,23 @@ def restore_session(
     """
     body = read_export(source)
     agent_id = body["agentId"]
-    if options is None:
-        options = bridge_options(agent_id, agent_options=agent_options)
-        agent_options = None
-    elif isinstance(options, str):
-        options = bridge_options(options, agent_options=agent_options)
-        agent_options = None
-    if isinstance(options, BridgeOptions) and options.id != agent_id:
-        raise DriverMismatch(
-            f"the export is of the {agent_id} agent, the options are of {options.id}: restore it "
-            "with the same agent",
-            expected=agent_id, actual=options.id,
-        )
     state = SessionState.from_dict(body["session"])
-    session_options = _with_session(session_options, state)
-    session = create_session(options, session_options, agent_options=agent_options)
+    opts, given = _with_session(session_options, state)
+    if options is None or isinstance(options, str):
+        # As create_session does for a Sandbox: a container's Python is not this one.
+        python = None
+        if given is not None and type(given).__name__ != "LocalSandbox":
+            python = str(getattr(given, "python", None) or "python3")
+        options = bridge_options(options or agent_id, agent_options=agent_options, python=python)
+        agent_options = None
+    session = create_session(options, opts, agent_options=agent_options)
+    actual = session._options.id
+    if actual != agent_id:
+        raise DriverMismatch(
+            f"the export is of the {agent_id} agent, the options are of {actual}: restore it "
+            "with the same agent",
+            expected=agent_id, actual=actual,
+        )
     payload = {"sessionId": state.session_id, "version": portable.VERSION, "export": body}
     try:
         result = _import(session, payload)
@@ -113,17 +116,20 @@ def restore_session(
     return session
 
 
-def _with_session(session_options: Any, state: SessionState) -> CreateSessionOptions:
-    """``session_options`` as :func:`create_session` takes it, with the export's session."""
+def _with_session(
+    session_options: Any, state: SessionState
+) -> Tuple[CreateSessionOptions, Optional[Sandbox]]:
+    """``session_options`` as :func:`create_session` takes it, with the export's session; and
+    the sandbox when a Sandbox or a folder was given (``None`` for CreateSessionOptions)."""
     if isinstance(session_options, CreateSessionOptions):
-        opts = session_options
-    elif isinstance(session_options, Sandbox):
-        opts = CreateSessionOptions(workspace=Workspace(session_options))
+        return dataclasses.replace(session_options, resume=state, session_id=None), None
+    if isinstance(session_options, Sandbox):
+        sandbox: Sandbox = session_options
     else:
         from .sandbox.local import LocalSandbox
 
-        opts = CreateSessionOptions(workspace=Workspace(LocalSandbox(session_options)))
-    return dataclasses.replace(opts, resume=state, session_id=None)
+        sandbox = LocalSandbox(session_options)
+    return CreateSessionOptions(workspace=Workspace(sandbox), resume=state), sandbox
 
 
 def _import(session: Session, payload: Any) -> Any:

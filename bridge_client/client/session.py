@@ -14,6 +14,7 @@ closes it once unused for ``idle_timeout``.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Optional
 
 from ..bridge import identity
@@ -28,7 +29,7 @@ from . import launcher, randoms
 from .channel import SessionChannel
 from .connection import Connection
 from .foreign import ForeignBridge
-from .session_export import PathLike, write_export
+from .session_export import write_export
 from .turn import Turn
 
 __all__ = ["Session"]
@@ -246,7 +247,7 @@ class Session:
 
     # ------------------------------------------------------------------ export
 
-    def export(self, path: PathLike) -> str:
+    def export(self, path: "str | os.PathLike[str]") -> str:
         """Write the session to one export file at ``path``, for :func:`~bridge_client.restore_session`
         in another sandbox (see :doc:`portable-sessions`).
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Dict, Union
+from typing import Any, Dict
 
 from ..wire import portable
 
-__all__ = ["write_export", "read_export", "PathLike"]
-
-PathLike = Union[str, "os.PathLike[str]"]
+__all__ = ["write_export", "read_export"]
 
 
-def write_export(path: PathLike, body: Dict[str, Any]) -> str:
+def write_export(path: "str | os.PathLike[str]", body: Dict[str, Any]) -> str:
     """Write the export file of ``body`` at ``path`` atomically: a temporary file in the same
     folder (mode 0600: it holds prompts and output), flushed to disk, then renamed over
     ``path``; a failure at any point leaves ``path`` as it was and removes the temporary file.
@@ -53,7 +51,7 @@ def write_export(path: PathLike, body: Dict[str, Any]) -> str:
     return target
 
 
-def read_export(path: PathLike) -> Dict[str, Any]:
+def read_export(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     """Read and check an export file; return its body.
 
     Raises:

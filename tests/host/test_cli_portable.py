@@ -1,4 +1,4 @@
-"""C25 from the command line: ``bridge-client export STATE_FILE OUT`` and ``bridge-client
+"""C23 from the command line: ``bridge-client export STATE_FILE OUT`` and ``bridge-client
 restore EXPORT --sandbox NEW [PROMPT...]``. Real CLI processes, real bridges, real files."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _error_line(done, status):
     return lines[0]
 
 
-def test_c25_cli_export_then_restore_runs_the_next_turn(workspace, new_folder, tmp_path):
+def test_c23_cli_export_then_restore_runs_the_next_turn(workspace, new_folder, tmp_path):
     state = str(tmp_path / "turn.json")
     out = str(tmp_path / "chat.export")
     done = cli("run", "first words", "--agent", "echo", "--sandbox", workspace, "--state", state)
@@ -56,7 +56,7 @@ def test_c25_cli_export_then_restore_runs_the_next_turn(workspace, new_folder, t
     assert "restored into" in done.stderr
 
 
-def test_c25_cli_restore_bad_input_is_one_line(workspace, new_folder, tmp_path):
+def test_c23_cli_restore_bad_input_is_one_line(workspace, new_folder, tmp_path):
     state = str(tmp_path / "turn.json")
     out = str(tmp_path / "chat.export")
     assert cli("run", "x", "--agent", "echo", "--sandbox", workspace, "--state", state).returncode == 0

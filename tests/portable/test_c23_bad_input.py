@@ -1,4 +1,4 @@
-"""C25, bad input: a damaged or truncated export file, a file of a newer format, a restore
+"""C23, bad input: a damaged or truncated export file, a file of a newer format, a restore
 into a sandbox whose driver differs, a restore into a bridge that holds those turns: each a
 typed error, and nothing half restored (the import is one transaction, after every check)."""
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _rewrite(path, header=None, body=None):
         f.write(json.dumps(h).encode() + b"\n" + text + b"\n")
 
 
-def test_c25_truncated_export_is_export_damaged_and_nothing_is_launched(exported, other_sandbox):
+def test_c23_truncated_export_is_export_damaged_and_nothing_is_launched(exported, other_sandbox):
     path, _ = exported
     data = open(path, "rb").read()
     with open(path, "wb") as f:
@@ -63,7 +63,7 @@ def test_c25_truncated_export_is_export_damaged_and_nothing_is_launched(exported
     assert _stores(other_sandbox) == []
 
 
-def test_c25_changed_byte_is_export_damaged(exported, other_sandbox):
+def test_c23_changed_byte_is_export_damaged(exported, other_sandbox):
     path, _ = exported
     data = bytearray(open(path, "rb").read())
     at = data.index(b'"two"')
@@ -75,14 +75,14 @@ def test_c25_changed_byte_is_export_damaged(exported, other_sandbox):
 
 
 @pytest.mark.parametrize("content", [b"", b"not json\n{}\n", b'{"format":"other","version":1}\n{}\n'])
-def test_c25_not_an_export_is_export_damaged(tmp_path, other_sandbox, content):
+def test_c23_not_an_export_is_export_damaged(tmp_path, other_sandbox, content):
     path = tmp_path / "x.export"
     path.write_bytes(content)
     with pytest.raises(bc.ExportDamaged):
         bc.restore_session(str(path), session_options(other_sandbox), options("echo"))
 
 
-def test_c25_body_of_the_wrong_shape_is_export_damaged(exported, other_sandbox):
+def test_c23_body_of_the_wrong_shape_is_export_damaged(exported, other_sandbox):
     path, _ = exported
     body = json.loads(open(path, "rb").read().split(b"\n")[1])
     body["turns"][1]["parts"][0]["index"] = 7  # checksummed, but not a log
@@ -91,7 +91,7 @@ def test_c25_body_of_the_wrong_shape_is_export_damaged(exported, other_sandbox):
         bc.restore_session(path, session_options(other_sandbox), options("echo"))
 
 
-def test_c25_newer_format_is_export_unsupported(exported, other_sandbox):
+def test_c23_newer_format_is_export_unsupported(exported, other_sandbox):
     path, _ = exported
     _rewrite(path, header={"version": portable.VERSION + 1})
     with pytest.raises(bc.ExportUnsupported) as info:
@@ -100,7 +100,7 @@ def test_c25_newer_format_is_export_unsupported(exported, other_sandbox):
     assert _stores(other_sandbox) == []
 
 
-def test_c25_other_driver_is_driver_mismatch_before_any_launch(exported, other_sandbox):
+def test_c23_other_driver_is_driver_mismatch_before_any_launch(exported, other_sandbox):
     path, _ = exported
     with pytest.raises(bc.DriverMismatch) as info:
         bc.restore_session(path, session_options(other_sandbox), options("shell"))
@@ -123,7 +123,7 @@ def _import(session, body):
             conn.close()
 
 
-def test_c25_the_bridge_refuses_another_drivers_export(exported, other_sandbox):
+def test_c23_the_bridge_refuses_another_drivers_export(exported, other_sandbox):
     """The bridge checks the driver itself (the host's check is not trusted): nothing stored."""
     path, sid = exported
     body = portable.decode_export(open(path, "rb").read())
@@ -138,7 +138,7 @@ def test_c25_the_bridge_refuses_another_drivers_export(exported, other_sandbox):
         shell.release()
 
 
-def test_c25_taken_turn_id_is_restore_conflict_and_nothing_is_written(exported, other_sandbox):
+def test_c23_taken_turn_id_is_restore_conflict_and_nothing_is_written(exported, other_sandbox):
     path, sid = exported
     with bc.create_session(options("echo"), session_options(other_sandbox)) as other:
         list(other.turn("mine", turn_id="t-2"))  # the export's second turn id, another session
@@ -150,7 +150,7 @@ def test_c25_taken_turn_id_is_restore_conflict_and_nothing_is_written(exported, 
     assert _rows(store, "SELECT count(*) FROM session_epochs") == [(0,)]
 
 
-def test_c25_import_sent_twice_imports_once(exported, other_sandbox):
+def test_c23_import_sent_twice_imports_once(exported, other_sandbox):
     path, sid = exported
     body = portable.decode_export(open(path, "rb").read())
     session = bc.create_session(options("echo"), session_options(other_sandbox))

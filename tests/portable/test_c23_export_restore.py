@@ -1,4 +1,4 @@
-"""C25, a session outlives its sandbox: export a session to one file, restore it into another
+"""C23, a session outlives its sandbox: export a session to one file, restore it into another
 sandbox (a second local folder; real bridges, real stores), and the session goes on there."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _texts(parts):
     return "".join(p.text for p in parts if p.type == "text-delta")
 
 
-def test_c25_echo_export_restore_goes_on_in_the_new_sandbox(sandbox, other_sandbox, tmp_path):
+def test_c23_echo_export_restore_goes_on_in_the_new_sandbox(sandbox, other_sandbox, tmp_path):
     out = str(tmp_path / "chat.export")
     with bc.create_session(options("echo"), session_options(sandbox)) as session:
         first = list(session.turn("one", turn_id="t-1"))
@@ -50,7 +50,7 @@ DRIVERS = os.path.join(os.path.dirname(HERE), "drivers")
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def test_c25_openai_restored_session_sends_the_earlier_turns(
+def test_c23_openai_restored_session_sends_the_earlier_turns(
     sandbox, workspace, other_sandbox, tmp_path, monkeypatch
 ):
     """The openai driver's checkpoint is its messages: the restored bridge's first request to
@@ -81,3 +81,26 @@ def test_c25_openai_restored_session_sends_the_earlier_turns(
         {"role": "assistant", "content": "Hello, world!"},
         {"role": "user", "content": "And again?"},
     ]
+
+
+def test_c23_the_guide_runs_as_written(workspace):
+    """docs/portable-sessions.md's example, pasted in an empty folder: export, the old sandbox
+    removed, restore, the imported turn read again as it was, and the next turn."""
+    import re
+    import subprocess
+    import sys
+
+    page = open(os.path.join(REPO, "docs", "portable-sessions.md"), encoding="utf-8").read()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    script = os.path.join(workspace, "snippet.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(code)
+    done = subprocess.run([sys.executable, script], cwd=workspace, capture_output=True, text=True,
+                          timeout=100)
+    try:
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines == ["imported: the first turn", "finished: the next turn"], done.stdout
+        assert not os.path.exists(os.path.join(workspace, "old-sandbox"))
+    finally:
+        kill_all_under(os.path.join(workspace, "new-sandbox"))

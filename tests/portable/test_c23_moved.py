@@ -1,4 +1,4 @@
-"""C25, the session moves: a restore gives the session a new epoch, and a host still holding
+"""C23, the session moves: a restore gives the session a new epoch, and a host still holding
 the old state is told where it went (SessionMoved), never served by the old bridge again,
 also after that bridge restarts (the move is in its store)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from host_support import options, session_options, wait_until
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_c25_old_bridge_answers_session_moved_with_where_it_went(sandbox, other_sandbox, tmp_path):
+def test_c23_old_bridge_answers_session_moved_with_where_it_went(sandbox, other_sandbox, tmp_path):
     out = str(tmp_path / "chat.export")
     old = bc.create_session(options("echo"), session_options(sandbox))
     list(old.turn("one", turn_id="t-1"))
