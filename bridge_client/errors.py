@@ -30,6 +30,7 @@
     │   ├── HostToolCallNotFound   the turn has no host tool call with that id
     │   ├── ExportDamaged          a session export file is damaged or truncated
     │   ├── ExportUnsupported      a session export file of a newer format
+    │   ├── ExportTooLarge         a session too large to move in one import (``bytes``, ``limit``)
     │   ├── DriverMismatch         a restore into a bridge of another driver
     │   ├── RestoreConflict        the new bridge holds other turns of that session
     │   └── SessionMoved           the session was restored elsewhere (``epoch``, ``to``)
@@ -79,6 +80,7 @@ __all__ = [
     "HostToolCallNotFound",
     "ExportDamaged",
     "ExportUnsupported",
+    "ExportTooLarge",
     "DriverMismatch",
     "RestoreConflict",
     "SessionMoved",
@@ -331,6 +333,14 @@ class ExportUnsupported(RpcError):
     tag = "ExportUnsupported"
 
 
+class ExportTooLarge(RpcError):
+    """The session of an export is larger than one import request may be
+    (``fields["bytes"]``, ``fields["limit"]``: the bridge's frame bound, less room for the
+    envelope): it cannot be restored by this version. Nothing was sent."""
+
+    tag = "ExportTooLarge"
+
+
 class DriverMismatch(RpcError):
     """A restore into a bridge whose driver differs from the one the export was made with
     (``fields["expected"]``, ``fields["actual"]``: agent ids). Nothing was restored."""
@@ -454,6 +464,7 @@ _RPC_ERRORS = {
         HostToolCallNotFound,
         ExportDamaged,
         ExportUnsupported,
+        ExportTooLarge,
         DriverMismatch,
         RestoreConflict,
         SessionMoved,

@@ -15,7 +15,7 @@ from .client import launcher
 from .client.connection import Connection
 from .client.session import Session
 from .client.session_export import read_export
-from .errors import ConnectionLost, DriverMismatch, HarnessError
+from .errors import ConnectionLost, DriverMismatch, ExportTooLarge, HarnessError
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .sandbox.base import Sandbox
 from .wire import portable
@@ -71,6 +71,8 @@ def restore_session(
     Raises:
         ExportDamaged: the file is damaged, truncated, or not an export.
         ExportUnsupported: the file is of a newer format version.
+        ExportTooLarge: the session is larger than one import carries (16 MiB less 64 KiB of
+            JSON): nothing is launched.
         DriverMismatch: ``options`` (or the sandbox's bridge) runs another driver than the
             export's: checked before anything is launched, and again by the bridge.
         RestoreConflict: the new sandbox's bridge holds turns of that session already.
@@ -83,6 +85,13 @@ def restore_session(
     every check (the driver, the shape, taken turn ids) comes before it.
     """
     body = read_export(source)
+    size = portable.body_size(body)
+    if size > portable.MAX_IMPORT_BYTES:
+        raise ExportTooLarge(
+            f"the session is {size} bytes as JSON, more than one import carries "
+            f"({portable.MAX_IMPORT_BYTES}): it cannot be restored by this version",
+            bytes=size, limit=portable.MAX_IMPORT_BYTES,
+        )
     agent_id = body["agentId"]
     state = SessionState.from_dict(body["session"])
     opts, given = _with_session(session_options, state)

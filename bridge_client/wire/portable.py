@@ -24,6 +24,8 @@ from .rpcs import CATALOGUE, Rpc, check_id
 __all__ = [
     "FORMAT",
     "VERSION",
+    "MAX_IMPORT_BYTES",
+    "body_size",
     "encode_export",
     "decode_export",
     "check_body",
@@ -39,12 +41,21 @@ FORMAT = "bridge-client-session"
 VERSION = 1
 """The export format this package writes and the newest it reads."""
 
+MAX_IMPORT_BYTES = 16 * 1024 * 1024 - 64 * 1024
+"""The largest export body one ``ImportSession`` carries, in bytes of compact JSON: the
+bridge's frame bound (16 MiB) less room for the envelope."""
+
 _MAX_HEADER = 4096
 _TURN_STATUSES = ("running", "finished")
 
 
 def _body_text(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def body_size(body: Mapping[str, Any]) -> int:
+    """The size of ``body`` as compact JSON, in bytes of UTF-8 (what ``ImportSession`` carries)."""
+    return len(_body_text(body))
 
 
 def import_id(body: Mapping[str, Any]) -> str:

@@ -163,3 +163,16 @@ def test_c23_import_sent_twice_imports_once(exported, other_sandbox):
     assert first["epoch"] == again["epoch"] == body["epoch"] + 1
     (store,) = _stores(other_sandbox)
     assert _rows(store, "SELECT id FROM turns ORDER BY id") == [("t-1",), ("t-2",)]
+
+
+def test_c23_a_session_too_large_for_one_import_is_export_too_large(exported, other_sandbox):
+    """Over the bridge's frame bound the import would only be a dropped connection: said at
+    once, before anything is launched."""
+    path, _ = exported
+    body = json.loads(open(path, "rb").read().split(b"\n")[1])
+    body["turns"][0]["parts"][1]["pad"] = "x" * portable.MAX_IMPORT_BYTES
+    _rewrite(path, body=json.dumps(body).encode())
+    with pytest.raises(bc.ExportTooLarge) as info:
+        bc.restore_session(path, session_options(other_sandbox), options("echo"))
+    assert info.value.fields["limit"] == portable.MAX_IMPORT_BYTES
+    assert _stores(other_sandbox) == []

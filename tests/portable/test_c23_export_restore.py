@@ -115,7 +115,7 @@ def test_c23_export_while_a_turn_runs_and_the_restore_continues_it(
     prompt = "echo one\ntouch started && sleep 2\necho two"
     with bc.create_session(options("shell"), session_options(sandbox)) as session:
         turn = session.turn(prompt, turn_id="t-run")
-        for part in turn:
+        for _part in turn:
             if os.path.exists(os.path.join(workspace, "started")):
                 break
         session.export(out)
