@@ -137,3 +137,28 @@ def test_c23_export_while_a_turn_runs_and_the_restore_continues_it(
     assert parts[-1].finish_reason == "stop"
     assert again.text().count("one") == 1 and "two" in again.text()
     assert os.path.exists(os.path.join(other_workspace, "started"))
+
+
+def test_c23_an_export_that_fails_midway_leaves_the_old_file_whole(sandbox, tmp_path, monkeypatch):
+    """No half-written file: a failure while the new file is written (a full disk at its
+    flush, here) leaves the target as it was and no temporary file beside it."""
+    out = tmp_path / "chat.export"
+    with bc.create_session(options("echo"), session_options(sandbox)) as session:
+        list(session.turn("one"))
+        session.export(out)
+        before = out.read_bytes()
+        list(session.turn("two"))
+        real_fsync = os.fsync
+
+        def full_disk(fd):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            session.export(out)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert out.read_bytes() == before
+        assert sorted(os.listdir(tmp_path)) == sorted(n for n in os.listdir(tmp_path) if ".tmp" not in n)
+        session.export(out)
+    assert len(portable.decode_export(out.read_bytes())["turns"]) == 2
+    assert oct(os.stat(out).st_mode & 0o777) == "0o600"
