@@ -42,7 +42,8 @@ class SessionMover:
     def export_session(self, session_id: str) -> Dict[str, Any]:
         """``ExportSession``: the export body of the session (see
         :func:`~bridge_client.wire.portable.check_body` for its shape): its state as this
-        bridge holds it, and its committed turns with their parts.
+        bridge holds it, its committed turns with their parts, and, from a driver with
+        ``export_files(data)``, the agent's own files (its transcript).
 
         Raises:
             SessionNotFound: no such session. SessionMoved: it was moved elsewhere.
@@ -56,6 +57,8 @@ class SessionMover:
             state = session.state().to_dict()
             closed = session.closed
         logged = read_session_log(m._store, session_id)
+        hook = getattr(m._driver, "export_files", None)
+        files = list(hook(state["data"])) if callable(hook) else []
         return {
             "sessionId": session_id,
             "agentId": m._agent_id,
@@ -66,6 +69,7 @@ class SessionMover:
             "session": state,
             "closed": closed,
             "alwaysAllowed": logged["alwaysAllowed"],
+            "files": files,
             "turns": logged["turns"],
         }
 
@@ -76,9 +80,13 @@ class SessionMover:
             ``{"session": SessionState JSON, "epoch": int, "turns": int, "imported": bool}``
             (``imported`` is false when this very export was imported before).
 
+        A driver with ``import_files(data, files)`` gets the export's ``files`` (its own
+        transcript) before the log is written.
+
         Raises:
             DriverMismatch: the export was made by another driver (agent id).
             RestoreConflict: this bridge holds turns of the session, or turns of those ids.
+            OSError: the driver cannot write its files (nothing of the log is written).
         """
         m = self._m
         if body["agentId"] != m._agent_id:
@@ -116,6 +124,11 @@ class SessionMover:
             revision = max(body["session"]["revision"], here.revision if here is not None else 0)
             epoch = max(body["epoch"], row.epoch if row is not None else 0) + 1
             ops = import_ops(body, revision, epoch, iid)
+            # The agent's own files first (its transcript, keyed by its session id: harmless
+            # if the transaction below failed), then the log in one transaction.
+            hook = getattr(m._driver, "import_files", None)
+            if callable(hook) and body.get("files"):
+                hook(body["session"]["data"], list(body["files"]))
             m._store.wait(m._store.submit(*ops), m._commit_timeout)
             session = Session(session_id, revision, body["session"]["data"])
             if here is not None:  # what the last OpenSession gave, kept in memory

@@ -96,7 +96,7 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
-from . import mcp_config
+from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import (
     CLIRuns,
@@ -407,6 +407,16 @@ class ClaudeCodeDriver(StreamJsonDriver):
         self.permission_mode: Optional[str] = options.get("permission_mode", default_mode)
         self.max_turns: Optional[int] = options.get("max_turns")
         self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
+
+    def export_files(self, data: Any) -> List[Dict[str, str]]:
+        """The CLI's transcript of the session ``data`` names, for a session export
+        (:func:`~bridge_client.drivers.transcripts.export_claude`)."""
+        return transcripts.export_claude(data, workspace_dir())
+
+    def import_files(self, data: Any, files: List[Dict[str, Any]]) -> None:
+        """Put an export's transcript back where the CLI finds it from this workspace
+        (:func:`~bridge_client.drivers.transcripts.import_claude`). Raises: OSError."""
+        transcripts.import_claude(data, files, workspace_dir())
 
     def _mode(self, approvals: bool) -> Optional[str]:
         # With approvals the CLI must ask: a mode that skips its checks is not passed.

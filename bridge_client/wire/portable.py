@@ -135,7 +135,8 @@ def check_body(body: Any, where: str = "the export") -> Dict[str, Any]:
     """Check an export body's shape and return it.
 
     The shape: ``{sessionId, agentId, bridgeId, generation, epoch, exportedAt, session:
-    {sessionId, revision, data}, closed, alwaysAllowed: [tool name], turns: [{turnId, prompt,
+    {sessionId, revision, data}, closed, alwaysAllowed: [tool name], files?: [{name, text}]
+    (the agent's own transcript, for a CLI agent), turns: [{turnId, prompt,
     status: "running"|"finished", startedAt, turnState, finish, checkpoint: {sessionId,
     revision, data}, messagesTaken, parts: [part JSON object, index 0, 1, ...]}]}``.
 
@@ -158,6 +159,14 @@ def check_body(body: Any, where: str = "the export") -> Dict[str, Any]:
     )
     always = body.get("alwaysAllowed", [])
     _need(isinstance(always, list) and all(isinstance(a, str) for a in always), where, "alwaysAllowed")
+    files = body.get("files", [])
+    _need(
+        isinstance(files, list) and all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str)
+            for f in files
+        ),
+        where, "files is not a list of {name, text}",
+    )
     turns = body.get("turns")
     _need(isinstance(turns, list), where, "turns is not a list")
     seen = set()

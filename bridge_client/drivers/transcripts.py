@@ -1,0 +1,93 @@
+"""A CLI agent's own transcript, carried in a session export (see :doc:`portable-sessions`):
+Claude Code keeps each session as ``<config dir>/projects/<cwd with every character but
+letters and digits made '-'>/<session id>.jsonl``, where the config dir is
+``$CLAUDE_CONFIG_DIR``, else ``~/.claude``. The export takes that file; the import writes it
+where the CLI looks for it from the new workspace, so that ``--resume`` finds it there.
+
+Files travel as ``{"name": str, "text": str}`` (UTF-8 text; a transcript is JSON lines).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
+
+__all__ = ["claude_config_dir", "claude_project_dir", "export_claude", "import_claude", "CLAUDE_TRANSCRIPT"]
+
+CLAUDE_TRANSCRIPT = "claude-code/session.jsonl"
+"""The name of Claude Code's transcript among an export's files."""
+
+_SID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def claude_config_dir() -> str:
+    """Where Claude Code keeps its settings and projects: ``$CLAUDE_CONFIG_DIR``, else
+    ``~/.claude``."""
+    return os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def claude_project_dir(cwd: str) -> str:
+    """The folder of Claude Code's transcripts of sessions run in ``cwd``."""
+    name = re.sub(r"[^A-Za-z0-9]", "-", os.path.realpath(cwd))
+    return os.path.join(claude_config_dir(), "projects", name)
+
+
+def _session_id(data: Any) -> Optional[str]:
+    sid = data.get("session_id") if isinstance(data, dict) else None
+    return sid if isinstance(sid, str) and _SID.match(sid) else None
+
+
+def export_claude(data: Any, cwd: Optional[str] = None) -> List[Dict[str, str]]:
+    """The transcript of the Claude Code session that ``data`` (the driver's session state,
+    ``{"session_id": ...}``) names: ``[{"name": CLAUDE_TRANSCRIPT, "text": ...}]``, or ``[]``
+    when there is none (no CLI session yet, or its file is gone). The one of ``cwd``'s project
+    (default: the working folder) first, else any project's."""
+    sid = _session_id(data)
+    if sid is None:
+        return []
+    mine = os.path.join(claude_project_dir(cwd or os.getcwd()), f"{sid}.jsonl")
+    found = [mine] if os.path.isfile(mine) else sorted(
+        glob.glob(os.path.join(glob.escape(claude_config_dir()), "projects", "*", f"{sid}.jsonl"))
+    )
+    for path in found:
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+            text.encode("utf-8")
+        except (OSError, UnicodeEncodeError):
+            continue
+        return [{"name": CLAUDE_TRANSCRIPT, "text": text}]
+    return []
+
+
+def import_claude(data: Any, files: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -> None:
+    """Put the transcript among ``files`` back where Claude Code, run in ``cwd`` (default: the
+    working folder), looks for the session ``data`` names; written whole (a temporary file
+    renamed), mode 0600. Nothing to do without a session id or a transcript.
+
+    Raises:
+        OSError: the config dir cannot be written.
+    """
+    sid = _session_id(data)
+    texts = [
+        f["text"] for f in files if f.get("name") == CLAUDE_TRANSCRIPT and isinstance(f.get("text"), str)
+    ]
+    if sid is None or not texts:
+        return
+    folder = claude_project_dir(cwd or os.getcwd())
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(texts[0])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, f"{sid}.jsonl"))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
