@@ -177,6 +177,7 @@ def test_b05_a_store_of_the_first_layout_is_migrated_and_its_turn_continued(tmp_
     assert exit_["_tag"] == "Success"
     tables = {"sessions", "turns", "segments", "meta", "approval_always", "turn_messages"}
     tables.add("session_interactive")
+    tables.add("session_epochs")  # portable sessions: each session's epoch and move
     assert _schema_version(path) == (SCHEMA_VERSION, tables)
     stored = read_parts(path, tid)
     # The old rows are the log's first parts, unchanged (C09: offsets keep their meaning).
