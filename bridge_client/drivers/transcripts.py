@@ -43,7 +43,8 @@ def export_claude(data: Any, cwd: Optional[str] = None) -> List[Dict[str, str]]:
     """The transcript of the Claude Code session that ``data`` (the driver's session state,
     ``{"session_id": ...}``) names: ``[{"name": CLAUDE_TRANSCRIPT, "text": ...}]``, or ``[]``
     when there is none (no CLI session yet, or its file is gone). The one of ``cwd``'s project
-    (default: the working folder) first, else any project's."""
+    (default: the working folder) first, else any project's; whole lines only (a line the CLI
+    is writing meanwhile is left out)."""
     sid = _session_id(data)
     if sid is None:
         return []
@@ -58,7 +59,8 @@ def export_claude(data: Any, cwd: Optional[str] = None) -> List[Dict[str, str]]:
             text.encode("utf-8")
         except (OSError, UnicodeEncodeError):
             continue
-        return [{"name": CLAUDE_TRANSCRIPT, "text": text}]
+        # A CLI that is writing its next line meanwhile: only whole lines are taken.
+        return [{"name": CLAUDE_TRANSCRIPT, "text": text[: text.rfind("\n") + 1]}]
     return []
 
 

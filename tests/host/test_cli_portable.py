@@ -54,6 +54,12 @@ def test_c23_cli_export_then_restore_runs_the_next_turn(workspace, new_folder, t
     session_id = json.load(open(state))["sessionId"]
     assert parts[0]["turn"]["sessionId"] == session_id
     assert "restored into" in done.stderr
+    # The same export again: imported once, so the command runs one more turn of the session.
+    done = cli("restore", out, "more words", "--sandbox", new_folder, "--json")
+    assert done.returncode == 0, done.stderr
+    parts = [json.loads(line) for line in done.stdout.splitlines()]
+    assert parts[0]["turn"]["sessionId"] == session_id
+    assert "more words" in "".join(p.get("text", "") for p in parts if p["type"] == "text-delta")
 
 
 def test_c23_cli_restore_bad_input_is_one_line(workspace, new_folder, tmp_path):

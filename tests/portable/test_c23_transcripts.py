@@ -1,0 +1,32 @@
+"""C23, Claude Code's transcript in an export: found by its session id, whole lines only, and
+put back under the new workspace's project folder (real files in a private config dir)."""
+from __future__ import annotations
+
+import os
+import re
+
+from bridge_client.drivers import transcripts
+
+
+def test_c23_claude_transcript_moves_to_the_new_workspaces_project(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    old, new = tmp_path / "old ws", tmp_path / "new.ws"
+    old.mkdir()
+    new.mkdir()
+    folder = transcripts.claude_project_dir(str(old))
+    # Every character but a letter or a digit becomes '-' (the real CLI's rule: the real-agent
+    # test's workspace paths hold '_' and '-', and the CLI resumes from what this names).
+    assert os.path.basename(folder) == re.sub(r"[^A-Za-z0-9]", "-", os.path.realpath(old))
+    os.makedirs(folder)
+    with open(os.path.join(folder, "abc-123.jsonl"), "w") as f:
+        f.write('{"type":"user"}\n{"type":"assistant"}\n{"type":"us')  # a line being written
+    data = {"session_id": "abc-123"}
+    files = transcripts.export_claude(data, str(new))  # not in new's project: any project's
+    whole = '{"type":"user"}\n{"type":"assistant"}\n'
+    assert files == [{"name": transcripts.CLAUDE_TRANSCRIPT, "text": whole}]
+    transcripts.import_claude(data, files, str(new))
+    moved = os.path.join(transcripts.claude_project_dir(str(new)), "abc-123.jsonl")
+    assert open(moved).read() == files[0]["text"]
+    assert oct(os.stat(moved).st_mode & 0o777) == "0o600"
+    assert transcripts.export_claude({"session_id": None}) == []
+    assert transcripts.export_claude({"session_id": "../../etc/passwd"}) == []
