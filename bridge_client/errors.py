@@ -50,7 +50,7 @@ Typed RPC failures, ``Unauthorized`` and ``ProtocolError`` are never retried; on
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict
+from typing import Any, ClassVar, Dict, Optional
 
 __all__ = [
     "HarnessError",
@@ -137,10 +137,15 @@ class BridgeUnavailable(HarnessError):
     Attributes:
         state: the last :class:`~bridge_client.wire.parts.SessionState` the bridge gave
             (``None`` if it never gave one); ``release()`` returns the same value.
+        journal: when the sandbox is gone and the session kept a journal
+            (``CreateSessionOptions(journal=...)``), the path of that export file, which
+            :func:`~bridge_client.restore_session` takes (the message says the command);
+            else ``None``.
     """
 
     def __init__(self, message: str, state: Any = None) -> None:
         self.state = state
+        self.journal: Optional[str] = None
         super().__init__(message)
 
 

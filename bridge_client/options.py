@@ -244,11 +244,18 @@ class CreateSessionOptions:
             :class:`~bridge_client.ToolsUnsupported`. See :doc:`host-tools`.
         tool_timeout: seconds a host tool call waits for a host to answer before the agent
             gets an error result saying the host did not answer (default 600).
+        journal: keep an export of the session on this host, written again (atomically) at
+            the end of each turn the session reads to its end: ``None``/``False`` (the
+            default) keeps none, ``True`` keeps it at
+            ``<state dir>/journals/<session id>.export``, a path keeps it there. When the
+            sandbox is gone, the session's :class:`~bridge_client.errors.BridgeUnavailable`
+            names it (``journal``) and the command that restores it. See
+            :doc:`portable-sessions`.
 
     Raises:
         BadHostTool: a tool cannot be offered (see :func:`~bridge_client.host_tool`).
         TypeError: ``workspace`` is not a :class:`Workspace`, ``session_id`` is not a ``str``,
-            ``resume`` is not a SessionState, ``ca_bundle`` is not a path, or ``env`` is not
+            ``resume`` is not a SessionState, ``ca_bundle`` or ``journal`` is not a path, or ``env`` is not
             a mapping of ``str`` names to ``str``/``Redacted`` values, ``approvals`` is not a
             ``bool`` or ``approve`` not callable.
         ValueError: ``approval_timeout`` is not ``None`` or a number of seconds > 0, a
@@ -275,10 +282,16 @@ class CreateSessionOptions:
     approve: Optional[Callable[[Any], Any]] = None
     tools: Sequence[Any] = ()
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
+    journal: Union[None, bool, str, "os.PathLike[str]"] = None
 
     def __post_init__(self) -> None:
         self._check_interactive()
         self._check_tools()
+        if self.journal is not None and not isinstance(self.journal, bool):
+            try:
+                object.__setattr__(self, "journal", os.fspath(self.journal))
+            except TypeError:
+                raise TypeError("CreateSessionOptions.journal must be None, a bool or a path") from None
         if not isinstance(self.env, SessionEnv):
             object.__setattr__(self, "env", SessionEnv(self.env))
         if not isinstance(self.workspace, Workspace):

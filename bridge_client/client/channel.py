@@ -105,6 +105,10 @@ class SessionChannel:
         self._connect_lock = threading.Lock()
         self.closing = threading.Event()
         self._ever_connected = False
+        # The session's journal (an export file kept at each turn's end), when it keeps one:
+        # called by a turn read to its end; named by the error of a sandbox that is gone.
+        self.on_turn_end: Optional[Callable[[], None]] = None
+        self.journal: Optional[str] = None
         forksafe.track(self)  # a forked child opens its own connection (_after_fork_in_child)
 
     @property
@@ -186,7 +190,12 @@ class SessionChannel:
         self.closing.set()
         self.drop()
         self._stop_idle_timer()
-        return BridgeUnavailable(f"the bridge of session {self.id} cannot be reached: {exc}", self.state)
+        message = f"the bridge of session {self.id} cannot be reached: {exc}"
+        if isinstance(exc, SandboxGone) and self.journal is not None:
+            message += f"; restore it from its journal: bridge-client restore {self.journal} --sandbox NEW"
+        error = BridgeUnavailable(message, self.state)
+        error.journal = self.journal if isinstance(exc, SandboxGone) else None
+        return error
 
     def with_connection(
         self,

@@ -19,8 +19,9 @@ from typing import Any, Optional
 
 from ..bridge import identity
 from ..driver_options import approvals_refused
-from ..errors import ApprovalsUnsupported
+from ..errors import ApprovalsUnsupported, HarnessError
 from ..options import BridgeOptions, CreateSessionOptions
+from ..paths import user_home
 from ..redacted import check_token
 from ..sandbox.base import Sandbox
 from ..wire import rpcs
@@ -89,6 +90,12 @@ class Session:
         # A built-in driver that cannot ask: refused at the first turn, before any launch (the
         # bridge would refuse OpenSession the same way, and then idle).
         self._refused = approvals_refused(options.args, options.id) if session_options.approvals else None
+        journal = session_options.journal
+        if journal is True:
+            journal = os.path.join(user_home(), "journals", f"{self.id}.export")
+        if isinstance(journal, str):
+            self._channel.journal = os.path.abspath(journal)
+            self._channel.on_turn_end = self._keep_journal
 
     # ------------------------------------------------------------------ properties
 
@@ -273,6 +280,25 @@ class Session:
 
         body = self._channel.call(portable.EXPORT_SESSION, {"sessionId": self.id})
         return write_export(path, portable.check_body(body, f"the export of session {self.id}"))
+
+    @property
+    def journal(self) -> Optional[str]:
+        """The path of the session's journal (``CreateSessionOptions(journal=...)``), an
+        export file written again at the end of each turn read to its end; ``None`` when it
+        keeps none."""
+        return self._channel.journal
+
+    def _keep_journal(self) -> None:
+        """Write the journal after a turn's end; a failure is logged, never raised (the turn
+        was read whole)."""
+        path = self._channel.journal
+        if path is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            self.export(path)
+        except (HarnessError, OSError) as exc:
+            log.warning("session %s: its journal %s was not written: %s", self.id, path, exc)
 
     # ------------------------------------------------------------------ release
 

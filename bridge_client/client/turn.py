@@ -230,6 +230,7 @@ class Turn(TurnSource):
 
     def _end(self) -> None:
         """Every part was yielded: close the read and raise ``StopIteration``."""
+        first = not self._exhausted
         self._exhausted = True
         self._close_stream()
         self._channel.forget_turn(self)
@@ -238,6 +239,9 @@ class Turn(TurnSource):
             # its next connection (C07, C14).
             self._adopted_state = False
             self._channel.drop()
+        hook = self._channel.on_turn_end
+        if first and hook is not None:
+            hook()  # the session's journal (from the newer state, after a drop); logs its failures
         raise StopIteration
 
     def suspend(self) -> TurnState:
