@@ -323,25 +323,22 @@ class HostToolCallNotFound(RpcError):
 
 
 class ExportDamaged(RpcError):
-    """A session export file (:meth:`Session.export`) is damaged or truncated: its header is
-    not the format's, its length or SHA-256 differ from what the header says, or its body is
-    not of the documented shape. Nothing was restored. See :doc:`portable-sessions`."""
+    """A session export file is damaged, truncated or not one (its header, length, SHA-256 or
+    body's shape). Nothing was restored. See :doc:`portable-sessions`."""
 
     tag = "ExportDamaged"
 
 
 class ExportUnsupported(RpcError):
-    """A session export file of a format version newer than this bridge_client reads
-    (``fields["version"]``): restore it with the version that wrote it, or a newer one.
-    Nothing was restored."""
+    """A session export file of a newer format version (``fields["version"]``) than this
+    bridge_client reads. Nothing was restored."""
 
     tag = "ExportUnsupported"
 
 
 class ExportTooLarge(RpcError):
-    """The session of an export is larger than one import request may be
-    (``fields["bytes"]``, ``fields["limit"]``: the bridge's frame bound, less room for the
-    envelope): it cannot be restored by this version. Nothing was sent."""
+    """An export's session is over what one import carries (``fields["bytes"]``,
+    ``fields["limit"]``). Nothing was sent."""
 
     tag = "ExportTooLarge"
 
@@ -354,8 +351,8 @@ class DriverMismatch(RpcError):
 
 
 class RestoreConflict(RpcError):
-    """The bridge a restore goes to already holds turns of that session, or turns of those
-    ids, from another source. Nothing was restored."""
+    """The restore's bridge holds turns of that session, or of those turn ids, already.
+    Nothing was restored."""
 
     tag = "RestoreConflict"
 

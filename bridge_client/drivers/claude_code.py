@@ -408,15 +408,7 @@ class ClaudeCodeDriver(StreamJsonDriver):
         self.max_turns: Optional[int] = options.get("max_turns")
         self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
 
-    def export_files(self, data: Any) -> List[Dict[str, str]]:
-        """The CLI's transcript of the session ``data`` names, for a session export
-        (:func:`~bridge_client.drivers.transcripts.export_claude`)."""
-        return transcripts.export_claude(data, workspace_dir())
-
-    def import_files(self, data: Any, files: List[Dict[str, Any]]) -> None:
-        """Put an export's transcript back where the CLI finds it from this workspace
-        (:func:`~bridge_client.drivers.transcripts.import_claude`). Raises: OSError."""
-        transcripts.import_claude(data, files, workspace_dir())
+    export_files, import_files = transcripts.claude_export_files, transcripts.claude_import_files
 
     def _mode(self, approvals: bool) -> Optional[str]:
         # With approvals the CLI must ask: a mode that skips its checks is not passed.

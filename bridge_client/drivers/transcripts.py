@@ -14,7 +14,17 @@ import re
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["claude_config_dir", "claude_project_dir", "export_claude", "import_claude", "CLAUDE_TRANSCRIPT"]
+from .workspace import workspace_dir
+
+__all__ = [
+    "claude_config_dir",
+    "claude_project_dir",
+    "export_claude",
+    "import_claude",
+    "claude_export_files",
+    "claude_import_files",
+    "CLAUDE_TRANSCRIPT",
+]
 
 CLAUDE_TRANSCRIPT = "claude-code/session.jsonl"
 """The name of Claude Code's transcript among an export's files."""
@@ -93,3 +103,19 @@ def import_claude(data: Any, files: Sequence[Dict[str, Any]], cwd: Optional[str]
         except OSError:
             pass
         raise
+
+
+def claude_export_files(driver: Any, data: Any) -> List[Dict[str, str]]:
+    """The Claude Code driver's ``export_files``: the CLI's transcript of the session ``data``
+    names, from the driver's workspace (:func:`export_claude`)."""
+    return export_claude(data, workspace_dir())
+
+
+def claude_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]]) -> None:
+    """The Claude Code driver's ``import_files``: the export's transcript put back where the
+    CLI finds it from the driver's workspace (:func:`import_claude`).
+
+    Raises:
+        OSError: the config dir cannot be written.
+    """
+    import_claude(data, files, workspace_dir())

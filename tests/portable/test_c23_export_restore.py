@@ -112,29 +112,31 @@ def test_c23_export_while_a_turn_runs_and_the_restore_continues_it(
     """An export taken while a turn runs holds it up to its last committed part; restored, the
     turn continues from its last completed step (the unfinished step is reset and run again)."""
     out = str(tmp_path / "chat.export")
-    prompt = "echo one\ntouch started && sleep 2\necho two"
+    prompt = "echo one\ntouch started && echo started && sleep 4\necho two"
     with bc.create_session(options("shell"), session_options(sandbox)) as session:
         turn = session.turn(prompt, turn_id="t-run")
-        for _part in turn:
-            if os.path.exists(os.path.join(workspace, "started")):
-                break
+        for part in turn:
+            if part.type == "text-delta" and "started" in part.text:
+                break  # step 1 runs its sleep now
         session.export(out)
         session.suspend_turn()
     body = portable.decode_export(open(out, "rb").read())
     (exported,) = body["turns"]
     assert exported["status"] == "running"
+    held = len(exported["parts"])
+    done = max(i for i, p in enumerate(exported["parts"]) if p["type"] == "step-finish") + 1
     kill_all_under(workspace, grace=0.0)
     shutil.rmtree(sandbox._state_root)
     with bc.restore_session(out, session_options(other_sandbox), options("shell")) as restored:
         again = restored.turn(prompt, turn_id="t-run")
         parts = list(again)
-    kinds = [p.type for p in parts]
-    held = len(exported["parts"])  # step 0 complete, step 1 started (its attempt is reset)
-    assert [p.to_dict() for p in parts[:6]] == exported["parts"][:6]
-    later = [p.index for p in parts[6:]]
-    assert later[0] == held and later == sorted(set(later))  # offsets go on, none reused
-    assert "step-reset" in kinds and parts[-1].type == "turn-finish"
-    assert parts[-1].finish_reason == "stop"
+    # The completed step, as the export holds it; then the unfinished step reset, at the
+    # offset after the export's last part: offsets go on, none reused.
+    assert [p.to_dict() for p in parts[:done]] == exported["parts"][:done]
+    assert parts[done].type == "step-reset" and parts[done].index == held
+    later = [p.index for p in parts[done:]]
+    assert later == sorted(set(later))
+    assert parts[-1].type == "turn-finish" and parts[-1].finish_reason == "stop"
     assert again.text().count("one") == 1 and "two" in again.text()
     assert os.path.exists(os.path.join(other_workspace, "started"))
 
