@@ -14,6 +14,7 @@ from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments, add_approve_arguments
 from .bridge_dirs import has_bridge
 from .exits import UsageError
+from .journal import restore_hint
 from .output import print_err
 from .sandboxes import open_sandbox, sandbox_label
 from .stream import progress_for, stream_turn
@@ -65,7 +66,11 @@ def _cmd_continue(args: argparse.Namespace) -> int:
         args.agent = recorded_agent(args.turn_state_file) or state.agent_id
     if args.sandbox is None and recorded is not None:
         args.sandbox = recorded  # the sandbox the turn runs in, not the current folder
-    sandbox = open_sandbox(args.sandbox)
+    try:
+        sandbox = open_sandbox(args.sandbox)
+    except UsageError as exc:
+        hint = restore_hint(state.session_id)  # the sandbox is gone: the journal brings it back
+        raise UsageError(f"{exc}{hint}") if hint else exc from None
     here = sandbox_label(args.sandbox)
     if not has_bridge(sandbox, state):
         where = f"it ran in {recorded}" if recorded is not None else "the file does not say where it ran"

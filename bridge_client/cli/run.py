@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments, add_approve_arguments
 from .exits import UsageError
 from .host_tools import add_tool_arguments, with_tools
+from .journal import JOURNAL_HELP
 from .prompt import PROMPT_HELP, PromptError, check_utf8, read_prompt
 from .stream import progress_for, stream_turn
 
@@ -30,6 +32,7 @@ def add_command(commands: Any) -> None:
     add_agent_arguments(run, "shell")
     add_approve_arguments(run, state=True)
     add_tool_arguments(run)
+    run.add_argument("--journal", action="store_true", help=JOURNAL_HELP)
     run.set_defaults(func=_cmd_run)
 
 
@@ -43,6 +46,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("the prompt is empty")
     options, session_options = session_options_for(args)
     session_options = with_tools(args, session_options)
+    if args.journal:
+        session_options = dataclasses.replace(session_options, journal=True)
     from ..agent import create_session  # the host side: loaded by the commands that open a session
     progress = progress_for(args)
     try:

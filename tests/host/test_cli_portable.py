@@ -77,3 +77,32 @@ def test_c23_cli_restore_bad_input_is_one_line(workspace, new_folder, tmp_path):
     assert "truncated" in line
     line = _error_line(cli("export", state, str(tmp_path / "no-such" / "x.export")), 2)
     assert "does not exist" in line
+
+
+def test_c23_cli_run_journal_then_the_sandbox_is_gone_prints_the_restore_command(
+    workspace, new_folder, tmp_path, home
+):
+    """``run --journal``: the session's journal is kept; once the sandbox is gone, ``continue``
+    says so with the one command to paste, and that command brings the session back."""
+    import os
+    import shutil
+    import shlex
+
+    state = str(tmp_path / "turn.json")
+    done = cli("run", "kept words", "--agent", "echo", "--sandbox", workspace, "--state", state, "--journal")
+    assert done.returncode == 0, done.stderr
+    session_id = json.load(open(state))["sessionId"]
+    journal = os.path.join(home, "journals", f"{session_id}.export")
+    assert os.path.isfile(journal)
+    kill_all_under(workspace, grace=0.0)
+    shutil.rmtree(workspace)
+    line = _error_line(cli("continue", state), 2)
+    command = f"bridge-client restore {shlex.quote(journal)} --sandbox NEW"
+    assert line.endswith(command), line
+    argv = shlex.split(command)[1:]
+    argv[argv.index("NEW")] = new_folder
+    done = cli(*argv[:2], "after the loss", *argv[2:], "--json")
+    assert done.returncode == 0, done.stderr
+    parts = [json.loads(line) for line in done.stdout.splitlines()]
+    assert parts[0]["turn"]["sessionId"] == session_id
+    assert "after the loss" in "".join(p.get("text", "") for p in parts if p["type"] == "text-delta")
