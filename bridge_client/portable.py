@@ -15,7 +15,7 @@ from .client import launcher
 from .client.connection import Connection
 from .client.session import Session
 from .client.session_export import read_export
-from .errors import ConnectionLost, DriverMismatch, ExportTooLarge, HarnessError
+from .errors import BridgeUnavailable, ConnectionLost, DriverMismatch, ExportTooLarge, HarnessError
 from .options import BridgeOptions, CreateSessionOptions, Workspace
 from .sandbox.base import Sandbox
 from .wire import portable
@@ -145,7 +145,11 @@ def _import(session: Session, payload: Any) -> Any:
     """Send ``ImportSession`` on a connection of the session's bridge, before any
     ``OpenSession`` (an open would write the session's state before its turns). Safe to send
     again (idempotent by the export's SHA-256): a dropped connection is tried again within
-    the session's resend window."""
+    the session's resend window.
+
+    Raises:
+        BridgeUnavailable: the connection dropped for the whole resend window.
+    """
     opts = session._channel.options
     deadline = time.monotonic() + opts.resend_window
     while True:
@@ -153,9 +157,12 @@ def _import(session: Session, payload: Any) -> Any:
         try:
             conn, _hello = launcher.connect(session._plan, holder=made)
             return conn.call(portable.IMPORT_SESSION.tag, payload, timeout=max(opts.request_timeout, 60.0))
-        except ConnectionLost:
+        except ConnectionLost as exc:
             if time.monotonic() >= deadline:
-                raise
+                raise BridgeUnavailable(
+                    f"the bridge of sandbox {session.sandbox.id} cannot be reached to import "
+                    f"session {session.id}: {exc}"
+                ) from exc
             time.sleep(0.1)
         finally:
             for conn in made:
