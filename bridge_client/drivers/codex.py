@@ -66,7 +66,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
-from . import mcp_config
+from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
 from .cli_process import keep_session_id, resume_point, summarize
@@ -200,6 +200,8 @@ class CodexDriver:
     program = "codex"
     package = "@openai/codex"
     version = "0.171.0"
+
+    export_files, import_files = transcripts.codex_export_files, transcripts.codex_import_files
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))

@@ -1,8 +1,12 @@
-"""A CLI agent's own transcript, carried in a session export (see :doc:`portable-sessions`):
-Claude Code keeps each session as ``<config dir>/projects/<cwd with every character but
-letters and digits made '-'>/<session id>.jsonl``, where the config dir is
-``$CLAUDE_CONFIG_DIR``, else ``~/.claude``. The export takes that file; the import writes it
-where the CLI looks for it from the new workspace, so that ``--resume`` finds it there.
+"""A CLI agent's own transcript, carried in a session export (see :doc:`portable-sessions`).
+
+- Claude Code keeps each session as ``<config dir>/projects/<cwd with every character but
+  letters and digits made '-'>/<session id>.jsonl``, where the config dir is
+  ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``. The export takes that file; the import writes
+  it where the CLI looks for it from the new workspace, so that ``--resume`` finds it there.
+- Codex keeps each thread as ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread
+  id>.jsonl`` (``CODEX_HOME`` defaults to ``~/.codex``), found by its id wherever the CLI
+  runs: the import writes it back at the same place under the new ``CODEX_HOME``.
 
 Files travel as ``{"name": str, "text": str}`` (UTF-8 text; a transcript is JSON lines).
 """
@@ -23,6 +27,8 @@ __all__ = [
     "import_claude",
     "claude_export_files",
     "claude_import_files",
+    "codex_export_files",
+    "codex_import_files",
     "CLAUDE_TRANSCRIPT",
 ]
 
@@ -47,6 +53,40 @@ def claude_project_dir(cwd: str) -> str:
 def _session_id(data: Any) -> Optional[str]:
     sid = data.get("session_id") if isinstance(data, dict) else None
     return sid if isinstance(sid, str) and _SID.match(sid) else None
+
+
+def _whole_lines(path: str) -> Optional[str]:
+    """The file's text up to its last newline (a line the CLI is writing is left out), or
+    ``None`` when it cannot be read as UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text[: text.rfind("\n") + 1]
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write ``text`` at ``path`` whole (a temporary file renamed), mode 0600.
+
+    Raises:
+        OSError: the folder cannot be made or written.
+    """
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def export_claude(data: Any, cwd: Optional[str] = None) -> List[Dict[str, str]]:
@@ -88,21 +128,7 @@ def import_claude(data: Any, files: Sequence[Dict[str, Any]], cwd: Optional[str]
     ]
     if sid is None or not texts:
         return
-    folder = claude_project_dir(cwd or os.getcwd())
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(texts[0])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(folder, f"{sid}.jsonl"))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _write_whole(os.path.join(claude_project_dir(cwd or os.getcwd()), f"{sid}.jsonl"), texts[0])
 
 
 def claude_export_files(driver: Any, data: Any) -> List[Dict[str, str]]:
@@ -119,3 +145,44 @@ def claude_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]])
         OSError: the config dir cannot be written.
     """
     import_claude(data, files, workspace_dir())
+
+
+_CODEX = "codex/"
+_ROLLOUT = re.compile(r"sessions/[0-9]{4}/[0-9]{2}/[0-9]{2}/rollout-[A-Za-z0-9._:-]+\.jsonl\Z")
+
+
+def codex_home() -> str:
+    """Where Codex keeps its config and threads: ``$CODEX_HOME``, else ``~/.codex``."""
+    return os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+
+
+def codex_export_files(driver: Any, data: Any) -> List[Dict[str, str]]:
+    """The Codex driver's ``export_files``: the rollout of the thread ``data``
+    (``{"thread_id": ...}``) names, as ``[{"name": "codex/sessions/.../rollout-...jsonl",
+    "text": ...}]`` (whole lines), or ``[]`` when there is none."""
+    tid = data.get("thread_id") if isinstance(data, dict) else None
+    if not isinstance(tid, str) or not _SID.match(tid):
+        return []
+    home = codex_home()
+    pattern = os.path.join(glob.escape(home), "sessions", "*", "*", "*", f"rollout-*-{tid}.jsonl")
+    for path in sorted(glob.glob(pattern)):
+        text = _whole_lines(path)
+        rel = os.path.relpath(path, home).replace(os.sep, "/")
+        if text is not None and _ROLLOUT.match(rel):
+            return [{"name": _CODEX + rel, "text": text}]
+    return []
+
+
+def codex_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]]) -> None:
+    """The Codex driver's ``import_files``: each rollout among ``files`` written back at its
+    place under ``CODEX_HOME`` (names that are not a rollout's are ignored).
+
+    Raises:
+        OSError: ``CODEX_HOME`` cannot be written.
+    """
+    for f in files:
+        name, text = f.get("name"), f.get("text")
+        if isinstance(name, str) and isinstance(text, str) and name.startswith(_CODEX):
+            rel = name[len(_CODEX):]
+            if _ROLLOUT.match(rel):
+                _write_whole(os.path.join(codex_home(), *rel.split("/")), text)

@@ -1,4 +1,4 @@
-"""C23 with a real CLI agent (Claude Code, offline against the scripted model server): turn 1
+"""C23 with the real CLI agents (Claude Code, Codex; offline against the scripted model server): turn 1
 in one sandbox, the sandbox lost (its bridge SIGKILLed, its folder, its bridge's store and the
 CLI's transcript removed), the export restored into another sandbox, turn 2: the model's
 request holds turn 1's prompt and answer, because the export carried the CLI's transcript and
@@ -28,10 +28,15 @@ def other_workspace(tmp_path, home):
     kill_all_under(str(folder))
 
 
-def test_c23_claude_code_restored_into_another_sandbox_remembers(
-    real_cli, model, sandbox, workspace, other_workspace, tmp_path
+# Where each CLI keeps its transcripts under the private HOME (removed with the sandbox).
+TRANSCRIPTS = {"claude-code": (".claude", "projects"), "codex": (".codex", "sessions")}
+
+
+@pytest.mark.parametrize("driver", sorted(TRANSCRIPTS))
+def test_c23_real_cli_restored_into_another_sandbox_remembers(
+    driver, real_cli, model, sandbox, workspace, other_workspace, tmp_path
 ):
-    cli = real_cli("claude-code")
+    cli = real_cli(driver)
     model.script(text("The answer is 42.", chunks=2), text("You asked about 42.", chunks=2))
     out = str(tmp_path / "chat.export")
     opts = options(cli.driver, agent_options=cli.agent_options)
@@ -41,11 +46,12 @@ def test_c23_claude_code_restored_into_another_sandbox_remembers(
         assert parts[-1].finish_reason == "stop", parts[-1]
         session.export(out)
     body = portable.decode_export(open(out, "rb").read())
-    assert [f["name"] for f in body["files"]] == ["claude-code/session.jsonl"]
+    (name,) = [f["name"] for f in body["files"]]
+    assert name.startswith(driver), name
     # The sandbox is lost, and with it the CLI's transcript.
     kill_all_under(workspace, grace=0.0)
     shutil.rmtree(sandbox._state_root)
-    for path in glob.glob(os.path.join(cli.home, ".claude", "projects", "*")):
+    for path in glob.glob(os.path.join(cli.home, *TRANSCRIPTS[driver], "*")):
         shutil.rmtree(path)
     other = bc.LocalSandbox(other_workspace)
     with bc.restore_session(out, session_options(other, launch_timeout=60.0), opts) as restored:

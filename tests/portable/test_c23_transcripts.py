@@ -30,3 +30,21 @@ def test_c23_claude_transcript_moves_to_the_new_workspaces_project(tmp_path, mon
     assert oct(os.stat(moved).st_mode & 0o777) == "0o600"
     assert transcripts.export_claude({"session_id": None}) == []
     assert transcripts.export_claude({"session_id": "../../etc/passwd"}) == []
+
+
+def test_c23_codex_rollout_goes_back_to_its_place_and_nothing_else_is_written(tmp_path, monkeypatch):
+    old, new = tmp_path / "old-codex", tmp_path / "new-codex"
+    day = old / "sessions" / "2026" / "12" / "07"
+    day.mkdir(parents=True)
+    (day / "rollout-2026-12-07T13-00-00-th-1.jsonl").write_text('{"a":1}\n{"b":')
+    monkeypatch.setenv("CODEX_HOME", str(old))
+    files = transcripts.codex_export_files(None, {"thread_id": "th-1"})
+    assert files == [{"name": "codex/sessions/2026/12/07/rollout-2026-12-07T13-00-00-th-1.jsonl",
+                      "text": '{"a":1}\n'}]
+    monkeypatch.setenv("CODEX_HOME", str(new))
+    evil = [{"name": "codex/sessions/../../escape.jsonl", "text": "x"}, {"name": "other/x", "text": "y"}]
+    transcripts.codex_import_files(None, {"thread_id": "th-1"}, files + evil)
+    written = [os.path.relpath(os.path.join(d, f), new) for d, _, fs in os.walk(new) for f in fs]
+    assert written == ["sessions/2026/12/07/rollout-2026-12-07T13-00-00-th-1.jsonl"]
+    assert not os.path.exists(tmp_path / "escape.jsonl")
+    assert transcripts.codex_export_files(None, {"thread_id": None}) == []
