@@ -58,6 +58,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
+from . import transcripts
 from .cli_install import find_cli
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
 from .cli_process import keep_session_id, resume_point, summarize
@@ -152,6 +153,8 @@ class PiDriver:
     Args:
         options: the checked options (see :func:`make_driver`).
     """
+
+    export_files, import_files = transcripts.pi_export_files, transcripts.pi_import_files
 
     agent_id = "pi"
     supports_approvals = False  # pi has no permission checks of its own

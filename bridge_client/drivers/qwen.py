@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
-from . import mcp_config
+from . import mcp_config, transcripts
 from .claude_code import StreamJsonDriver
 from .cli_install import sandbox_isolated
 
@@ -53,6 +53,8 @@ class QwenDriver(StreamJsonDriver):
     Args:
         options: the checked options (see :func:`make_driver`).
     """
+
+    export_files, import_files = transcripts.qwen_export_files, transcripts.qwen_import_files
 
     agent_id = "qwen"
     program = "qwen"

@@ -4,6 +4,11 @@
   letters and digits made '-'>/<session id>.jsonl``, where the config dir is
   ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``. The export takes that file; the import writes
   it where the CLI looks for it from the new workspace, so that ``--resume`` finds it there.
+- Qwen Code keeps each session as ``~/.qwen/projects/<cwd, made as for Claude
+  Code>/chats/<session id>.jsonl``; pi as ``<agent dir>/sessions/--<cwd without its first
+  '/', every '/', '\\' and ':' made '-'>--/<time>_<session id>.jsonl`` (the agent dir is
+  ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``): both go back under the new workspace's
+  folder (Qwen Code's records naming the old workspace as their ``cwd`` name the new one).
 - Codex keeps each thread as ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread
   id>.jsonl`` (``CODEX_HOME`` defaults to ``~/.codex``), found by its id wherever the CLI
   runs: the import writes it back at the same place under the new ``CODEX_HOME``.
@@ -13,10 +18,11 @@ Files travel as ``{"name": str, "text": str}`` (UTF-8 text; a transcript is JSON
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .workspace import workspace_dir
 
@@ -29,6 +35,10 @@ __all__ = [
     "claude_import_files",
     "codex_export_files",
     "codex_import_files",
+    "qwen_export_files",
+    "qwen_import_files",
+    "pi_export_files",
+    "pi_import_files",
     "CLAUDE_TRANSCRIPT",
 ]
 
@@ -186,3 +196,110 @@ def codex_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]]) 
             rel = name[len(_CODEX):]
             if _ROLLOUT.match(rel):
                 _write_whole(os.path.join(codex_home(), *rel.split("/")), text)
+
+
+def _first_whole(paths: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """The first of ``paths`` that reads as UTF-8: ``(path, its whole lines)``."""
+    for path in paths:
+        text = _whole_lines(path)
+        if text is not None:
+            return path, text
+    return None
+
+
+def _qwen_projects() -> str:
+    return os.path.join(os.path.expanduser("~"), ".qwen", "projects")
+
+
+def _qwen_dir(cwd: str) -> str:
+    return os.path.join(_qwen_projects(), re.sub(r"[^A-Za-z0-9]", "-", os.path.realpath(cwd)), "chats")
+
+
+QWEN_TRANSCRIPT = "qwen/session.jsonl"
+"""The name of Qwen Code's transcript among an export's files."""
+
+
+def qwen_export_files(driver: Any, data: Any) -> List[Dict[str, str]]:
+    """The Qwen driver's ``export_files``: the CLI's transcript of the session ``data``
+    names (the workspace's project first, else any project's), whole lines, or ``[]``."""
+    sid = _session_id(data)
+    if sid is None:
+        return []
+    mine = os.path.join(_qwen_dir(workspace_dir()), f"{sid}.jsonl")
+    others = sorted(glob.glob(os.path.join(glob.escape(_qwen_projects()), "*", "chats", f"{sid}.jsonl")))
+    found = _first_whole(([mine] if os.path.isfile(mine) else []) + others)
+    return [] if found is None else [{"name": QWEN_TRANSCRIPT, "text": found[1]}]
+
+
+def qwen_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]]) -> None:
+    """The Qwen driver's ``import_files``: the transcript put back under the workspace's
+    project. Raises: OSError: it cannot be written."""
+    sid = _session_id(data)
+    texts = [f["text"] for f in files if f.get("name") == QWEN_TRANSCRIPT and isinstance(f.get("text"), str)]
+    if sid is not None and texts:
+        here = workspace_dir()
+        _write_whole(os.path.join(_qwen_dir(here), f"{sid}.jsonl"), _moved_cwd(texts[0], here))
+
+
+def _moved_cwd(text: str, cwd: str) -> str:
+    """``text`` (JSON lines) with the ``cwd`` of its records that name the first record's
+    folder made ``cwd``: Qwen Code resumes only a session whose first record's ``cwd`` is the
+    project it runs in. Lines that are not JSON objects stay as they are."""
+    lines = text.splitlines(keepends=True)
+    old: Optional[str] = None
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("cwd"), str):
+            old = record["cwd"] if old is None else old
+            if record["cwd"] == old:
+                record["cwd"] = cwd
+                line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        out.append(line)
+    return "".join(out)
+
+
+def _pi_sessions() -> str:
+    agent = os.environ.get("PI_CODING_AGENT_DIR") or os.path.join(os.path.expanduser("~"), ".pi", "agent")
+    return os.path.join(agent, "sessions")
+
+
+def _pi_dir(cwd: str) -> str:
+    safe = re.sub(r"[/\\:]", "-", re.sub(r"^[/\\]", "", os.path.realpath(cwd)))
+    return os.path.join(_pi_sessions(), f"--{safe}--")
+
+
+_PI_FILE = re.compile(r"[A-Za-z0-9._:-]+\.jsonl\Z")
+
+
+def pi_export_files(driver: Any, data: Any) -> List[Dict[str, str]]:
+    """The pi driver's ``export_files``: pi's session file of the session ``data`` names
+    (``"pi/<its file name>"``; the workspace's folder first, else any), whole lines, or ``[]``."""
+    sid = _session_id(data)
+    if sid is None:
+        return []
+    mine = sorted(glob.glob(os.path.join(glob.escape(_pi_dir(workspace_dir())), f"*_{sid}.jsonl")))
+    others = sorted(glob.glob(os.path.join(glob.escape(_pi_sessions()), "*", f"*_{sid}.jsonl")))
+    found = _first_whole(mine + others)
+    if found is None or not _PI_FILE.match(os.path.basename(found[0])):
+        return []
+    return [{"name": "pi/" + os.path.basename(found[0]), "text": found[1]}]
+
+
+def pi_import_files(driver: Any, data: Any, files: Sequence[Dict[str, Any]]) -> None:
+    """The pi driver's ``import_files``: the session file put back under the workspace's
+    folder (a name that is not one of the session's is ignored). Raises: OSError."""
+    sid = _session_id(data)
+    for f in files:
+        name, text = f.get("name"), f.get("text")
+        if sid is None or not isinstance(name, str) or not isinstance(text, str):
+            continue
+        if not name.startswith("pi/"):
+            continue
+        base = name[3:]
+        if _PI_FILE.match(base) and base.endswith(f"_{sid}.jsonl"):
+            _write_whole(os.path.join(_pi_dir(workspace_dir()), base), text)

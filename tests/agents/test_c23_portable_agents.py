@@ -1,8 +1,9 @@
-"""C23 with the real CLI agents (Claude Code, Codex; offline against the scripted model server): turn 1
-in one sandbox, the sandbox lost (its bridge SIGKILLed, its folder, its bridge's store and the
-CLI's transcript removed), the export restored into another sandbox, turn 2: the model's
-request holds turn 1's prompt and answer, because the export carried the CLI's transcript and
-the restore put it where the CLI looks from the new workspace."""
+"""C23 with the real CLI agents (Claude Code, Codex, Qwen Code, pi; offline against the
+scripted model server): turn 1 in one sandbox, the sandbox lost (its bridge SIGKILLed, its
+folder, its bridge's store and the CLI's transcript removed), the export restored into another
+sandbox, turn 2: the model's request holds turn 1's prompt and answer, because the export
+carried the CLI's transcript and the restore put it where the CLI looks from the new
+workspace. (Gemini is not carried yet: its chats are kept by a project name it assigns.)"""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ def other_workspace(tmp_path, home):
 
 
 # Where each CLI keeps its transcripts under the private HOME (removed with the sandbox).
-TRANSCRIPTS = {"claude-code": (".claude", "projects"), "codex": (".codex", "sessions")}
+TRANSCRIPTS = {
+    "claude-code": (".claude", "projects"),
+    "codex": (".codex", "sessions"),
+    "qwen": (".qwen", "projects"),
+    "pi": (".pi", "agent", "sessions"),
+}
 
 
 @pytest.mark.parametrize("driver", sorted(TRANSCRIPTS))

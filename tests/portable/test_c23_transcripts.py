@@ -48,3 +48,26 @@ def test_c23_codex_rollout_goes_back_to_its_place_and_nothing_else_is_written(tm
     assert written == ["sessions/2026/12/07/rollout-2026-12-07T13-00-00-th-1.jsonl"]
     assert not os.path.exists(tmp_path / "escape.jsonl")
     assert transcripts.codex_export_files(None, {"thread_id": None}) == []
+
+
+def test_c23_qwen_records_name_the_new_workspace_and_pi_files_stay_the_sessions(tmp_path, monkeypatch):
+    old_cwd = "/old/place"
+    text = (
+        f'{{"cwd":"{old_cwd}","a":1}}\n'
+        'not json\n'
+        f'{{"cwd":"{old_cwd}","b":2}}\n'
+        '{"cwd":"/elsewhere"}\n'
+    )
+    moved = transcripts._moved_cwd(text, "/new/place")
+    assert moved.splitlines() == [
+        '{"cwd":"/new/place","a":1}', "not json", '{"cwd":"/new/place","b":2}', '{"cwd":"/elsewhere"}',
+    ]
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "pi"))
+    monkeypatch.chdir(tmp_path)
+    files = [{"name": "pi/2026-12-07T13-00-00-000Z_s-1.jsonl", "text": "{}\n"},
+             {"name": "pi/2026-12-07T13-00-00-000Z_other.jsonl", "text": "{}\n"},
+             {"name": "pi/../../x_s-1.jsonl", "text": "{}\n"}]
+    transcripts.pi_import_files(None, {"session_id": "s-1"}, files)
+    written = [f for _, _, fs in os.walk(tmp_path / "pi") for f in fs]
+    assert written == ["2026-12-07T13-00-00-000Z_s-1.jsonl"]
+    assert transcripts.pi_export_files(None, {"session_id": "s-1"}) == files[:1]
