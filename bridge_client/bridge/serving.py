@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ProtocolError
-from . import identity
+from ..state_dir import identity
 from .launch import Launch, LaunchError
 
 __all__ = ["RunningBridge", "SignalWatcher"]

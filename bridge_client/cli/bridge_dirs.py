@@ -16,7 +16,7 @@ import re
 import subprocess
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..paths import user_home
 from ..sandbox.base import Endpoint, ExecResult, Sandbox
 from ..sandbox.local import LocalSandbox

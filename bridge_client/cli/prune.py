@@ -24,7 +24,7 @@ import sqlite3
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..paths import user_home
 from .arguments import add_verbose
 from .bridge_dirs import local_state_roots

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..paths import user_home
 from ..wire.parts import TurnState
 from .exits import UsageError

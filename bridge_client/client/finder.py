@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..errors import BridgeMismatch, ConnectionLost, HarnessError, ProtocolError, Unauthorized, UntrustedFile
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
 from ..wire import rpcs
 from ..wire.parts import HelloResult, TurnState

@@ -16,8 +16,8 @@ import signal
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..bridge import identity
-from ..bridge.unwritable import NOTICE_WORD, UNWRITABLE_ERRNOS, UNWRITABLE_EXIT
+from ..state_dir import identity
+from ..state_dir.unwritable import NOTICE_WORD, UNWRITABLE_ERRNOS, UNWRITABLE_EXIT
 from ..errors import (
     BridgeLaunchError,
     HarnessError,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..driver_options import approvals_refused
 from ..errors import ApprovalsUnsupported
 from ..options import BridgeOptions, CreateSessionOptions

@@ -11,7 +11,7 @@ import subprocess
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ..bridge.identity import make_private_dirs, secure_write
+from ..state_dir.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
 from ..paths import user_home
 from ..private_files import check_folder, open_private, read_private

@@ -199,7 +199,7 @@ def test_stop_refuses_a_bad_id_and_a_stale_file_naming_another_process(workspace
     assert cli("stop", row["id"], "--sandbox", workspace).returncode == 0
     # A stale listening file whose pid now belongs to an unrelated process: nothing is killed.
     import bridge_client as bc
-    from bridge_client.bridge import identity
+    from bridge_client.state_dir import identity
 
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
