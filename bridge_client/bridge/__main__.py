@@ -91,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             start = take_start_lock(state)
             lock = take_lock(state)
             if lock is None:
-                log.info("another bridge holds the lock on %s; this one exits (C05)", state)
+                log.info("another bridge holds the lock on %s; this one exits", state)
                 notify(notice, f"locked {package_version()}")
                 notice = None
                 return 0

@@ -359,7 +359,7 @@ class Connection:
                 continue
             try:
                 self._message(message)
-            except Exception as exc:  # a bug here must not end the connection (B08)
+            except Exception as exc:  # a bug here must not end the connection
                 log.exception("connection %d: handling %r failed", self.number, message)
                 if isinstance(message, Request):
                     self.send_die(message.id, f"{type(exc).__name__}: {exc}")
@@ -463,7 +463,7 @@ class Connection:
                 self.send_exit(request_id, value)
                 try:
                     self._message(read)
-                except Exception as exc:  # as _frame does (B08)
+                except Exception as exc:  # as _frame does
                     log.exception("connection %d: handling %r failed", self.number, read)
                     self.send_die(read.id, f"{type(exc).__name__}: {exc}")
             finally:

@@ -97,7 +97,7 @@ class ConnectionGate:
         self._pending: "collections.OrderedDict[socket.socket, None]" = collections.OrderedDict()
         self._counted: Set[socket.socket] = set()  # admitted and not dropped, guarded by _lock
         self._closed = False  # drop_pending() ran: nothing is admitted any more
-        self._warn = RateLimitedWarning("connections refused or dropped (B08 limits)")
+        self._warn = RateLimitedWarning("connections refused or dropped (connection limits)")
 
     def admit(self, sock: socket.socket) -> bool:
         """A connection was accepted: take a slot (True), or refuse it (False)."""

@@ -204,7 +204,7 @@ class ReadStream:
             self._thread = thread
         try:
             thread.start()
-        except RuntimeError as exc:  # "can't start new thread": B09, the caller goes on itself
+        except RuntimeError as exc:  # "can't start new thread": the caller goes on itself
             log.warning("connection %d: cannot start a stream's thread (%s)", self.conn.number, exc)
             with self._lock:
                 self._thread = None
@@ -238,7 +238,7 @@ class ReadStream:
                 return
             if self._hand_off(value):
                 return
-            # No thread to be had (B09): sent here, as a Chunk would be.
+            # No thread to be had: sent here, as a Chunk would be.
         self.conn.send_exit(self.request_id, value)
 
     def _run(self) -> None:

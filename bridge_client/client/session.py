@@ -82,7 +82,7 @@ class Session:
             ping_timeout=session_options.ping_timeout,
             ca_bundle=session_options.ca_bundle,
         )
-        # Connecting, resending, the idle timer, release and the turn being read (C04-C08, C15).
+        # Connecting, resending, the idle timer, release and the turn being read.
         self._channel = SessionChannel(self.id, self.bridge_id, plan, session_options, resume)
         # A built-in driver that cannot ask: refused at the first turn, before any launch (the
         # bridge would refuse OpenSession the same way, and then idle).
@@ -193,7 +193,7 @@ class Session:
             after_step=steps,
             link=link,
         )
-        turn._known_generation = state.generation  # never spliced with another store's log (B10)
+        turn._known_generation = state.generation  # never spliced with another store's log
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":
