@@ -46,7 +46,7 @@ from .ws_connection import WsConnection
 
 __all__ = ["Connection", "INLINE_BYTES", "ServerView"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 turn_log = logging.getLogger("bridge_client.bridge.turns")  # the turn runtime's (turn_runner)
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 __all__ = ["IdleWatcher"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 
 class IdleWatcher:

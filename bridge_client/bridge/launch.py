@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DriverRegistry", "Launch", "LaunchError", "load_driver", "prepare", "state_dir"]
 
-log = logging.getLogger("bridge_client.bridge")  # the bridge program's logger, as before the split
+log = logging.getLogger("bridge_client.bridge")  # one logger for all the bridge program's modules
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"
 

@@ -31,7 +31,7 @@ __all__ = [
     "set_send_timeout",
 ]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 ACCEPT_BACKOFF = 0.1  # seconds of pause after accept() failed for want of a file or memory
 _ACCEPT_POLL_MS = 200  # how often a waiting accept looks whether the server was shut down

@@ -5,7 +5,7 @@ websockets' reader after an Ack), with a thread of its own only once a send must
 Exit too: a committing thread never waits on a peer).
 
 It sends through its connection (:class:`StreamConnection`, which
-:class:`~bridge_client.bridge.connection.Connection` is); see the *Design notes*, issue 15.
+:class:`~bridge_client.bridge.connection.Connection` is).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .turns import Turn
 
 __all__ = ["ReadStream", "StreamConnection"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 
 class StreamConnection(Protocol):

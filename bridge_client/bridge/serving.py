@@ -21,7 +21,7 @@ from .launch import Launch, LaunchError
 
 __all__ = ["RunningBridge", "SignalWatcher"]
 
-log = logging.getLogger("bridge_client.bridge")  # the bridge program's logger, as before the split
+log = logging.getLogger("bridge_client.bridge")  # one logger for all the bridge program's modules
 
 _SHUTDOWN_TIMEOUT = 30.0
 _LISTENING_CHECK = 1.0  # seconds between checks that listening.json still names this bridge
