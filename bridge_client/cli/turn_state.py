@@ -83,7 +83,10 @@ def read_state(path: str) -> Tuple[TurnState, Optional[str]]:
         with open(path, "rb") as f:
             first = f.readline(4 * 1024 * 1024 + 65536)
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"cannot read {path}: {exc.strerror or exc} (this takes a turn state file: the one a "
+            f"suspended run printed, under {os.path.join(user_home(), 'turns')}, or a --state FILE)"
+        ) from None
     try:
         record = json.loads(first)
     except ValueError:
