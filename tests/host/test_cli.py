@@ -106,6 +106,15 @@ def test_continue_of_a_missing_file_says_it_takes_a_turn_state_file_and_where_th
     assert os.path.join(home, "turns") in line, line
 
 
+def test_list_is_bridges(workspace):
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    by_bridges = cli("bridges", "--sandbox", workspace, "--json")
+    by_list = cli("list", "--sandbox", workspace, "--json")
+    assert by_list.returncode == 0, by_list.stderr
+    ids = [json.loads(line)["id"] for line in by_list.stdout.splitlines()]
+    assert ids and ids == [json.loads(line)["id"] for line in by_bridges.stdout.splitlines()]
+
+
 def test_continue_rejects_a_file_that_is_not_a_turn_state(workspace, tmp_path):
     bad = tmp_path / "state.json"
     bad.write_text('{"protocol": 1}')
