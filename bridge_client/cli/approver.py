@@ -81,8 +81,10 @@ class Approver:
         answer: Optional[Callable[..., Any]] = None,
     ) -> None:
         if answer is None:
-            from ..client.interactive import answer
-        self._answer_as_policy = answer
+            from ..client.interactive import answer as answer_as
+        else:
+            answer_as = answer
+        self._answer_as_policy: Callable[..., Any] = answer_as
         self.mode = mode
         self.turn = turn
         self.ask = ask
