@@ -252,6 +252,13 @@ class Session:
         """
         return self._channel.release()
 
+    def close(self) -> Optional[SessionState]:
+        """The same as :meth:`release` (as files and sockets have ``close()``): close the
+        session in the bridge when it can, close the connection, stop the idle timer, and
+        return the last session state. Idempotent; never raises for a bridge that cannot be
+        reached."""
+        return self.release()
+
     def __enter__(self) -> "Session":
         return self
 
