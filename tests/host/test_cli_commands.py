@@ -188,6 +188,41 @@ def test_prune_removes_every_dead_folder_of_one_bridge_id_in_one_run(home):
     assert cli("prune", "--min-age", "0").stdout.startswith("nothing to prune")
 
 
+def _dead_sandbox(home, folder, bridge_id):
+    """A local folder's state root with a dead bridge's state directory and a template mark."""
+    from bridge_client.sandbox.local import LocalSandbox
+
+    root = os.path.join(home, "sandboxes", LocalSandbox.id_for(folder))
+    state = os.path.join(root, "bridges", bridge_id)
+    os.makedirs(state, mode=0o700)
+    with open(os.path.join(state, "launch.json"), "w") as f:
+        f.write("{}")
+    os.makedirs(os.path.join(root, "template-marks"), mode=0o700)
+    with open(os.path.join(root, "template-marks", "0" * 64), "w") as f:
+        f.write("{}")
+    return root
+
+
+def test_prune_sandbox_limits_it_to_one_folder_and_template_marks_go_too(home, tmp_path):
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    os.makedirs(one)
+    os.makedirs(two)
+    root_one, root_two = _dead_sandbox(home, one, "1" * 32), _dead_sandbox(home, two, "2" * 32)
+    dry = cli("prune", "--sandbox", one, "--min-age", "0", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "1" * 32 in dry.stdout and "2" * 32 not in dry.stdout, dry.stdout
+    assert f"would remove template marks {os.path.join(root_one, 'template-marks')}" in dry.stdout
+    done = cli("prune", "--sandbox", one, "--min-age", "0")
+    assert done.returncode == 0, done.stderr
+    assert not os.path.exists(root_one), "the bridge state, the marks, then the emptied root go"
+    assert os.path.isdir(os.path.join(root_two, "bridges", "2" * 32))
+    assert os.path.isdir(os.path.join(root_two, "template-marks"))
+    assert cli("prune", "--min-age", "0").returncode == 0
+    assert not os.path.exists(root_two)
+    refused = cli("prune", "--sandbox", "docker:python:3.12")
+    assert refused.returncode == 2 and "local folders only" in refused.stderr
+
+
 # ------------------------------------------------------------------------------ last resort
 
 
