@@ -28,7 +28,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..paths import user_home
-from ..sandbox.local import LocalSandbox
+from ..sandbox.local import FOLDER_RECORD, LocalSandbox
 from ..sandbox.template_step import MARKS_DIR
 from ..sandbox.urls import is_sandbox_url
 from ..state_dir import identity
@@ -210,8 +210,15 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _remove_if_empty(sandbox_root: str) -> None:
-    """Drop a sandbox's state root once its last bridge is gone (``bridges/`` then itself)."""
+    """Drop a sandbox's state root once its last bridge is gone (``bridges/``, the record of its
+    folder when nothing else is left, then itself)."""
     for folder in (os.path.join(sandbox_root, "bridges"), sandbox_root):
+        if folder == sandbox_root:
+            try:
+                if os.listdir(sandbox_root) == [FOLDER_RECORD]:
+                    os.remove(os.path.join(sandbox_root, FOLDER_RECORD))
+            except OSError:
+                return
         try:
             os.rmdir(folder)
         except FileNotFoundError:

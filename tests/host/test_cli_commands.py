@@ -142,6 +142,21 @@ def test_bridges_all_lists_every_sandbox_with_an_options_column(workspace, tmp_p
         kill_all_under(str(other))
 
 
+def test_bridges_all_shows_the_folder_of_a_dead_bridge(workspace, home):
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    listed = cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()
+    (row,) = [json.loads(line) for line in listed]
+    assert cli("stop", row["id"], "--sandbox", workspace).returncode == 0
+    rows = [json.loads(line) for line in cli("bridges", "--all", "--json").stdout.splitlines()]
+    folder = os.path.realpath(workspace)
+    assert [(r["id"], r["alive"], r["sandbox"]) for r in rows] == [(row["id"], False, folder)]
+    table = cli("bridges", "--all").stdout.splitlines()
+    assert table[1].startswith(folder), table
+    # Pruned, the sandbox's state root goes whole, the record of its folder with it.
+    assert cli("prune", "--min-age", "0").returncode == 0
+    assert os.listdir(os.path.join(home, "sandboxes")) == []
+
+
 # ------------------------------------------------------------------------------ prune
 
 
