@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import pytest
@@ -116,3 +117,82 @@ def test_c22_acp_host_tool_marked_approve_is_asked_through_the_approval_flow(
     assert calls == (["alpha"] if allow else []), "run only once allowed"
     results = [p for p in parts if isinstance(p, bc.HostToolResult)]
     assert [r.output for r in results] == (["value of alpha"] if allow else [])
+
+
+def test_c22_gemini_in_acp_mode_calls_a_host_tool_once(sandbox, tmp_path, model):
+    gemini = program(acp_agents_prefix(), "gemini")
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up in the application's table.
+
+        Args:
+            key: the key to look up.
+        """
+        calls.append(key)
+        return {"key": key, "value": 42}
+
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = {
+        "HOME": str(home),
+        "GEMINI_API_KEY": bc.Redacted(KEY),
+        "GOOGLE_GEMINI_BASE_URL": model.url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    # The Gemini CLI offers a tool of an MCP server as mcp_SERVER_TOOL.
+    model.script(tool_call("mcp_host_lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
+    args = ["--experimental-acp", "--model", "gemini-2.5-flash"]
+    opts = options("acp", agent_options={"command": gemini, "args": args})
+    with bc.create_session(opts, session_options(sandbox, env=env, tools=[lookup])) as session:
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "once, in this process"
+    (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert (result.output, result.is_error, result.by) == ({"key": "alpha", "value": 42}, False, "host")
+    assert "mcp_host_lookup" in dict(model.agent_requests()[0].tools()), "offered to the model"
+    assert '"value": 42' in turn.text()
+    (asked,) = [p.data for p in parts if p.type == "data" and p.name == "acp-permission"]
+    assert asked["title"] == "lookup (host MCP Server)", "Gemini names the tool so"
+    assert asked["outcome"] == {"outcome": "selected", "optionId": "proceed_once"}, "allowed once, unasked"
+
+
+def test_c22_acp_a_bridge_sigkill_while_the_host_function_runs_still_calls_it_once(
+    sandbox, tmp_path, agent_program, model
+):
+    calls = []
+    holder = {}
+
+    def lookup(key: str) -> dict:
+        """Look a key up."""
+        calls.append(key)
+        if len(calls) == 1:
+            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
+        return {"key": key, "value": 7}
+
+    model.script(
+        tool_call("mcp__host__lookup", {"key": "alpha"}),
+        tool_call("mcp__host__lookup", {"key": "alpha"}),  # the loaded session calls it again
+        text_quoting_last_tool_output("Got: "),
+    )
+    with _open(agent_program, sandbox, tmp_path, model, [lookup], resend_window=30.0) as session:
+        holder["session"] = session
+        first = None
+        turn = session.turn("Look alpha up")
+        parts = []
+        for part in turn:
+            parts.append(part)
+            first = first or session._hello.pid
+        assert session._hello.pid != first, "the bridge was launched again"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "the function ran once across the bridge's death"
+    results = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert [r.output for r in results] == [{"key": "alpha", "value": 7}], "one recorded result"
+    assert '"value": 7' in model.agent_requests()[-1].tool_outputs()[-1]
+    assert "Got: " in turn.text()
