@@ -93,9 +93,9 @@ def test_c22_acp_agent_calls_a_host_tool_once_in_each_turn(sandbox, tmp_path, ag
     assert model.errors == [], model.errors
 
 
-@pytest.mark.parametrize("allow", [True, False])
+@pytest.mark.parametrize("approve, allow", [(True, True), (True, False), (False, True)])
 def test_c22_acp_host_tool_marked_approve_is_asked_through_the_approval_flow(
-    sandbox, tmp_path, agent_program, model, allow
+    sandbox, tmp_path, agent_program, model, approve, allow
 ):
     calls, asked = [], []
 
@@ -109,11 +109,14 @@ def test_c22_acp_host_tool_marked_approve_is_asked_through_the_approval_flow(
         return allow
 
     model.script(tool_call("mcp__host__lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
-    tools = [bc.host_tool(lookup, approve=True)]
+    tools = [bc.host_tool(lookup, approve=approve)]
     with _open(agent_program, sandbox, tmp_path, model, tools, approve=policy) as session:
         turn = session.turn("Look alpha up")
         parts = list(turn)
-    assert asked == ["mcp__host__lookup"], "asked through the approval flow"
+    if approve:
+        assert asked == ["mcp__host__lookup"], "asked through the approval flow"
+    else:
+        assert asked == [], "a host tool not marked approve=True runs without asking"
     assert calls == (["alpha"] if allow else []), "run only once allowed"
     results = [p for p in parts if isinstance(p, bc.HostToolResult)]
     assert [r.output for r in results] == (["value of alpha"] if allow else [])

@@ -49,3 +49,12 @@ def test_c22_gemini_settings_without_host_tools_add_nothing(monkeypatch):
     monkeypatch.setattr(mcp_config, "current", lambda: None)
     with gemini_host.host_settings() as env:
         assert env == {} and gemini_host.settings_env() == {}
+
+
+def test_c22_gemini_offers_no_host_tools_to_a_bridge_not_running_as_root(monkeypatch):
+    from bridge_client.drivers.gemini import GeminiDriver
+
+    driver = GeminiDriver({"executable": "/nowhere/gemini"})
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert not gemini_host.available()
+    assert driver.supports_host_tools is False, "so the session is refused with ToolsUnsupported"
