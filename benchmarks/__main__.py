@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: run the benchmarks of issue 5, print the table, write JSON.
+"""``python -m benchmarks``: run the benchmarks, print the table, write JSON.
 
 Usage (from the repository root)::
 

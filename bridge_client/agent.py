@@ -10,7 +10,7 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from .client.session import Session
 from .driver_options import BUILTIN_DRIVER_NAMES, check_agent_options
@@ -30,6 +30,7 @@ def create_session(
     *,
     agent_options: Any = None,
     tools: Optional[Sequence[Any]] = None,
+    **session_fields: Any,
 ) -> Session:
     """Create a session of an agent that runs behind a bridge in a sandbox.
 
@@ -40,6 +41,11 @@ def create_session(
             for part in turn:     # read the turn to its end
                 pass
             print(turn.text())
+
+    Either form takes the session's options as keywords, as ``requests.get(url, timeout=5)``
+    takes its own (any field of :class:`CreateSessionOptions` but ``workspace``)::
+
+        bc.create_session("shell", "./repo", idle_timeout=60, env={"CI": "1"})
 
     The full one takes what the short one builds for you, so every option can be set::
 
@@ -62,6 +68,9 @@ def create_session(
         agent_options: plain JSON for the driver; only with a driver name.
         tools: host tools (functions or :class:`~bridge_client.HostTool` values) for the
             session; the same as ``CreateSessionOptions(tools=...)``, which they replace.
+        session_fields: fields of :class:`CreateSessionOptions` (``idle_timeout=60``,
+            ``env={...}``, ``approvals=True``, ...), which replace those of
+            ``session_options``; checked as the class checks them.
 
     Returns:
         A :class:`~bridge_client.client.session.Session` (a context manager: leaving the
@@ -72,8 +81,9 @@ def create_session(
         BadHostTool: a tool cannot be offered (see :func:`~bridge_client.host_tool`).
         ToolsUnsupported: tools were given, and the driver is a built-in one that cannot
             offer them (the bridge checks any other driver at the session's first request).
-        TypeError: ``options`` or ``session_options`` is none of the types above, or
-            ``agent_options`` was given with a :class:`BridgeOptions`.
+        TypeError: ``options`` or ``session_options`` is none of the types above,
+            ``agent_options`` was given with a :class:`BridgeOptions`, or a keyword is no
+            field of :class:`CreateSessionOptions` (or is ``workspace``).
         ValueError: an unknown driver name, or options that do not suit it.
         FileNotFoundError, NotADirectoryError: the folder does not exist or is not a folder.
         BadRequest: ``session_id`` is not a valid id.
@@ -114,6 +124,8 @@ def create_session(
             "CreateSessionOptions(workspace=Workspace(LocalSandbox('.'))) as its second argument, "
             f"got {type(session_options).__name__}"
         )
+    if session_fields:
+        session_options = _with_fields(session_options, session_fields)
     if tools is not None:
         session_options = dataclasses.replace(session_options, tools=tuple(tools))
     _check_tools_supported(options.id, session_options)
@@ -125,7 +137,19 @@ def create_session(
     return Session(options, session_options, sandbox)
 
 
-NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp"))
+def _with_fields(session_options: CreateSessionOptions, fields: Dict[str, Any]) -> CreateSessionOptions:
+    """``session_options`` with ``fields`` replaced; TypeError naming the fields there are."""
+    known = [f.name for f in dataclasses.fields(CreateSessionOptions) if f.name != "workspace"]
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        where = "the second argument gives the workspace" if unknown == ["workspace"] else (
+            "use one of " + ", ".join(known)
+        )
+        raise TypeError(f"create_session() got an unexpected keyword {unknown[0]!r}: {where}")
+    return dataclasses.replace(session_options, **fields)
+
+
+NO_HOST_TOOLS = frozenset(("pi", "echo", "shell"))
 """The built-in drivers that cannot offer host tools to their agent (yet)."""
 
 

@@ -4,7 +4,8 @@ sides import: each driver's ``make_driver`` in the bridge, and
 bad options at once instead of as a bridge that exits 2 at the first turn.
 
 Pure Python, no I/O, no import of the bridge or of the drivers (the host never imports
-them; see :doc:`design-notes`, "Driver options checked on the host").
+them). A ``MODULE:CALLABLE`` driver is not checked here: it runs in the sandbox, where the
+host may not be able to import it.
 Every check raises ``ValueError`` naming the driver and the option.
 """
 

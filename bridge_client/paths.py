@@ -12,7 +12,7 @@ import os
 import secrets
 import time
 
-from .bridge.identity import make_private_dirs
+from .state_dir.identity import make_private_dirs
 from .errors import HarnessError, UntrustedFile
 from .private_files import read_private
 from .redacted import Redacted

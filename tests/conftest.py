@@ -32,6 +32,7 @@ from prerequisites import DockerEngine  # noqa: E402
 
 
 def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "quick: the quick subset for contributors (see tests/conftest.py)")
     # No test writes into the user's own home: a test that forgets the ``home`` fixture still
     # gets a private BRIDGE_CLIENT_HOME for the run (the fixture gives each test its own).
     os.environ["BRIDGE_CLIENT_HOME"] = tempfile.mkdtemp(prefix="bridge-client-tests-home-")
@@ -45,9 +46,23 @@ def pytest_configure(config: Any) -> None:
 _GROUPS = {"docker_engine": "docker", "sshd": "ssh"}
 
 
+# The quick subset (``pytest -m quick``): the test modules of tests/ itself (the wire, the
+# identity and the state directory's files, exports, docs, the package's structure, a local
+# sandbox), for a contributor's loop between edits; the folders below it, which run real
+# bridges, agent CLIs, containers and SSH hosts, and the benchmarks' smoke test and the
+# installed-wheel test are left to the full suite. Marked by place, so a new test needs no mark.
+_NOT_QUICK_FILES = frozenset({"test_benchmarks_smoke.py", "test_installed.py", "test_docker_files_upload.py"})
+
+
+def _quick(path: str) -> bool:
+    return os.path.dirname(os.path.abspath(path)) == _TESTS and os.path.basename(path) not in _NOT_QUICK_FILES
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
     for item in items:
+        if _quick(str(item.fspath)):
+            item.add_marker(pytest.mark.quick)
         names = getattr(item, "fixturenames", ())
         for fixture, group in _GROUPS.items():
             if fixture in names:

@@ -164,7 +164,7 @@ def test_paced_stages_stamps_every_delta_at_every_step():
 
     env = {k: v for k, v in os.environ.items() if k not in ("BRIDGE_CLIENT_HOME", "BRIDGE_CLIENT_SECRET")}
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.paced_stages", "--streams", "2", "--deltas", "100"],
+        [sys.executable, "-m", "benchmarks.diagnostics.paced_stages", "--streams", "2", "--deltas", "100"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=100,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -182,7 +182,7 @@ def test_paced_stages_commit_probe_measures_a_lone_commit_at_both_levels():
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.paced_stages", "--commit-probe", "--deltas", "10",
+        [sys.executable, "-m", "benchmarks.diagnostics.paced_stages", "--commit-probe", "--deltas", "10",
          "--rate", "1000"],
         cwd=ROOT, capture_output=True, text=True, timeout=100,
     )
@@ -201,7 +201,7 @@ def test_first_stages_stamps_every_step_of_a_warm_turn_start():
 
     env = {k: v for k, v in os.environ.items() if k not in ("BRIDGE_CLIENT_HOME", "BRIDGE_CLIENT_SECRET")}
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.first_stages", "--turns", "5"],
+        [sys.executable, "-m", "benchmarks.diagnostics.first_stages", "--turns", "5"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=100,
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -59,7 +59,7 @@ def test_the_walk_finds_the_modules_this_file_is_about():
         "bridge_client.wire.parts",
         "bridge_client.wire.rpcs",
         "bridge_client.bridge",
-        "bridge_client.bridge.identity",
+        "bridge_client.state_dir.identity",
         "bridge_client.sandbox",
         "bridge_client.sandbox.base",
         "bridge_client.sandbox.local",
@@ -139,7 +139,7 @@ def test_importing_the_host_side_pulls_in_no_server_code():
         "                'bridge_client.bridge.turns')\n"
         "       or m.startswith('bridge_client.drivers')]\n"
         "assert not bad, bad\n"
-        "assert 'bridge_client.bridge.identity' in sys.modules\n"
+        "assert 'bridge_client.state_dir.identity' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

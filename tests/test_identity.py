@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from bridge_client.bridge import identity
-from bridge_client.bridge.identity import (
+from bridge_client.state_dir import identity
+from bridge_client.state_dir.identity import (
     BRIDGE_ID_LENGTH,
     LaunchInfo,
     ListeningInfo,

@@ -56,6 +56,25 @@ def test_create_session_short_form_is_the_same_bridge_as_the_full_form(sandbox):
         short.release()
 
 
+def test_create_session_takes_the_session_options_as_keywords(workspace):
+    session = bc.create_session("shell", workspace, idle_timeout=60, env={"HOUSE": "order"})
+    try:
+        assert session._opts.idle_timeout == 60
+        turn = session.turn('echo "$HOUSE"')
+        list(turn)
+        assert "order" in turn.text(), turn.text()
+    finally:
+        session.close()
+    assert session.released, "close() releases the session"
+    session.close()  # idempotent, as release() is
+    with pytest.raises(TypeError, match="unexpected keyword 'idle_timout': use one of .*idle_timeout"):
+        bc.create_session("shell", workspace, idle_timout=60)
+    with pytest.raises(TypeError, match="the second argument gives the workspace"):
+        bc.create_session("shell", workspace, workspace=None)
+    with pytest.raises(ValueError):
+        bc.create_session("shell", workspace, idle_timeout=-1)
+
+
 def test_create_session_says_what_it_takes(workspace, tmp_path):
     with pytest.raises(TypeError, match="driver name such as 'shell', or a BridgeOptions"):
         bc.create_session(42, workspace)

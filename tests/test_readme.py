@@ -61,3 +61,23 @@ def test_readme_works_on_a_package_index():
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert all(link.startswith("https://") for link in links), links
     assert not re.search(r"`docs/[\w./-]+\.md`", text)
+
+
+def test_the_quick_subset_the_readme_names_is_the_top_level_test_modules():
+    """``-m quick`` (a marker, not ``-k``, which matches names: ``-k cli`` takes ``client``
+    too) selects tests/ itself and leaves the folders below it to the full suite."""
+    import subprocess
+    import sys
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert "python -m pytest -m quick" in f.read()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "quick", "--collect-only", "-q", "-n", "0",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert len(ids) > 1000, done.stdout[-2000:]
+    below = [line for line in ids if "/" in line.split("::")[0][len("tests/"):]]
+    assert not below and all(line.startswith("tests/test_") for line in ids), below[:3]
+    assert not any(line.startswith("tests/test_benchmarks_smoke.py") for line in ids)

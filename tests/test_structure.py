@@ -124,3 +124,59 @@ def test_the_cycle_finder_finds_a_cycle():
     """The finder itself: a graph with one cycle and a tail."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == {frozenset("abc")}
+
+
+PROGRAM = frozenset({"bridge_client.bridge.__main__"})
+"""The bridge program: it hands the bridge the built-in drivers' registry."""
+
+
+def _arrows_into(source_prefixes: tuple, target: str, exempt: FrozenSet[str] = frozenset()) -> List[str]:
+    """Every ``module -> imported module`` arrow from a module under one of
+    ``source_prefixes`` (or any module, for ``()``) into the package ``target``."""
+    modules = _modules()
+    found = []
+    for name, path in sorted(modules.items()):
+        inside = name == target or name.startswith(target + ".")
+        if name in exempt or (source_prefixes and not name.startswith(source_prefixes)):
+            continue
+        if not source_prefixes and (inside or name.startswith("bridge_client.drivers")):
+            continue
+        for imported in sorted(_imports(name, path, modules)):
+            if imported == target or imported.startswith(target + "."):
+                found.append(f"{name} -> {imported}")
+    return found
+
+
+def test_the_host_imports_nothing_from_the_bridge_package():
+    """The host (client/, cli/, sandbox/, the top-level modules) and the layers below it
+    (wire/, state_dir/) import nothing from bridge/: what host and bridge share about the state
+    directory lives in state_dir/. Only the drivers, which run in the bridge, import it."""
+    arrows = _arrows_into((), "bridge_client.bridge")
+    assert not arrows, f"modules outside bridge/ and drivers/ import the bridge package: {arrows}"
+
+
+def test_the_bridge_imports_no_driver_but_through_the_registry_it_is_given():
+    """bridge/ makes its driver from the registry its program hands it (``builtin_drivers``
+    in bridge/__main__.py, which nothing imports): no other bridge module imports drivers/."""
+    arrows = _arrows_into(("bridge_client.bridge.",), "bridge_client.drivers", PROGRAM)
+    assert not arrows, f"bridge/ imports drivers/ directly: {arrows}"
+
+
+def test_the_layer_checks_see_an_arrow_into_the_bridge(tmp_path, monkeypatch):
+    """The checks themselves: a host module and a bridge module that reach across are found."""
+    pkg = tmp_path / "bridge_client"
+    for folder in ("bridge", "drivers", "client"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "client" / "finder.py").write_text("def f():\n    from ..bridge import identity\n")
+    (pkg / "bridge" / "identity.py").write_text("")
+    (pkg / "bridge" / "launch.py").write_text("from ..drivers import BUILTIN_DRIVERS\n")
+    (pkg / "bridge" / "__main__.py").write_text("from .. import drivers\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(pkg))
+    assert _arrows_into((), "bridge_client.bridge") == [
+        "bridge_client.client.finder -> bridge_client.bridge.identity"
+    ]
+    assert _arrows_into(("bridge_client.bridge.",), "bridge_client.drivers", PROGRAM) == [
+        "bridge_client.bridge.launch -> bridge_client.drivers"
+    ]

@@ -117,3 +117,34 @@ def test_the_check_finds_what_it_looks_for():
     found = dict(_public_docstrings(tree))
     assert set(found) == {"<module>", "X", "A.f"}
     assert all(_offences(doc) for doc in found.values())
+
+
+def _rule_ids_in_source(text: str):
+    """``(line number, rule id)`` for every rule id in a module's source: docstrings private or
+    public, log and error messages, and comments alike (a message or a traceback shows them to
+    a user who cannot look them up)."""
+    return [(n, m) for n, line in enumerate(text.splitlines(), 1) for m in RULE_ID.findall(line)]
+
+
+@pytest.mark.parametrize("path", MODULES)
+def test_no_rule_id_anywhere_in_the_package_source(path):
+    with open(os.path.join(ROOT, path)) as f:
+        found = _rule_ids_in_source(f.read())
+    assert not found, f"{path}: say the rule in plain words, not by its id: {found}"
+
+
+def test_the_source_check_finds_a_rule_id_in_a_comment_and_a_message():
+    source = 'x = 1  # as before (C11)\nlog.info("idle (B06)")\nB2B = "B100 C1"\n'
+    assert _rule_ids_in_source(source) == [(1, "C11"), (2, "B06")]
+
+
+def test_the_request_ids_the_cli_guide_shows_have_the_bridge_s_shape():
+    """The bridge names a request ``<step>.<attempt>.<n>-<8 hex>`` (bridge/approvals.py); the
+    guide's examples look the same, so a reader can tell one in their own output."""
+    with open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8") as f:
+        text = f.read()
+    shown = re.findall(r"\[(?:approval|allowed|denied)\][^\n]*?(?:request )?(\S+\.\S+)(?:\)| by)", text)
+    shown += re.findall(r"bridge-client: request (\S+) was answered", text)
+    assert len(shown) >= 3, shown
+    bad = [i for i in shown if not re.fullmatch(r"\d+\.\d+\.\d+-[0-9a-f]{8}", i)]
+    assert not bad, f"docs/cli.md shows request ids the bridge never makes: {bad}"

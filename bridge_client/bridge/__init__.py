@@ -1,8 +1,8 @@
 """The bridge: the server that runs an agent's driver inside the sandbox.
 
-Importing this package is cheap and pulls in no server code: the host imports
-``bridge_client.bridge.identity`` from it, and drivers import ``bridge_client.bridge.driver``
-(re-exported here, on first use: :class:`Driver`, :class:`TurnContext`, :class:`TurnResult`).
+Importing this package is cheap and pulls in no server code: drivers import
+``bridge_client.bridge.driver`` (re-exported here, on first use: :class:`Driver`,
+:class:`TurnContext`, :class:`TurnResult`).
 The server itself (``server``, ``store``, ``turns``, websockets) is imported only by the
 bridge program, ``python -m bridge_client.bridge``, once it holds its state directory's lock.
 """

@@ -14,8 +14,8 @@ race costs an interpreter start and little more.
 Exit codes: 0 clean exit, or another bridge holds the lock; 1 the store failed or the
 server crashed; 2 a launch problem (environment, files, driver, bind), told in one line on
 stderr; 3 the state directory cannot be written (a full disk, a quota, a read-only file
-system: :mod:`.unwritable`), at start or later, said also on the notice pipe
-(``unwritable <reason>``), since ``bridge.log`` is on that disk too.
+system: :mod:`bridge_client.state_dir.unwritable`), at start or later, said also on the
+notice pipe (``unwritable <reason>``), since ``bridge.log`` is on that disk too.
 """
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ import time
 from typing import Optional, Sequence
 
 from .arguments import limits, parse
-from .launch import LaunchError, load_driver, prepare, state_dir
+from .launch import DriverRegistry, LaunchError, load_driver, prepare, state_dir
 from .locks import release_lock, take_lock, take_start_lock
 from .notice import notice_fd, notify, package_version
 from .serving import RunningBridge
-from .unwritable import NOTICE_WORD, UNWRITABLE_EXIT, is_full, unwritable_reason
+from ..state_dir.unwritable import NOTICE_WORD, UNWRITABLE_EXIT, is_full, unwritable_reason
 
-__all__ = ["main", "load_driver", "LaunchError"]
+__all__ = ["main", "builtin_drivers", "load_driver", "LaunchError"]
 
 log = logging.getLogger("bridge_client.bridge")
 
@@ -53,6 +53,17 @@ def _configure_logging() -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+def builtin_drivers() -> DriverRegistry:
+    """The built-in drivers (:mod:`bridge_client.drivers`) as the bridge is given them: the
+    program is the one place that knows both the bridge and the drivers."""
+    from .. import drivers
+
+    def settle(state: str) -> None:
+        drivers.STATE_DIR = state  # the CLI drivers find their private installs from it
+
+    return DriverRegistry(drivers.BUILTIN_DRIVERS, settle)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -80,11 +91,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             start = take_start_lock(state)
             lock = take_lock(state)
             if lock is None:
-                log.info("another bridge holds the lock on %s; this one exits (C05)", state)
+                log.info("another bridge holds the lock on %s; this one exits", state)
                 notify(notice, f"locked {package_version()}")
                 notice = None
                 return 0
-            launch = prepare(state, args.driver)
+            launch = prepare(state, args.driver, builtin_drivers())
         except LaunchError as exc:
             log.error("%s", exc)
             code, notice = _launch_failed(exc, notice)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Optional, Sequence
 
-from . import identity
+from ..state_dir import identity
 
 __all__ = ["limits", "parse"]
 

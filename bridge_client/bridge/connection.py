@@ -46,7 +46,7 @@ from .ws_connection import WsConnection
 
 __all__ = ["Connection", "INLINE_BYTES", "ServerView"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 turn_log = logging.getLogger("bridge_client.bridge.turns")  # the turn runtime's (turn_runner)
 
 
@@ -359,7 +359,7 @@ class Connection:
                 continue
             try:
                 self._message(message)
-            except Exception as exc:  # a bug here must not end the connection (B08)
+            except Exception as exc:  # a bug here must not end the connection
                 log.exception("connection %d: handling %r failed", self.number, message)
                 if isinstance(message, Request):
                     self.send_die(message.id, f"{type(exc).__name__}: {exc}")
@@ -463,7 +463,7 @@ class Connection:
                 self.send_exit(request_id, value)
                 try:
                     self._message(read)
-                except Exception as exc:  # as _frame does (B08)
+                except Exception as exc:  # as _frame does
                     log.exception("connection %d: handling %r failed", self.number, read)
                     self.send_die(read.id, f"{type(exc).__name__}: {exc}")
             finally:

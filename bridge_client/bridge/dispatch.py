@@ -19,7 +19,7 @@ from .turns import TurnManager
 
 __all__ = ["Dispatcher", "check_unicode", "die", "fail", "frame_text", "rpc_handlers"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 Handler = Callable[..., Any]
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 __all__ = ["IdleWatcher"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 
 class IdleWatcher:
@@ -85,5 +85,5 @@ class IdleWatcher:
                 self._cond.wait(remaining)
             if self._stopped:
                 return
-        log.info("idle for %s s with no connection and no running turn (B06)", self.idle_timeout)
+        log.info("idle for %s s with no connection and no running turn", self.idle_timeout)
         self._on_idle()

@@ -1,6 +1,7 @@
 """The bridge program's start-up checks: the state directory named by
 ``BRIDGE_CLIENT_STATE_DIR`` and its files (this user's own, mode 0600, no symlinks), the launch
-file and the token in it, and the driver the launch names.
+file and the token in it, and the driver the launch names, made from the
+:class:`DriverRegistry` the bridge program hands over (the bridge imports no driver itself).
 
 Each failure is a :class:`LaunchError`: the bridge says it in one line and exits 2.
 """
@@ -10,25 +11,38 @@ import importlib
 import logging
 import os
 import stat
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, cast
 
 from ..errors import InvalidToken, ProtocolError, UntrustedFile
 from ..private_files import check_folder, check_stat, read_private
-from . import identity
+from ..state_dir import identity
 
 if TYPE_CHECKING:
     from ..redacted import Redacted
     from .driver import Driver
 
-__all__ = ["Launch", "LaunchError", "load_driver", "prepare", "state_dir"]
+__all__ = ["DriverRegistry", "Launch", "LaunchError", "load_driver", "prepare", "state_dir"]
 
-log = logging.getLogger("bridge_client.bridge")  # the bridge program's logger, as before the split
+log = logging.getLogger("bridge_client.bridge")  # one logger for all the bridge program's modules
 
 _ENV_PREFIX = "BRIDGE_CLIENT_"
 
 
 class LaunchError(Exception):
     """A launch problem: the bridge says it in one line and exits 2."""
+
+
+class DriverRegistry(NamedTuple):
+    """The drivers a bridge can make, as the bridge program hands them to :func:`prepare`.
+
+    Attributes:
+        builtins: a built-in driver's name (``echo``) to its factory, as ``MODULE:CALLABLE``.
+        settle: called with the state directory before the driver is made (a driver that
+            keeps files of its own, such as a private install of its CLI, finds them from it).
+    """
+
+    builtins: Mapping[str, str]
+    settle: Callable[[str], None]
 
 
 class Launch(NamedTuple):
@@ -95,20 +109,18 @@ def _read(path: str, what: str) -> bytes:
         raise LaunchError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
 
 
-def load_driver(spec: str, agent_options: Any) -> "Driver":
-    """Make the driver named by ``spec``: ``echo``, ``shell``, or ``MODULE:CALLABLE`` (a
-    factory called with ``agent_options``).
+def load_driver(spec: str, agent_options: Any, registry: DriverRegistry) -> "Driver":
+    """Make the driver named by ``spec``: a name of ``registry.builtins`` (``echo``,
+    ``shell``), or ``MODULE:CALLABLE`` (a factory called with ``agent_options``).
 
     Raises:
         LaunchError: unknown name, import error, missing callable, the factory raised, or what
             it returned is not a driver.
     """
-    from ..drivers import BUILTIN_DRIVERS
-
-    target = BUILTIN_DRIVERS.get(spec, spec)
+    target = registry.builtins.get(spec, spec)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        names = ", ".join(sorted(BUILTIN_DRIVERS))
+        names = ", ".join(sorted(registry.builtins))
         raise LaunchError(f"unknown driver {spec!r}: use {names} or MODULE:CALLABLE")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -158,9 +170,14 @@ def state_dir() -> str:
     return state
 
 
-def prepare(state: str, driver_spec: str) -> Launch:
-    """Read ``launch.json`` and the token of the state directory, and make the driver."""
-    from .. import drivers
+def prepare(state: str, driver_spec: str, registry: DriverRegistry) -> Launch:
+    """Read ``launch.json`` and the token of the state directory, and make the driver named
+    by ``driver_spec`` from ``registry`` (see :func:`load_driver`).
+
+    Raises:
+        LaunchError: a file is missing, unreadable or malformed, the token is not one, or the
+            driver cannot be made or has another agent id than the launch file names.
+    """
     from ..redacted import Redacted, check_token
 
     launch_path = os.path.join(state, identity.LAUNCH_FILE)
@@ -180,8 +197,8 @@ def prepare(state: str, driver_spec: str) -> Launch:
         token = check_token(Redacted(text), f"the token in {token_path}")
     except InvalidToken as exc:
         raise LaunchError(str(exc)) from None
-    drivers.STATE_DIR = state  # the CLI drivers find their private installs from it
-    driver = load_driver(driver_spec, info.agent_options)
+    registry.settle(state)
+    driver = load_driver(driver_spec, info.agent_options, registry)
     if driver.agent_id != info.agent_id:
         raise LaunchError(
             f"driver agent id {driver.agent_id!r} differs from launch.json agentId {info.agent_id!r}"

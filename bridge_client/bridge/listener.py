@@ -31,7 +31,7 @@ __all__ = [
     "set_send_timeout",
 ]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 ACCEPT_BACKOFF = 0.1  # seconds of pause after accept() failed for want of a file or memory
 _ACCEPT_POLL_MS = 200  # how often a waiting accept looks whether the server was shut down
@@ -97,7 +97,7 @@ class ConnectionGate:
         self._pending: "collections.OrderedDict[socket.socket, None]" = collections.OrderedDict()
         self._counted: Set[socket.socket] = set()  # admitted and not dropped, guarded by _lock
         self._closed = False  # drop_pending() ran: nothing is admitted any more
-        self._warn = RateLimitedWarning("connections refused or dropped (B08 limits)")
+        self._warn = RateLimitedWarning("connections refused or dropped (connection limits)")
 
     def admit(self, sock: socket.socket) -> bool:
         """A connection was accepted: take a slot (True), or refuse it (False)."""

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from ..errors import UntrustedFile
 from ..private_files import open_private
-from . import identity
+from ..state_dir import identity
 from .launch import LaunchError
 
 __all__ = ["release_lock", "take_lock", "take_start_lock"]

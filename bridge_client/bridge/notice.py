@@ -1,6 +1,6 @@
 """The notice pipe a launcher may give the bridge (``BRIDGE_CLIENT_NOTICE_FD``): one line,
 ``listening VERSION`` or ``locked VERSION``, so that the launcher need not poll for the
-listening file (the *Design notes*, issue 15, cold start).
+listening file (see :doc:`protocol`, "Writing a bridge: the state directory").
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ websockets' reader after an Ack), with a thread of its own only once a send must
 Exit too: a committing thread never waits on a peer).
 
 It sends through its connection (:class:`StreamConnection`, which
-:class:`~bridge_client.bridge.connection.Connection` is); see the *Design notes*, issue 15.
+:class:`~bridge_client.bridge.connection.Connection` is).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .turns import Turn
 
 __all__ = ["ReadStream", "StreamConnection"]
 
-log = logging.getLogger("bridge_client.bridge.server")  # the server's logger, as before the split
+log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
 
 class StreamConnection(Protocol):
@@ -204,7 +204,7 @@ class ReadStream:
             self._thread = thread
         try:
             thread.start()
-        except RuntimeError as exc:  # "can't start new thread": B09, the caller goes on itself
+        except RuntimeError as exc:  # "can't start new thread": the caller goes on itself
             log.warning("connection %d: cannot start a stream's thread (%s)", self.conn.number, exc)
             with self._lock:
                 self._thread = None
@@ -238,7 +238,7 @@ class ReadStream:
                 return
             if self._hand_off(value):
                 return
-            # No thread to be had (B09): sent here, as a Chunk would be.
+            # No thread to be had: sent here, as a Chunk would be.
         self.conn.send_exit(self.request_id, value)
 
     def _run(self) -> None:

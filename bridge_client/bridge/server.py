@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("bridge_client.bridge.server")
-redact_library_loggers()  # websockets logs the upgrade's Authorization header at DEBUG (C17)
+redact_library_loggers()  # websockets logs the upgrade's Authorization header at DEBUG
 
 HEALTHZ_PATH = "/healthz"
 
@@ -333,7 +333,7 @@ class BridgeServer:
         return None  # go on with the upgrade
 
     def _authorized(self, values: Any) -> bool:
-        """C17: exactly one ``Authorization: Bearer <token>``, compared in constant time.
+        """Exactly one ``Authorization: Bearer <token>``, compared in constant time.
 
         The scheme must be spelled ``Bearer`` exactly, as docs/protocol.md writes it (RFC 7235
         would allow any case; our hosts never send another)."""

@@ -16,12 +16,12 @@ import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ProtocolError
-from . import identity
+from ..state_dir import identity
 from .launch import Launch, LaunchError
 
 __all__ = ["RunningBridge", "SignalWatcher"]
 
-log = logging.getLogger("bridge_client.bridge")  # the bridge program's logger, as before the split
+log = logging.getLogger("bridge_client.bridge")  # one logger for all the bridge program's modules
 
 _SHUTDOWN_TIMEOUT = 30.0
 _LISTENING_CHECK = 1.0  # seconds between checks that listening.json still names this bridge
@@ -57,14 +57,14 @@ class RunningBridge:
         info = launch.info
         store_path = os.path.join(launch.state, identity.STORE_FILE)
         limits = dict(limits or {})
-        bounds = default_limits()  # B09: from the open-files and task limits
+        bounds = default_limits()  # from the open-files and task limits
         cancel_grace = limits.pop("cancel_grace", None)
         max_turns = limits.pop("max_turns", None) or bounds.turns
         synchronous = limits.pop("synchronous", None) or "FULL"
         limits.setdefault("max_connections", bounds.connections)
         limits.setdefault("max_streams", bounds.streams)
         try:
-            # A damaged store is moved aside and a fresh one started (B10); named in the log.
+            # A damaged store is moved aside and a fresh one (a new generation) started; logged.
             self.store = open_store(store_path, on_fatal=self._store_failed, synchronous=synchronous).store
         except (sqlite3.Error, OSError, StoreError) as exc:  # StoreError: a newer schema
             raise LaunchError(f"cannot open the store {store_path}: {exc}") from None
@@ -96,7 +96,7 @@ class RunningBridge:
             hello=hello.to_dict(),
             bind=info.bind,
             idle=self.idle,
-            **limits,  # max_connections, max_handshakes, handshake_timeout (B08), B09 bounds
+            **limits,  # max_connections, max_handshakes, handshake_timeout, the bounds on work
         )
         self.listening_path = os.path.join(launch.state, identity.LISTENING_FILE)
 
@@ -117,10 +117,10 @@ class RunningBridge:
     def _shutdown(self) -> None:
         try:
             self.idle.stop()
-            # Connections first: their hosts see a drop and resend to the next bridge (C08),
+            # Connections first: their hosts see a drop and resend to the next bridge,
             # rather than getting answers from a bridge that is going away.
             self.server.shutdown()
-            self.manager.close()  # running turns write nothing more; they stay unfinished (B05)
+            self.manager.close()  # running turns write no more; a restart continues them
         except Exception:
             log.exception("shutdown failed")
         finally:

@@ -231,7 +231,7 @@ class Reader(Protocol):
 
 
 class _Progress(NamedTuple):
-    """How far a turn's log got: the basis of a continue (B05)."""
+    """How far a turn's log got: the basis of a continue after a restart."""
 
     completed: int
     open_step: Optional[Tuple[int, int]]

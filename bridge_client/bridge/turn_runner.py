@@ -262,7 +262,7 @@ class TurnRunner(SessionRegistry):
         return ticket, launch.running  # its log line is written once StartTurn is answered
 
     def _reset_open_step(self, turn: Turn, session: Optional[Session]) -> Tuple[_Progress, Optional[Ticket]]:
-        """B05: discard the attempt a restart cut short (``step-reset``), and put the session
+        """Discard the attempt a restart cut short (``step-reset``), and put the session
         state back to the turn's checkpoint as a new revision. Returns the progress and the
         last ticket (``None`` when nothing was written)."""
         with turn._cond:  # a consistent view of the committed log
@@ -311,12 +311,12 @@ class TurnRunner(SessionRegistry):
                 [part_from_dict(json.loads(t)) for (s, a, _), t in pairs if s == number and a == attempt]
             )
         self._launch(turn, progress.completed, steps, session.state(), launch)
-        log.info("turn %s continued after %d complete step(s) (B05)", turn.id, progress.completed)
+        log.info("turn %s continued after %d complete step(s)", turn.id, progress.completed)
         return ticket
 
     def _spawn(self, turn: Turn) -> "_Launch":
         """Start the thread that will run ``turn`` (it waits for :meth:`_launch`), before
-        anything is written or marked running (B09). Lock held.
+        anything is written or marked running (the bound on running turns). Lock held.
 
         Raises:
             Overloaded: ``max_running`` turns run already, or the thread cannot be started.
@@ -423,7 +423,7 @@ class TurnRunner(SessionRegistry):
 
     def _drive(self, turn: Turn, ctx: TurnContext) -> Tuple[str, Any, Optional[str]]:
         try:
-            with ctx.in_thread():  # child processes see the session's environment (C19)
+            with ctx.in_thread():  # child processes see the session's environment
                 result = self._driver.run_turn(ctx)
         except _Abandoned:
             raise
@@ -450,7 +450,7 @@ class TurnRunner(SessionRegistry):
                 return
             with turn.append_lock:
                 if turn.abandoned:
-                    return  # shutting down: left unfinished for a restart (B05)
+                    return  # shutting down: left unfinished for a restart
                 turn.abandoned = True  # from here no emit of the driver reaches the log
             turn.life.move("force")
             last = turn.next_index - 1

@@ -125,7 +125,7 @@ class TurnManager(TurnRunner):
             running: Optional[threading.Event] = None  # a new turn's thread runs it (set)
             if turn is None:
                 # Only new turns need an open session: a turn that exists can always be
-                # continued (C12), also after the host that started it released its session.
+                # continued, also after the host that started it released its session.
                 if session.closed:
                     raise SessionNotFound(
                         f"session {session_id!r} is closed: open it again", sessionId=session_id

@@ -55,6 +55,10 @@ class Approver:
             it from another shell; ``{id}`` is replaced by the request id), or ``None``.
         terminal: holds the terminal while a question is written (the spinner's
             ``Progress.output``), or ``None``.
+        answer: sends an answer on behalf of a policy, called as ``answer(turn, request,
+            decision, message, by="policy")`` (:func:`bridge_client.client.interactive.answer`
+            when ``None``): ``all`` and ``none`` answer as a policy, a question's answer as the
+            host (``turn.approve``, ``turn.deny``).
 
     :meth:`seen` is called with every part before it is shown, :meth:`on_part` after. With
     ``ask``, the questions are put by a thread of their own
@@ -74,7 +78,13 @@ class Approver:
         note: Any,
         hint: Optional[str] = None,
         terminal: Optional[Callable[[], Any]] = None,
+        answer: Optional[Callable[..., Any]] = None,
     ) -> None:
+        if answer is None:
+            from ..client.interactive import answer as answer_as
+        else:
+            answer_as = answer
+        self._answer_as_policy: Callable[..., Any] = answer_as
         self.mode = mode
         self.turn = turn
         self.ask = ask
@@ -125,9 +135,9 @@ class Approver:
         if part.tool_name in self._always or not self._still_pending(part):
             return
         if self.mode == "all":
-            self._send(part, "allow-once", None)
+            self._send(part, "allow-once", None, by="policy")
         elif self.mode == "none":
-            self._send(part, "deny", "denied by --approve none")
+            self._send(part, "deny", "denied by --approve none", by="policy")
         elif self.questions is not None:
             self.questions.ask(part)
         elif self.hint is not None:
@@ -145,9 +155,13 @@ class Approver:
             return not _answered_ahead(self.turn, request)
         return True
 
-    def _send(self, request: ApprovalRequest, decision: str, message: Optional[str]) -> None:
+    def _send(
+        self, request: ApprovalRequest, decision: str, message: Optional[str], by: str = "host"
+    ) -> None:
         try:
-            if decision == "deny":
+            if by != "host":
+                self._answer_as_policy(self.turn, request, decision, message, by=by)
+            elif decision == "deny":
                 self.turn.deny(request, message=message)
             else:
                 self.turn.approve(request, always=decision == "allow-always")

@@ -60,7 +60,7 @@ def parse_env(items: Sequence[str]) -> Dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not name:
-            raise UsageError(f"--env takes NAME or NAME=VALUE, got {item.split('=', 1)[0]!r}=...")
+            raise UsageError("--env =...: the variable's name is empty (use --env NAME or --env NAME=VALUE)")
         if not sep:
             if name not in os.environ:
                 raise UsageError(

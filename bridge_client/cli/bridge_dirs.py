@@ -16,10 +16,10 @@ import re
 import subprocess
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..paths import user_home
 from ..sandbox.base import Endpoint, ExecResult, Sandbox
-from ..sandbox.local import LocalSandbox
+from ..sandbox.local import FOLDER_RECORD, LocalSandbox
 from ..wire.parts import TurnState
 
 __all__ = [
@@ -50,8 +50,9 @@ def has_bridge(sandbox: Sandbox, state: TurnState) -> bool:
 
 
 class LocalStateRoot:
-    """A local sandbox's state root under the home, known by its id only (the folder it
-    belongs to is not recorded; a live bridge's working folder tells it).
+    """A local sandbox's state root under the home: its id, and the folder it belongs to when
+    the root records it (:data:`~bridge_client.sandbox.local.FOLDER_RECORD`; else ``folder`` is
+    ``None`` and a live bridge's working folder tells it).
 
     Has what :func:`bridge_rows` uses of a :class:`~bridge_client.sandbox.base.Sandbox`.
     """
@@ -59,6 +60,13 @@ class LocalStateRoot:
     def __init__(self, state_root: str) -> None:
         self.state_root = state_root
         self.id = os.path.basename(state_root)
+        self.folder: Optional[str] = None
+        try:
+            recorded = identity.optional_read(os.path.join(state_root, FOLDER_RECORD))
+        except (OSError, ValueError):  # not this user's own, or unreadable: no record
+            recorded = None
+        if recorded and LocalSandbox.id_for(os.fsdecode(recorded)) == self.id:
+            self.folder = os.fsdecode(recorded)
 
     def read_file(self, path: str) -> bytes:
         """The bytes of a file on this machine."""
@@ -193,7 +201,7 @@ def bridge_rows(sandbox: Any) -> List[Dict[str, Any]]:
         names = sorted(os.listdir(root)) if local else _list_folder(sandbox, root)
     except FileNotFoundError:
         return []
-    where = sandbox.workdir if isinstance(sandbox, LocalSandbox) else None
+    where = sandbox.workdir if isinstance(sandbox, LocalSandbox) else getattr(sandbox, "folder", None)
     rows = []
     for name in names:
         folder = posixpath.join(root, name)

@@ -1,5 +1,5 @@
-"""``bridge-client bridges``: list the bridges of a sandbox, or of every local sandbox
-(``--all``). See the *Command line* guide (``cli``).
+"""``bridge-client bridges`` (or ``bridge-client list``): list the bridges of a sandbox, or of
+every local sandbox (``--all``). See the *Command line* guide (``cli``).
 """
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ __all__ = ["add_command"]
 
 
 def add_command(commands: Any) -> None:
-    """Add ``bridges`` to the ``bridge-client`` sub-commands."""
+    """Add ``bridges``, and ``list`` as its alias, to the ``bridge-client`` sub-commands."""
     bridges = commands.add_parser(
         "bridges",
-        help="list the bridges of a sandbox, or of every local sandbox (--all)",
+        aliases=["list"],
+        help="list the bridges of a sandbox, or of every local sandbox (--all); alias: list",
         description="List bridges: id, agent, agent options, pid, port, whether it answers, and "
         "its sessions and turns. --all lists every local sandbox under the state directory.",
     )

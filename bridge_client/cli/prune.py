@@ -7,9 +7,12 @@ Two kinds of leftovers pile up under the state directory (``BRIDGE_CLIENT_HOME``
   nothing in it changed for ``--min-age`` seconds (a host may be launching a bridge there);
 - the turn state files that ``run`` saves when a turn is suspended (``<home>/turns``): one is
   done with when its turn has finished in its bridge's store, or when that bridge's state
-  directory is gone.
+  directory is gone;
+- the template marks of a sandbox where no bridge runs any more (``<state root>/template-marks``:
+  they only spare a launch the template's checks, which the next launch then runs again).
 
-Only local sandboxes are looked at (a container's bridges are inside the container, and a
+``--sandbox DIR`` limits all three to one local folder's sandbox. Only local sandboxes are
+looked at (a container's bridges are inside the container, and a
 state file of a turn that runs in one is kept). ``--dry-run`` prints what would go and
 removes nothing. See the *Command line* guide (``cli``).
 """
@@ -24,8 +27,11 @@ import sqlite3
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..bridge import identity
 from ..paths import user_home
+from ..sandbox.local import FOLDER_RECORD, LocalSandbox
+from ..sandbox.template_step import MARKS_DIR
+from ..sandbox.urls import is_sandbox_url
+from ..state_dir import identity
 from .arguments import add_verbose
 from .bridge_dirs import local_state_roots
 from .exits import UsageError
@@ -35,8 +41,8 @@ __all__ = ["add_command", "prune_plan"]
 
 _DESCRIPTION = (
     "Remove the state directories of bridges that are not running (with the turns they keep) "
-    "and the saved state files of turns that finished, from the local state directory. "
-    "--dry-run prints what would be removed."
+    "the saved state files of turns that finished, and the template marks of sandboxes where "
+    "no bridge runs, from the local state directory. --dry-run prints what would be removed."
 )
 
 
@@ -48,6 +54,10 @@ def add_command(commands: Any) -> None:
     p.add_argument(
         "--min-age", type=float, default=60.0, metavar="SECONDS",
         help="keep a bridge's state directory that changed less than SECONDS ago (default: %(default)g)",
+    )
+    p.add_argument(
+        "--sandbox", metavar="DIR",
+        help="only the sandbox of this local folder (it may have been removed); default: every local one",
     )
     add_verbose(p)
     p.set_defaults(func=_cmd_prune)
@@ -98,11 +108,11 @@ def _turn_status(store: str, turn_id: str) -> Optional[str]:
     return str(row[0]) if row else None
 
 
-def _bridge_folders(home: str) -> Dict[str, List[str]]:
-    """Every local bridge's state directory, by bridge id (one id may have a folder in each
-    of several sandboxes)."""
+def _bridge_folders(roots: List[str]) -> Dict[str, List[str]]:
+    """Every bridge's state directory under the state ``roots``, by bridge id (one id may have
+    a folder in each of several sandboxes)."""
     found: Dict[str, List[str]] = {}
-    for root in local_state_roots(home):
+    for root in roots:
         bridges = os.path.join(root, "bridges")
         try:
             names = os.listdir(bridges)
@@ -114,10 +124,19 @@ def _bridge_folders(home: str) -> Dict[str, List[str]]:
     return found
 
 
-def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
-    """What ``prune`` removes: ``(turn state files, bridge state directories)``, each a list of
-    ``(path, why)``. Removes nothing."""
-    folders = _bridge_folders(home)
+Plan = List[Tuple[str, str]]
+
+
+def prune_plan(home: str, min_age: float, folder: Optional[str] = None) -> Tuple[Plan, Plan, Plan]:
+    """What ``prune`` removes: ``(turn state files, bridge state directories, template marks
+    folders)``, each a list of ``(path, why)``; with ``folder``, only what belongs to the
+    sandbox of that local folder. Removes nothing."""
+    if folder is None:
+        roots, label = local_state_roots(home), None
+    else:
+        roots = [os.path.join(home, "sandboxes", LocalSandbox.id_for(folder))]
+        label = os.path.realpath(folder)
+    folders = _bridge_folders(roots)
     now = time.time()
     dead = {
         folder for group in folders.values() for folder in group
@@ -136,6 +155,8 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
             continue  # not a state file of ours: left alone
         if isinstance(where, str) and not where.startswith("/"):
             continue  # a turn in a container: its bridge is not looked at from here
+        if label is not None and where != label:
+            continue  # another sandbox's turn (or one that does not say): not asked about
         group = folders.get(bridge_id, [])
         live = [folder for folder in group if folder not in dead]
         if not live:
@@ -145,15 +166,24 @@ def prune_plan(home: str, min_age: float) -> Tuple[List[Tuple[str, str]], List[T
         statuses = [_turn_status(os.path.join(f, identity.STORE_FILE), turn_id) for f in live]
         if "finished" in statuses:
             files.append((path, "the turn finished"))
-    dirs = [(folder, "no bridge runs there") for folder in sorted(dead)]
-    return files, dirs
+    dirs = [(path, "no bridge runs there") for path in sorted(dead)]
+    live_roots = {os.path.dirname(os.path.dirname(p)) for g in folders.values() for p in g if p not in dead}
+    marks = [
+        (os.path.join(root, MARKS_DIR), "no bridge runs in that sandbox")
+        for root in roots
+        if root not in live_roots and os.path.isdir(os.path.join(root, MARKS_DIR))
+    ]
+    return files, dirs, marks
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
     if args.min_age < 0:
         raise UsageError("--min-age must be >= 0")
     home = user_home()
-    files, dirs = prune_plan(home, args.min_age)
+    only = args.sandbox
+    if only is not None and (is_sandbox_url(only) or only.startswith("docker:")):
+        raise UsageError(f"--sandbox {only}: prune looks at local folders only")
+    files, dirs, marks = prune_plan(home, args.min_age, only)
     verb = "would remove" if args.dry_run else "removed"
     for path, why in files:
         if not args.dry_run:
@@ -169,15 +199,29 @@ def _cmd_prune(args: argparse.Namespace) -> int:
             shutil.rmtree(folder)
             _remove_if_empty(os.path.dirname(os.path.dirname(folder)))
         print_out(f"{verb} bridge state {folder} ({why})")
-    if not files and not dirs:
+    for path, why in marks:
+        if not args.dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+            _remove_if_empty(os.path.dirname(path))
+        print_out(f"{verb} template marks {path} ({why})")
+    if not files and not dirs and not marks:
         print_out(f"nothing to prune in {home}")
     return 0
 
 
 def _remove_if_empty(sandbox_root: str) -> None:
-    """Drop a sandbox's state root once its last bridge is gone (``bridges/`` then itself)."""
+    """Drop a sandbox's state root once its last bridge is gone (``bridges/``, the record of its
+    folder when nothing else is left, then itself)."""
     for folder in (os.path.join(sandbox_root, "bridges"), sandbox_root):
+        if folder == sandbox_root:
+            try:
+                if os.listdir(sandbox_root) == [FOLDER_RECORD]:
+                    os.remove(os.path.join(sandbox_root, FOLDER_RECORD))
+            except OSError:
+                return
         try:
             os.rmdir(folder)
+        except FileNotFoundError:
+            continue  # removed already
         except OSError:
             return

@@ -15,7 +15,7 @@ import posixpath
 import shlex
 from typing import Any, Callable, Iterator
 
-from ..bridge import identity
+from ..state_dir import identity
 from .agents import session_options_for
 from .arguments import SANDBOX_HELP, add_verbose
 from .bridge_dirs import has_bridge, removed_folder

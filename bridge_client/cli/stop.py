@@ -9,7 +9,7 @@ import posixpath
 import time
 from typing import Any
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..errors import ConnectionLost, HarnessError, Unauthorized
 from ..paths import SECRET_ENV, default_secret
 from ..redacted import hmac_token

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..paths import user_home
 from ..wire.parts import TurnState
 from .exits import UsageError
@@ -83,7 +83,10 @@ def read_state(path: str) -> Tuple[TurnState, Optional[str]]:
         with open(path, "rb") as f:
             first = f.readline(4 * 1024 * 1024 + 65536)
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"cannot read {path}: {exc.strerror or exc} (this takes a turn state file: the one a "
+            f"suspended run printed, under {os.path.join(user_home(), 'turns')}, or a --state FILE)"
+        ) from None
     try:
         record = json.loads(first)
     except ValueError:

@@ -36,9 +36,10 @@ from . import forksafe, idle_watch, launcher
 from .connection import Connection
 from .resend import RETRYABLE, resend_policy
 
-# Where the contract's rules live here: C04 and C07 connect(), C06 use() and the idle timer,
-# C08 with_connection(), C11 reading(), C14 the `link` of with_connection() and call(), C15
-# unavailable().
+# Where the contract's rules live here (docs/contract.md): finding the bridge and restoring the
+# session on every connection in connect(), connected while in use in use() and the idle timer,
+# bounded resends in with_connection(), suspending in reading(), a turn's bridge of other
+# options in the `link` of with_connection() and call(), a gone sandbox in unavailable().
 
 __all__ = ["SessionChannel", "OtherBridge"]
 
@@ -148,7 +149,7 @@ class SessionChannel:
                     "state": self.state.to_dict() if self.state else None,
                 }
                 env = self.options.env
-                if env:  # on every new connection, so a restarted bridge has it again (C07)
+                if env:  # on every new connection, so a restarted bridge has it again
                     payload["env"] = env.revealed()  # type: ignore[attr-defined]
                 interactive = self.options.interactive_payload()
                 if interactive is not None:  # approvals on: so is every new connection's session
@@ -241,7 +242,7 @@ class SessionChannel:
                     # A full disk under the bridge: every launch fails so until someone frees
                     # space, so it is said now, not after the window (the turn reads on later).
                     raise
-                # A bridge that answered before cannot be reached now (C15): keep trying
+                # A bridge that answered before cannot be reached now: keep trying
                 # within the window.
                 first_line = str(exc).splitlines()[0]
                 raise ConnectionLost(f"no bridge answers: {first_line}") from exc
@@ -361,7 +362,7 @@ class SessionChannel:
             outer = self._reading_thread is None
             self._reading_thread = me
         if previous is not None and previous is not turn:
-            previous._close_stream()  # the other turn is suspended: it keeps running (C11)
+            previous._close_stream()  # the other turn is suspended: it keeps running
         try:
             with self.use():
                 yield
@@ -381,7 +382,7 @@ class SessionChannel:
         """In a forked child (called by :mod:`.forksafe`): the parent's connection, threads
         and locks are not this process's. Forget the connection (its own hook closed this
         process's copy of the socket), and make new locks; the next use opens a connection of
-        the child's own, and a turn being read resumes from its offset (C09)."""
+        the child's own, and a turn being read resumes from its offset."""
         self.cond = threading.Condition(threading.Lock())
         self._connect_lock = threading.Lock()
         self.conn = None
@@ -444,9 +445,9 @@ class SessionChannel:
 def _log_new_generation(
     session_id: str, bridge_id: str, old: Optional[HelloResult], new: HelloResult
 ) -> None:
-    """Say so when the bridge's store is not the one this session used before (B10): it was
+    """Say so when the bridge's store is not the one this session used before: it was
     damaged, emptied or lost writes, and the bridge started a fresh one (its log names the old
-    file). The session goes on from this host's session state (C07)."""
+    file). The session goes on from this host's session state."""
     if old is None or old.generation is None or new.generation is None or old.generation == new.generation:
         return
     log.warning(

@@ -39,7 +39,7 @@ from .stream import END, Pending, Stream, StreamClosed
 __all__ = ["Connection", "Stream", "StreamClosed", "END"]
 
 log = logging.getLogger("bridge_client")
-redact_library_loggers()  # websocket-client's trace logs the upgrade's Authorization header (C17)
+redact_library_loggers()  # websocket-client's trace logs the upgrade's Authorization header
 
 _ids = itertools.count(1)
 
@@ -357,7 +357,7 @@ class Connection(Routing):
         """A send was interrupted (``KeyboardInterrupt``): part of a frame may be on the wire,
         and the bridge would read whatever we send next as its rest. The connection is broken
         at once (no close frame: it would be read the same way); the next call opens a new
-        one instead of waiting for the keepalive to notice (C20)."""
+        one instead of waiting for the keepalive to notice."""
         with self._lock:
             self._life.move(Event.CUT_SHORT)
         self._lost(ConnectionLost(f"a send on connection {self.name} was cut short"))

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..errors import BridgeMismatch, ConnectionLost, HarnessError, ProtocolError, Unauthorized, UntrustedFile
 from ..redacted import Redacted
 from ..sandbox.base import Sandbox
@@ -49,7 +49,7 @@ def read_state_file(sandbox: Sandbox, path: str) -> bytes:
 
 
 def _read_state_file(plan: "LaunchPlan", name: str) -> bytes:
-    """:func:`read_state_file` of a file in the plan's state directory (C21)."""
+    """:func:`read_state_file` of a file in the plan's state directory (only this user's own)."""
     return read_state_file(plan.sandbox, plan.path(name))
 
 
@@ -85,7 +85,7 @@ def _find_or_refused(
     """:func:`find`, with a 401 returned rather than raised, together with the listening file
     that led to it: the file may be stale and its port reused by another bridge (another
     sandbox, another token). While the file stays the one that was refused, its port is not
-    asked again (a 401 is never retried, C17)."""
+    asked again (a 401 is never retried)."""
     # One read of the listening file: the bytes compared with the refused one are the bytes
     # whose port is tried (a connect is one private-file read, not two).
     data = _listening_or_gone(plan)
@@ -153,7 +153,7 @@ def _listening_or_gone(plan: LaunchPlan) -> Optional[bytes]:
     except FileNotFoundError:
         return None
     except UntrustedFile as exc:
-        _untrusted(plan, exc)  # C21: never send the token to a port a stranger may have named
+        _untrusted(plan, exc)  # never send the token to a port a stranger may have named
         return None
     except OSError as exc:
         log.debug("ignoring listening file of bridge %s: %s", plan.bridge_id, exc)

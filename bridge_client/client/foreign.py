@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..errors import BridgeLaunchError, BridgeMismatch, HarnessError, ProtocolError, TemplateError
 from ..wire import rpcs
 from ..wire.parts import HelloResult, TurnState
@@ -96,7 +96,7 @@ class ForeignBridge:
         folder = identity.state_dir(own.sandbox.state_root, self.bridge_id)
         path = posixpath.join(folder, identity.LAUNCH_FILE)
         try:
-            info = identity.parse_launch(launcher.read_state_file(own.sandbox, path))  # C21
+            info = identity.parse_launch(launcher.read_state_file(own.sandbox, path))  # this user's own file
         except (OSError, ProtocolError) as exc:
             raise ForeignBridgeGone(f"bridge {self.bridge_id} has no usable launch file: {exc}") from None
         if info.bridge_id != self.bridge_id or info.agent_id != self._agent_id:

@@ -16,8 +16,8 @@ import signal
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..bridge import identity
-from ..bridge.unwritable import NOTICE_WORD, UNWRITABLE_ERRNOS, UNWRITABLE_EXIT
+from ..state_dir import identity
+from ..state_dir.unwritable import NOTICE_WORD, UNWRITABLE_ERRNOS, UNWRITABLE_EXIT
 from ..errors import (
     BridgeLaunchError,
     HarnessError,
@@ -381,7 +381,7 @@ def _launch_and_wait(
             # No relaunch can help (the template cannot free space): say so at once.
             raise _unwritable_exit(plan, launched.process, pause)
         if status is not None and status != 0:
-            # Ours died. Another host's bridge may hold the lock now and answer (C05): look
+            # Ours died. Another host's bridge may hold the lock now and answer: look
             # before giving up. Killed by a signal, it may have held the lock: launch again.
             found = _look_now(plan, remaining, holder, window_end)
             if found is not None:
@@ -404,7 +404,7 @@ def _launch_and_wait(
                 f"the bridge {_ended(status)} before it answered{launches}", _log_tail(plan)
             )
         if status == 0:
-            # Ours lost the lock race (C05): the winner answers soon. If none does for a
+            # Ours lost the lock race: the winner answers soon. If none does for a
             # while, the lock holder was on its way out: launch again, less often each time.
             if lost_at is None:
                 lost_at = now

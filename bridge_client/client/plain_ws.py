@@ -7,7 +7,7 @@ It offers :class:`~.connection.Connection` what it uses of websocket-client's ``
 (``send``, ``recv_data``, ``send_close``, ``abort``, ``shutdown``, ``settimeout``, ``sock``),
 with the same behaviour and websocket-client's exception classes: a ping is answered with a
 pong, a close with a close, a fragmented message is joined. Why not websocket-client on this
-path (issue 15, sixth round): it reads the 101 a byte per call through three Python layers,
+path: it reads the 101 a byte per call through three Python layers,
 and reads and masks each frame through as many; here one read serves the upgrade's answer
 and the frames behind it. TLS and proxies keep websocket-client, whose connect handles them.
 """

@@ -2,7 +2,7 @@
 
 One process-wide pool drawn from ``os.urandom`` 4 KiB at a time, each byte handed out once:
 as random as a draw per use, without a ``getrandom`` system call (and a hand-over of the
-GIL, which costs most when many threads start sessions at once: issue 15, sixth round) per
+GIL, which costs most when many threads start sessions at once) per
 id and per connection. A forked child never hands out its parent's bytes: the pool is
 dropped in the child (``os.register_at_fork``) and whenever the process id is not the one
 that drew it (a fork that ran no hooks).

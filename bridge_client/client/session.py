@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Any, Optional
 
-from ..bridge import identity
+from ..state_dir import identity
 from ..driver_options import approvals_refused
 from ..errors import ApprovalsUnsupported, HarnessError
 from ..options import BridgeOptions, CreateSessionOptions
@@ -85,7 +85,7 @@ class Session:
             ping_timeout=session_options.ping_timeout,
             ca_bundle=session_options.ca_bundle,
         )
-        # Connecting, resending, the idle timer, release and the turn being read (C04-C08, C15).
+        # Connecting, resending, the idle timer, release and the turn being read.
         self._channel = SessionChannel(self.id, self.bridge_id, plan, session_options, resume)
         # A built-in driver that cannot ask: refused at the first turn, before any launch (the
         # bridge would refuse OpenSession the same way, and then idle).
@@ -202,7 +202,7 @@ class Session:
             after_step=steps,
             link=link,
         )
-        turn._known_generation = state.generation  # never spliced with another store's log (B10)
+        turn._known_generation = state.generation  # never spliced with another store's log
         return self._begin(turn)
 
     def _begin(self, turn: "Turn") -> "Turn":
@@ -308,6 +308,13 @@ class Session:
         that cannot be reached.
         """
         return self._channel.release()
+
+    def close(self) -> Optional[SessionState]:
+        """The same as :meth:`release` (as files and sockets have ``close()``): close the
+        session in the bridge when it can, close the connection, stop the idle timer, and
+        return the last session state. Idempotent; never raises for a bridge that cannot be
+        reached."""
+        return self.release()
 
     def __enter__(self) -> "Session":
         return self

@@ -151,7 +151,7 @@ class Turn(TurnSource):
         return self._exhausted or self._st.finish is not None
 
     def __iter__(self) -> "Turn":
-        # A new loop over the turn reads on, also after a suspend from another thread (C11).
+        # A new loop over the turn reads on, also after a suspend from another thread.
         self._suspended = False
         return self
 
@@ -170,7 +170,7 @@ class Turn(TurnSource):
                 space, iterating again reads on.
             ProtocolError: the bridge sent something that is not a part.
         """
-        if self._suspended:  # suspended from another thread: reading stops (C11)
+        if self._suspended:  # suspended from another thread: reading stops, the turn runs on
             self._suspended = False
             raise StopIteration
         if self._due:  # requests yielded before: the approve= policy answers them now
@@ -199,7 +199,7 @@ class Turn(TurnSource):
             parts = st.parts
             if taken >= len(parts):
                 self._suspended = False
-                raise StopIteration  # suspended from another thread: reading stops (C11)
+                raise StopIteration  # suspended from another thread: reading stops, the turn runs on
         part = parts[taken]
         # The bookkeeping: idempotent, as an interrupt before the store below makes it run again.
         kind = type(part)  # exact types (parts_from_dicts builds them)
@@ -236,7 +236,7 @@ class Turn(TurnSource):
         self._channel.forget_turn(self)
         if self._adopted_state:
             # The session's own bridge opens the session again from the newer state on
-            # its next connection (C07, C14).
+            # its next connection, which restores the session.
             self._adopted_state = False
             self._channel.drop()
         hook = self._channel.on_turn_end
@@ -488,7 +488,7 @@ class Turn(TurnSource):
             self._approvals.seen(part)
         elif isinstance(part, TurnStart):
             if part.index == 0 and started:
-                # The turn runs again from its prompt (its bridge lost it, C14): a new log.
+                # The turn runs again from its prompt (its bridge lost it): a new log.
                 self._texts, self._runs = [], []
                 steps, ntext = 0, 0
                 self._approvals.seen(part)

@@ -31,9 +31,11 @@ from .resend import FIRST_BACKOFF, MAX_BACKOFF
 
 __all__ = ["TurnSource"]
 
-# Where the contract's rules live here: C09 and C13 _open() and _fill_parts(), C14
-# _run_again_here() and _start_turn(), B10 _check_generation(), C15 _check_restart_bound(),
-# C20 _stalled(), C08 the resend window of _fill_parts().
+# Where the contract's rules live here (docs/contract.md): reading from an offset, also after
+# the bridge died, in _open() and _fill_parts(); a turn's bridge of other options in
+# _run_again_here() and _start_turn(); the store generation in _check_generation(); a gone
+# sandbox in _check_restart_bound(); no endless wait in _stalled(); bounded resends in the
+# resend window of _fill_parts().
 
 log = logging.getLogger("bridge_client")
 
@@ -62,7 +64,7 @@ class TurnSource:
         link: Optional[ForeignBridge] = None,
     ) -> None:
         self._channel = channel
-        # The bridge of other options that runs this turn (C14), or None for the session's own.
+        # The bridge of other options that runs this turn, or None for the session's own.
         self._link = link
         self.id = turn_id
         self.prompt = prompt
@@ -93,7 +95,7 @@ class TurnSource:
         # When the bridge first restarted since the last step completed (the crash-loop bound).
         self._restarted_since: Optional[float] = None
         self._overloaded = 0.0  # the last pause after an Overloaded read (backoff, seconds)
-        # The store generation of the turn state continue_turn() was given (B10), until a
+        # The store generation of the turn state continue_turn() was given, until a
         # turn-start says which log is read.
         self._known_generation: Optional[str] = None
         # ReadTurn goes right behind StartTurn (see _start_and_read) unless a bridge served the
@@ -116,7 +118,7 @@ class TurnSource:
         return hello.generation if hello is not None else None
 
     def _check_generation(self) -> None:
-        """B10: the bridge's store is of another generation than the one that holds this
+        """The bridge's store is of another generation than the one that holds this
         turn's log (it was emptied, damaged or replaced): never splice the two logs. The turn
         is read from the start of that store's log (a fresh run from the prompt, under a new
         ``turn-start``), as for a bridge of other options that is gone."""
@@ -152,7 +154,7 @@ class TurnSource:
         result = StartTurnResult.from_dict(value)
         if self._link is not None and result.status == "started":
             # The turn's bridge had lost it and started it afresh under its options: stop that
-            # copy and run the turn in this session's own bridge (C14).
+            # copy and run the turn in this session's own bridge.
             try:
                 conn.call(rpcs.CANCEL_TURN.tag, {"sessionId": self._session_id, "turnId": self.id},
                           timeout=self._channel.options.request_timeout)
@@ -161,7 +163,7 @@ class TurnSource:
             raise ForeignBridgeGone(f"bridge {self._link.bridge_id} no longer had the turn")
         if self._instance is not None and result.status == "started":
             # The bridge had no record of the turn (its state was lost): it runs afresh
-            # from its prompt, and the reader sees the new log from its turn-start (C14).
+            # from its prompt, and the reader sees the new log from its turn-start.
             log.debug("turn %s: runs again from its prompt", self.id)
             self._set_cursor(offset=0, after_step=0, steps=0)
         self.status = result.status
@@ -172,7 +174,7 @@ class TurnSource:
                       timeout=self._channel.options.request_timeout)
 
     def _open(self, conn: Connection) -> Stream:
-        """Open ``ReadTurn`` on ``conn`` from where the read stands (C09, C13)."""
+        """Open ``ReadTurn`` on ``conn`` from where the read stands."""
         if self._instance != self._bridge_instance():
             if self._instance is not None:
                 log.debug("turn %s: bridge restarted, starting the turn again", self.id)
@@ -243,7 +245,7 @@ class TurnSource:
     def _check_restart_bound(self) -> None:
         """The crash-loop bound: a bridge that restarts again and again while no step of the
         turn completes gets ``resend_window`` seconds from its first restart, then the read
-        raises ``BridgeUnavailable`` (C15). The parts a restart writes (``step-reset``, the
+        raises ``BridgeUnavailable``. The parts a restart writes (``step-reset``, the
         repeated step's start) are not progress, so they do not restart the window.
         """
         now = time.monotonic()
@@ -262,7 +264,7 @@ class TurnSource:
             )
 
     def _run_again_here(self, why: BaseException) -> None:
-        """C14: the turn's bridge of other options is gone: run the turn again from its prompt
+        """The turn's bridge of other options is gone: run the turn again from its prompt
         in the session's own bridge; the reader gets a new ``turn-start`` naming it."""
         link, self._link = self._link, None
         log.info("turn %s: %s; running it again from its prompt in its session's bridge", self.id, why)
@@ -282,7 +284,7 @@ class TurnSource:
         if link is None:
             self._fill_parts()
         else:
-            with link.use():  # a read in progress is use of the turn's bridge connection (C06)
+            with link.use():  # a read in progress is use of the turn's bridge connection
                 self._fill_parts()
 
     def _fill_parts(self) -> None:
@@ -298,7 +300,7 @@ class TurnSource:
                 continue
             stream = self._stream
             if stream is not None and self._dirty:
-                # An interrupt cut a take() short: read again from the cursor (C09).
+                # An interrupt cut a take() short: read again from the cursor.
                 self._stream = self._stream_conn = None
                 stream.close()
                 stream = None
@@ -369,7 +371,7 @@ class TurnSource:
                     session.drop(conn)
                 if now - self._lost_since > session.options.resend_window:
                     # Connections open but every read drops at once (a bridge that answers each
-                    # with a defect, say): the window bounds that too (C08, C15).
+                    # with a defect, say): the window bounds that too.
                     if self._link is not None:
                         self._link.close()
                     raise session.unavailable(exc) from exc
@@ -390,7 +392,7 @@ class TurnSource:
                 self._run_again_here(exc)
                 continue
             except Overloaded as exc:
-                # The bridge serves as many reads as it can (B09): read again after a pause,
+                # The bridge serves as many reads as it can: read again after a pause,
                 # within the resend window, on the same connection.
                 self._dirty = False
                 self._forget_stream(stream)
@@ -417,7 +419,7 @@ class TurnSource:
             self._unconfirmed = None
 
     def _stalled(self, seconds: float) -> TurnStalled:
-        """C20: the driver sent no part within ``turn_stall_timeout``. The read ends (its
+        """The driver sent no part within ``turn_stall_timeout``. The read ends (its
         stream is closed; the turn keeps running in its bridge and stays the session's
         current turn, so ``cancel_turn()`` reaches it); iterating again reads on."""
         self._close_stream()

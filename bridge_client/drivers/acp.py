@@ -43,6 +43,11 @@ takes no second ``session/prompt`` while one runs, so they are sent as the next 
 same ACP session once the agent answers the running one with ``end_turn``, within the same
 turn (each such prompt starts a new step); a turn that ends otherwise leaves them unsent.
 
+Host tools (the session's ``tools``): the MCP server named ``host`` goes into the
+``mcpServers`` of ``session/new`` and ``session/load`` (ACP's stdio form), its relay lives as
+long as the agent process, and a permission the agent asks for a call of a host tool not
+marked ``approve=True`` is allowed (:mod:`bridge_client.drivers.acp_host`).
+
 Cancel sends ``session/cancel`` and answers a pending permission request ``cancelled``; an
 agent that has not answered the prompt ``interrupt_grace`` seconds later is killed (its
 process group), and the next turn starts it again.
@@ -87,7 +92,9 @@ from .acp_parts import UpdateMapper, ask_permission, policy_permission, taken_me
 from .acp_fs import serve_fs
 from .acp_journal import ToolJournal
 from .acp_stop import POLITE_GRACE, stop_agent
-from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AcpConnection, AgentExited, RpcError
+from . import acp_host
+from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AgentExited, RpcError
+from .acp_slot import AgentProcess, Slot
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 from .workspace import workspace_dir
 
@@ -125,32 +132,6 @@ class _GaveUp(Exception):
     """The agent did not answer a cancel within the grace period."""
 
 
-class _Agent:
-    """One agent process and what the driver knows of it (guarded by its slot's lock)."""
-
-    def __init__(self, proc: JsonLinesProcess, env: Dict[str, str]) -> None:
-        self.proc = proc
-        self.conn = AcpConnection(proc)
-        self.env = env
-        self.capabilities: Dict[str, Any] = {}
-        self.auth_methods: List[Any] = []
-        self.session_id: Optional[str] = None
-        self.last_used = time.monotonic()
-
-    @property
-    def alive(self) -> bool:
-        return not self.conn.gone and self.proc.proc.poll() is None
-
-
-class _Slot:
-    """A session's place in the driver: one turn at a time, and its agent."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.agent: Optional[_Agent] = None
-        self.closed = False  # the session was closed while a turn ran: stop the agent after it
-
-
 class AcpDriver:
     """The ACP client driver (``agent_id`` ``"acp"``); see the module docstring.
 
@@ -161,6 +142,7 @@ class AcpDriver:
     agent_id = "acp"
     supports_approvals = True
     supports_messages = True
+    supports_host_tools = True  # the MCP server named host in session/new's mcpServers (acp_host)
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.argv: List[str] = [options["command"], *options.get("args", [])]
@@ -173,7 +155,7 @@ class AcpDriver:
         self.mcp_servers: List[Any] = list(options.get("mcp_servers") or [])
         self.max_agents: int = options.get("max_agents", 8)
         self._lock = threading.Lock()
-        self._slots: Dict[str, _Slot] = {}
+        self._slots: Dict[str, Slot] = {}
         self._closed = False
 
     def initial_state(self) -> Any:
@@ -185,7 +167,7 @@ class AcpDriver:
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run one prompt of the session's ACP session (see the module docstring)."""
         with self._lock:
-            slot = self._slots.setdefault(ctx.session_id, _Slot())
+            slot = self._slots.setdefault(ctx.session_id, Slot())
         while not slot.lock.acquire(timeout=0.1):  # another turn of this session runs
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled")
@@ -198,7 +180,7 @@ class AcpDriver:
                 self._stop(slot)
             slot.lock.release()
 
-    def _run(self, ctx: TurnContext, slot: _Slot) -> TurnResult:
+    def _run(self, ctx: TurnContext, slot: Slot) -> TurnResult:
         journal = ToolJournal.for_session(ctx.session_id, ctx.turn_id)
         mapper = UpdateMapper(ctx, journal)
         logged = [p.tool_call_id for step in ctx.steps for p in step if isinstance(p, ToolCall)]
@@ -245,7 +227,7 @@ class AcpDriver:
 
     # ------------------------------------------------------------------ the agent process
 
-    def _agent(self, ctx: TurnContext, slot: _Slot) -> _Agent:
+    def _agent(self, ctx: TurnContext, slot: Slot) -> AgentProcess:
         """The session's agent process: the running one, or a new one (initialized) when it
         is gone or the session's environment changed."""
         env = dict(ctx.env)
@@ -253,6 +235,8 @@ class AcpDriver:
         if agent is not None and agent.alive and agent.env == env:
             running = agent
             if running.conn.drain(lambda m: self._between_turns(running, m)):
+                if running.relay is not None:
+                    running.relay.bind(ctx)  # its MCP server serves this turn's host tools
                 return running
         if agent is not None:
             if agent.alive and agent.env != env:
@@ -263,15 +247,16 @@ class AcpDriver:
             proc = JsonLinesProcess(self.argv, workspace_dir(), keep_stdin=True, env=env)
         except CLIStartError as exc:
             raise _Failed(f"cannot start the ACP agent: {exc}") from None
-        agent = slot.agent = _Agent(proc, env)
+        agent = slot.agent = AgentProcess(proc, env)
         try:
+            agent.relay = acp_host.open_relay(ctx)  # the host tools' relay, for the agent's life
             self._initialize(ctx, agent)
         except BaseException:
             self._stop(slot)
             raise
         return agent
 
-    def _initialize(self, ctx: TurnContext, agent: _Agent) -> None:
+    def _initialize(self, ctx: TurnContext, agent: AgentProcess) -> None:
         params = {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
@@ -289,12 +274,15 @@ class AcpDriver:
             )
         caps = result.get("agentCapabilities")
         agent.capabilities = caps if isinstance(caps, dict) else {}
+        refused = acp_host.check_stdio(agent.capabilities) if agent.relay is not None else None
+        if refused:
+            raise _Failed(refused)
         methods = result.get("authMethods")
         agent.auth_methods = methods if isinstance(methods, list) else []
         if self.auth_method is not None:
             self._start_call(ctx, agent, "authenticate", {"methodId": self.auth_method})
 
-    def _start_call(self, ctx: TurnContext, agent: _Agent, method: str, params: Any) -> Any:
+    def _start_call(self, ctx: TurnContext, agent: AgentProcess, method: str, params: Any) -> Any:
         """A set-up request (bounded by ``start_timeout``); failures become :class:`_Failed`."""
 
         def poll() -> None:
@@ -321,19 +309,19 @@ class AcpDriver:
         except TimeoutError as exc:
             raise _Failed(str(exc)) from None
 
-    def _open_session(self, ctx: TurnContext, agent: _Agent) -> bool:
+    def _open_session(self, ctx: TurnContext, agent: AgentProcess) -> bool:
         """Open the turn's ACP session; True when it is the session's earlier one."""
         data = ctx.state.data if isinstance(ctx.state.data, dict) else {}
         wanted = data.get("acp_session_id")
         wanted = wanted if isinstance(wanted, str) and wanted else None
         if agent.session_id is not None and agent.session_id == wanted:
             return True
-        cwd = workspace_dir()
+        cwd, servers = workspace_dir(), self.mcp_servers + acp_host.mcp_servers(agent.relay)
         if wanted is not None:
             if agent.capabilities.get("loadSession") is True:
                 try:
                     # The agent replays the conversation as updates: _between_turns drops them.
-                    params = {"sessionId": wanted, "cwd": cwd, "mcpServers": self.mcp_servers}
+                    params = {"sessionId": wanted, "cwd": cwd, "mcpServers": servers}
                     self._start_call(ctx, agent, "session/load", params)
                     agent.session_id = wanted
                     self._drop_replay(ctx, agent)
@@ -343,7 +331,7 @@ class AcpDriver:
             else:
                 lost = "the agent cannot load sessions (no loadSession capability)"
             ctx.data("acp-session-lost", {"sessionId": wanted, "reason": lost})
-        result = self._start_call(ctx, agent, "session/new", {"cwd": cwd, "mcpServers": self.mcp_servers})
+        result = self._start_call(ctx, agent, "session/new", {"cwd": cwd, "mcpServers": servers})
         session_id = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(session_id, str) or not session_id:
             raise _Failed(f"the ACP agent answered session/new without a sessionId: {summarize(result)}")
@@ -351,7 +339,7 @@ class AcpDriver:
         ctx.set_state({**data, "acp_session_id": session_id})
         return False
 
-    def _drop_replay(self, ctx: TurnContext, agent: _Agent) -> None:
+    def _drop_replay(self, ctx: TurnContext, agent: AgentProcess) -> None:
         """Read (and drop) the history an agent replays after it answered ``session/load``
         (the Gemini CLI does), until it is silent for ``REPLAY_QUIET`` seconds."""
 
@@ -363,7 +351,7 @@ class AcpDriver:
         if not agent.conn.settle(drop, REPLAY_QUIET, self.start_timeout, poll):
             raise AgentExited("the agent exited after session/load")
 
-    def _prompt(self, ctx: TurnContext, agent: _Agent, mapper: UpdateMapper, prompt: str) -> Any:
+    def _prompt(self, ctx: TurnContext, agent: AgentProcess, mapper: UpdateMapper, prompt: str) -> Any:
         session_id = agent.session_id
         sent_cancel: List[float] = []
 
@@ -392,7 +380,7 @@ class AcpDriver:
 
     # ------------------------------------------------------------------ the agent's requests
 
-    def _between_turns(self, agent: _Agent, message: Dict[str, Any]) -> None:
+    def _between_turns(self, agent: AgentProcess, message: Dict[str, Any]) -> None:
         """A message outside a prompt: notifications (a replayed history, command lists) are
         dropped; a request is refused, a permission request answered ``cancelled``."""
         if "id" not in message:
@@ -406,7 +394,7 @@ class AcpDriver:
     def _answer(
         self,
         ctx: TurnContext,
-        agent: _Agent,
+        agent: AgentProcess,
         mapper: UpdateMapper,
         message: Dict[str, Any],
         params: Dict[str, Any],
@@ -426,13 +414,15 @@ class AcpDriver:
         """With approvals on, ask the host; else the ``permission`` policy chooses."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title")):
+            return policy_permission(ctx, tool, options, "allow")  # a host tool: runs unasked
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
         return policy_permission(ctx, tool, options, self.permission)
 
     # ------------------------------------------------------------------ ending agents
 
-    def _exit_message(self, slot: _Slot) -> str:
+    def _exit_message(self, slot: Slot) -> str:
         agent = slot.agent
         if agent is None:
             return "the ACP agent is gone"
@@ -442,12 +432,14 @@ class AcpDriver:
         status = f"status {code}" if code is not None else "still running"
         return f"the ACP agent exited ({status}) before the turn ended" + (f": {tail}" if tail else "")
 
-    def _stop(self, slot: _Slot, polite: float = POLITE_GRACE) -> None:
+    def _stop(self, slot: Slot, polite: float = POLITE_GRACE) -> None:
         """End the slot's agent and its process group (see :func:`stop_agent`)."""
         agent, slot.agent = slot.agent, None
         if agent is None:
             return
         stop_agent(agent.proc, polite)
+        if agent.relay is not None:
+            agent.relay.close()
 
     def _make_room(self) -> None:
         """Stop the least recently used idle agents while ``max_agents`` are running."""

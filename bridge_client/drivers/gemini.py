@@ -61,6 +61,7 @@ from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
 from .cli_process import keep_session_id, resume_point, summarize
 from .workspace import workspace_dir
+from . import gemini_host, mcp_config
 
 __all__ = ["GeminiDriver", "make_driver"]
 
@@ -166,7 +167,18 @@ class GeminiDriver:
             argv += ["--approval-mode", self.approval_mode]
         return argv + self.extra_args + ["--prompt", prompt]
 
+    @property
+    def supports_host_tools(self) -> bool:
+        """Host tools through its system settings file (:mod:`.gemini_host`): a bridge that
+        runs as root."""
+        return gemini_host.available()
+
     def run_turn(self, ctx: TurnContext) -> TurnResult:
+        """:meth:`_run_turn` with the session's host tools' MCP server, if any."""
+        with mcp_config.host_mcp(ctx), gemini_host.host_settings():
+            return self._run_turn(ctx)
+
+    def _run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume its session after a restart).
 
         Returns:
@@ -175,7 +187,8 @@ class GeminiDriver:
         """
         session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
         try:
-            proc = JsonLinesProcess(self.argv(session_id, prompt), workspace_dir())
+            argv, env = self.argv(session_id, prompt), gemini_host.settings_env()  # host tools, if any
+            proc = JsonLinesProcess(argv, workspace_dir(), env=env)
         except CLIStartError as exc:
             hint = "is the Gemini CLI installed? the gemini template installs it"
             return TurnResult("error", error=f"{exc} ({hint})")

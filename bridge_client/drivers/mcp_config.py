@@ -15,8 +15,9 @@ builds the CLI's command line or configuration:
   (``prompt``: ``codex exec`` cannot ask, so it refuses their calls).
 - Qwen Code: :func:`settings_env`: its system settings file (the variable
   ``QWEN_CODE_SYSTEM_SETTINGS_PATH``) names a file with ``{"mcpServers": {"host": {...,
-  "trust": true}}}``, merged over the user's settings. (The Gemini CLI skips a system
-  settings file below a folder others may write, such as ``/tmp``: not used for it yet.)
+  "trust": true}}}``, merged over the user's settings.
+- The Gemini CLI: its system settings file too, but it reads one only in a folder of root's
+  that others cannot write (never below ``/tmp``): :mod:`bridge_client.drivers.gemini_host`.
 """
 from __future__ import annotations
 

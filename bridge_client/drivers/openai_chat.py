@@ -197,7 +197,7 @@ class OpenAIChatDriver:
             # A message that came while the model answered without tools: one more step for it.
             later = _user_messages(ctx) if not answer.tool_calls and not ctx.cancelled.is_set() else []
             messages += later
-            ctx.set_state({"messages": messages})  # checkpointed by finish_step (B05)
+            ctx.set_state({"messages": messages})  # checkpointed by finish_step: a restart continues from it
             ctx.finish_step(answer.finish_reason, answer.usage)
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled", total or None)

@@ -11,13 +11,18 @@ import subprocess
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ..bridge.identity import make_private_dirs, secure_write
+from ..state_dir.identity import make_private_dirs, secure_write
 from ..errors import SandboxGone
 from ..paths import user_home
 from ..private_files import check_folder, open_private, read_private
 from .base import NOTICE_FD_ENV, Endpoint, ExecResult
 
-__all__ = ["LocalSandbox", "LocalProcess"]
+__all__ = ["LocalSandbox", "LocalProcess", "FOLDER_RECORD"]
+
+FOLDER_RECORD = "folder"
+"""The file of a local sandbox's state root that names its folder (the path's bytes), written
+with the first file of a bridge there: the sandbox id is a digest of the folder, so without it
+a dead bridge's folder could not be told."""
 
 _SCRUBBED_PREFIX = "BRIDGE_CLIENT_"
 
@@ -338,6 +343,10 @@ class LocalSandbox:
             OSError: it cannot be written.
         """
         secure_write(path, data, mode, root=self._home)
+        if path.startswith(self._state_root + os.sep):
+            record = os.path.join(self._state_root, FOLDER_RECORD)
+            if not os.path.lexists(record):  # once: a stat per write after that
+                secure_write(record, os.fsencode(self._workdir), 0o600, root=self._home)
 
     def expose(self, port: int) -> Endpoint:
         """Return ``ws://127.0.0.1:<port>/``: the port is on this machine already."""

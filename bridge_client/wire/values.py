@@ -176,7 +176,7 @@ class StartTurnResult(_Value):
 _MAKE: Dict[type, Any] = {cls: _maker(cls) for cls in (SessionState, TurnState, StartTurnResult)}
 
 # Pickles and the docs name these classes where users import them: a state pickled by this
-# release loads in one from before the split, and the other way round.
+# release loads in a release that had them all in wire/parts.py, and the other way round.
 for _cls in (SessionState, TurnState, HelloResult, StartTurnResult):
     _cls.__module__ = "bridge_client.wire.parts"
 del _cls

@@ -119,13 +119,17 @@ class Agent:
         self.client_caps = params.get("clientCapabilities") or {}
         return {
             "protocolVersion": self.args.protocol,
-            "agentCapabilities": {"loadSession": not self.args.no_load},
+            "agentCapabilities": {
+                "loadSession": not self.args.no_load,
+                **({"mcpCapabilities": {"stdio": False}} if self.args.no_mcp_stdio else {}),
+            },
             "authMethods": [],
         }
 
     def session_new(self, params):
         session_id = f"sess-{uuid.uuid4().hex[:10]}"
-        self.save(session_id, {"cwd": params["cwd"], "history": [], "prompts": 0, "pending": None})
+        data = {"cwd": params["cwd"], "history": [], "prompts": 0, "pending": None}
+        self.save(session_id, {**data, "mcpServers": params.get("mcpServers")})
         return {"sessionId": session_id}
 
     def session_load(self, params):
@@ -374,6 +378,7 @@ def main():
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--protocol", type=int, default=1)
     parser.add_argument("--late-replay", action="store_true")
+    parser.add_argument("--no-mcp-stdio", action="store_true")  # says it takes no stdio MCP servers
     args = parser.parse_args()
     os.makedirs(args.store, exist_ok=True)
     agent = Agent(args)

@@ -170,6 +170,34 @@ def test_c22_qwen_calls_a_host_tool_from_its_settings_mcp_servers(real_cli, mode
 _MCP_NAME = {"qwen": "mcp__host__lookup"}
 
 
+def test_c22_gemini_calls_a_host_tool_from_its_system_settings_mcp_servers(real_cli, model, sandbox):
+    cli = real_cli("gemini")
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up in the application's table.
+
+        Args:
+            key: the key to look up.
+        """
+        calls.append(key)
+        return {"key": key, "value": 42}
+
+    # The Gemini CLI offers a tool of an MCP server as mcp_SERVER_TOOL.
+    model.script(tool_call("mcp_host_lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "))
+    with _session(sandbox, cli, [lookup]) as session:
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+    requests = model.agent_requests()
+    assert "mcp_host_lookup" in dict(requests[0].tools()), "offered to the model"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "once, in this process"
+    (result,) = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert (result.output, result.is_error) == ({"key": "alpha", "value": 42}, False)
+    assert "42" in requests[1].tool_outputs()[-1]
+    assert "Got: " in turn.text()
+
+
 @pytest.mark.parametrize("approve, allow", [(True, True), (True, False), (False, True)])
 def test_c22_claude_code_asks_before_a_host_tool_marked_approve(real_cli, model, sandbox, approve, allow):
     cli = real_cli("claude-code")

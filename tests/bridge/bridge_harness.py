@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import websocket
 
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire import frames
 
 TOKEN = "test-token-5f1c2a9e"

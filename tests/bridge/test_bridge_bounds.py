@@ -16,7 +16,7 @@ import pytest
 import websocket
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire import frames
 from bridge_client.wire.parts import MAX_OPEN_REVISION, MAX_SAFE_INTEGER
 from bridge_harness import BridgeProcess, WireClient, prepare_state, text_of, wait_until

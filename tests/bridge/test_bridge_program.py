@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_harness import TOKEN, BridgeProcess, prepare_state, wait_until
 
 pytestmark = pytest.mark.timeout(60)

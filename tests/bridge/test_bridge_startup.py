@@ -16,7 +16,7 @@ from typing import List, Set, Tuple
 import pytest
 
 import bridge_client
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_harness import HERE, REPO, prepare_state
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge_client.bridge import TurnContext, TurnResult
-from bridge_client.bridge.__main__ import LaunchError, load_driver
+from bridge_client.bridge.__main__ import LaunchError, builtin_drivers, load_driver
 from bridge_client.bridge.server import IdleWatcher
 from bridge_client.bridge.store import (
     Store,
@@ -392,13 +392,14 @@ def test_shell_defaults():
 )
 def test_load_driver_errors(spec, message):
     with pytest.raises(LaunchError, match=message):
-        load_driver(spec, None)
+        load_driver(spec, None, builtin_drivers())
 
 
 def test_load_driver_builtin_names():
-    assert load_driver("echo", {"steps": 2}).steps == 2
-    assert load_driver("shell", None).agent_id == "shell"
-    assert load_driver("bridge_client.drivers.echo:make_driver", None).agent_id == "echo"
+    registry = builtin_drivers()
+    assert load_driver("echo", {"steps": 2}, registry).steps == 2
+    assert load_driver("shell", None, registry).agent_id == "shell"
+    assert load_driver("bridge_client.drivers.echo:make_driver", None, registry).agent_id == "echo"
 
 
 # ---------------------------------------------------------------------------- idle watcher

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_harness import BridgeProcess, prepare_state, wait_until
 
 pytestmark = pytest.mark.timeout(60)

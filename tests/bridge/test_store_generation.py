@@ -10,7 +10,7 @@ import signal
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire.parts import HelloResult, TurnStart, TurnState
 from host_support import options, session_options, wait_until
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import struct
 
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.bridge.recovery import open_store
 from bridge_client.bridge.store import Store, StoredPart, find_loss, part_op
 from bridge_client.bridge.store.served import SUFFIX

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from bridge_client.bridge.launch import LaunchError
-from bridge_client.bridge.unwritable import is_full, unwritable_reason
+from bridge_client.state_dir.unwritable import is_full, unwritable_reason
 
 
 @pytest.mark.parametrize(

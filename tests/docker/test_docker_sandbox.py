@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.sandbox.base import SpawnedProcess
 from bridge_client.sandbox.docker import LABEL, DockerSandbox
 from docker_support import BASE_IMAGE, NOPYTHON_IMAGE, TEST_LABEL, remove_container

@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any, List, Optional
 
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import _alive, wait_until
 
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from env_support import bridge_pid, files_holding, proc_file, sigkill_bridge, state_dir
 from host_support import SECRET, options, session_options
 

@@ -89,6 +89,32 @@ def test_bad_input_gives_one_line_and_exit_2(workspace, args, fragment):
     assert fragment in line
 
 
+def test_env_with_an_empty_name_says_the_name_is_empty(workspace):
+    line = _one_line_error(cli("run", "x", "--sandbox", workspace, "--env", "=secret-value"))
+    assert "name is empty" in line and "secret-value" not in line, line
+
+
+def test_continue_of_a_missing_file_says_it_takes_a_turn_state_file_and_where_they_are(workspace, tmp_path):
+    home = str(tmp_path / "home")
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge_client.cli", "continue", "bogus-id", "--sandbox", workspace],
+        capture_output=True, text=True, timeout=60, cwd=workspace,
+        env={**os.environ, "BRIDGE_CLIENT_HOME": home},
+    )
+    line = _one_line_error(done)
+    assert "cannot read bogus-id" in line and "turn state file" in line, line
+    assert os.path.join(home, "turns") in line, line
+
+
+def test_list_is_bridges(workspace):
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    by_bridges = cli("bridges", "--sandbox", workspace, "--json")
+    by_list = cli("list", "--sandbox", workspace, "--json")
+    assert by_list.returncode == 0, by_list.stderr
+    ids = [json.loads(line)["id"] for line in by_list.stdout.splitlines()]
+    assert ids and ids == [json.loads(line)["id"] for line in by_bridges.stdout.splitlines()]
+
+
 def test_continue_rejects_a_file_that_is_not_a_turn_state(workspace, tmp_path):
     bad = tmp_path / "state.json"
     bad.write_text('{"protocol": 1}')
@@ -199,7 +225,7 @@ def test_stop_refuses_a_bad_id_and_a_stale_file_naming_another_process(workspace
     assert cli("stop", row["id"], "--sandbox", workspace).returncode == 0
     # A stale listening file whose pid now belongs to an unrelated process: nothing is killed.
     import bridge_client as bc
-    from bridge_client.bridge import identity
+    from bridge_client.state_dir import identity
 
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

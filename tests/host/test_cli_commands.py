@@ -142,6 +142,21 @@ def test_bridges_all_lists_every_sandbox_with_an_options_column(workspace, tmp_p
         kill_all_under(str(other))
 
 
+def test_bridges_all_shows_the_folder_of_a_dead_bridge(workspace, home):
+    assert cli("run", "hi", "--agent", "echo", "--sandbox", workspace).returncode == 0
+    listed = cli("bridges", "--sandbox", workspace, "--json").stdout.splitlines()
+    (row,) = [json.loads(line) for line in listed]
+    assert cli("stop", row["id"], "--sandbox", workspace).returncode == 0
+    rows = [json.loads(line) for line in cli("bridges", "--all", "--json").stdout.splitlines()]
+    folder = os.path.realpath(workspace)
+    assert [(r["id"], r["alive"], r["sandbox"]) for r in rows] == [(row["id"], False, folder)]
+    table = cli("bridges", "--all").stdout.splitlines()
+    assert table[1].startswith(folder), table
+    # Pruned, the sandbox's state root goes whole, the record of its folder with it.
+    assert cli("prune", "--min-age", "0").returncode == 0
+    assert os.listdir(os.path.join(home, "sandboxes")) == []
+
+
 # ------------------------------------------------------------------------------ prune
 
 
@@ -186,6 +201,41 @@ def test_prune_removes_every_dead_folder_of_one_bridge_id_in_one_run(home):
     assert done.returncode == 0, done.stderr
     assert [folder for folder in made if os.path.exists(folder)] == []
     assert cli("prune", "--min-age", "0").stdout.startswith("nothing to prune")
+
+
+def _dead_sandbox(home, folder, bridge_id):
+    """A local folder's state root with a dead bridge's state directory and a template mark."""
+    from bridge_client.sandbox.local import LocalSandbox
+
+    root = os.path.join(home, "sandboxes", LocalSandbox.id_for(folder))
+    state = os.path.join(root, "bridges", bridge_id)
+    os.makedirs(state, mode=0o700)
+    with open(os.path.join(state, "launch.json"), "w") as f:
+        f.write("{}")
+    os.makedirs(os.path.join(root, "template-marks"), mode=0o700)
+    with open(os.path.join(root, "template-marks", "0" * 64), "w") as f:
+        f.write("{}")
+    return root
+
+
+def test_prune_sandbox_limits_it_to_one_folder_and_template_marks_go_too(home, tmp_path):
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    os.makedirs(one)
+    os.makedirs(two)
+    root_one, root_two = _dead_sandbox(home, one, "1" * 32), _dead_sandbox(home, two, "2" * 32)
+    dry = cli("prune", "--sandbox", one, "--min-age", "0", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "1" * 32 in dry.stdout and "2" * 32 not in dry.stdout, dry.stdout
+    assert f"would remove template marks {os.path.join(root_one, 'template-marks')}" in dry.stdout
+    done = cli("prune", "--sandbox", one, "--min-age", "0")
+    assert done.returncode == 0, done.stderr
+    assert not os.path.exists(root_one), "the bridge state, the marks, then the emptied root go"
+    assert os.path.isdir(os.path.join(root_two, "bridges", "2" * 32))
+    assert os.path.isdir(os.path.join(root_two, "template-marks"))
+    assert cli("prune", "--min-age", "0").returncode == 0
+    assert not os.path.exists(root_two)
+    refused = cli("prune", "--sandbox", "docker:python:3.12")
+    assert refused.returncode == 2 and "local folders only" in refused.stderr
 
 
 # ------------------------------------------------------------------------------ last resort

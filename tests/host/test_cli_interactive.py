@@ -96,6 +96,13 @@ class _FakeTurn:
         if self.fail:
             raise self.fail
 
+    def answer_as(self, turn, request, decision, message=None, by="host"):
+        """What ``--approve all|none`` sends: an answer by ``policy``."""
+        assert turn is self and by == "policy", (turn, by)
+        self.sent.append((decision, request.request_id, message))
+        if self.fail:
+            raise self.fail
+
 
 _APPROVERS: list = []
 
@@ -111,7 +118,7 @@ def _close_approvers():
 def _approver(mode, typed="", fail=None, ask=True):
     turn, out, notes = _FakeTurn(fail), io.StringIO(), []
     approver = Approver(mode, turn, ask=ask, tty_in=io.StringIO(typed), tty_out=out, note=notes.append,
-                        hint="answer {id} elsewhere")
+                        hint="answer {id} elsewhere", answer=turn.answer_as)
     _APPROVERS.append(approver)
     return approver, turn, out, notes
 
@@ -352,10 +359,13 @@ def test_c18_approve_all_and_none_answer_for_scripts(workspace):
     assert done.returncode == 0, done.stderr
     assert os.path.exists(os.path.join(workspace, "all.txt"))
     assert "[approval] shell: touch all.txt" in done.stdout and "[allowed] " in done.stdout
+    assert " by policy" in done.stdout and " by host" not in done.stdout, "a policy answers, as the log says"
     done = cli_run("run", "touch none.txt", "--approve", "none", "--sandbox", workspace, "--json")
     parts = [json.loads(line) for line in done.stdout.splitlines()]
     answers = [p for p in parts if p["type"] == "approval-answer"]
-    assert [(a["decision"], a["message"]) for a in answers] == [("deny", "denied by --approve none")]
+    assert [(a["decision"], a["message"], a["by"]) for a in answers] == [
+        ("deny", "denied by --approve none", "policy")
+    ]
     assert not os.path.exists(os.path.join(workspace, "none.txt"))
     assert done.stderr.count("bridge-client answer") == 0, "all and none never wait for another shell"
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.client import launcher
 from host_support import options, session_options, wait_until
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import options, session_options, wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import options, session_options
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.client import launcher
 from bridge_client.client.connection import Connection
 from host_support import options, session_options

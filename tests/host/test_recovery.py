@@ -10,7 +10,7 @@ import signal
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import options, session_options
 
 pytestmark = pytest.mark.timeout(60)

@@ -240,7 +240,7 @@ def test_c18_a_policy_that_raises_decides_nothing_and_its_error_says_the_request
 def test_c18_approvals_on_a_driver_that_cannot_ask_are_refused_before_any_launch(sandbox, workspace, driver):
     from host_support import _pids_under
 
-    from bridge_client.bridge import identity
+    from bridge_client.state_dir import identity
 
     agent_options = None if driver == "echo" else {"executable": os.path.join(workspace, "no-such-cli")}
     with bc.create_session(

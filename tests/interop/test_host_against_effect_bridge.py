@@ -13,7 +13,7 @@ import time
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.client.connection import END, Connection
 from bridge_client.client.launcher import LaunchPlan, connect
 from bridge_client.errors import Unauthorized

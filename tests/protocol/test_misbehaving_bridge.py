@@ -18,7 +18,7 @@ import pytest
 from websockets.sync.server import ServerConnection, serve
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.client.connection import END, Connection
 from bridge_client.client.launcher import LaunchPlan, _check_hello, find
 from bridge_client.errors import ConnectionLost, HarnessError, ProtocolError

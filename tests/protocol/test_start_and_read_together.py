@@ -16,7 +16,7 @@ import pytest
 from websockets.sync.server import ServerConnection, serve
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire.frames import parse_frame
 from host_support import options, session_options
 

@@ -17,7 +17,7 @@ import pytest
 from websockets.sync.server import serve
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_harness import REPO, TOKEN, BridgeProcess, prepare_state
 from host_support import options, session_options
 

@@ -8,7 +8,7 @@ import signal
 from typing import Any, Callable, Dict, List, Optional
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import _alive, wait_until
 
 

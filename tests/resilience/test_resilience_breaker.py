@@ -33,7 +33,7 @@ import bridge_client.client.session as session_mod
 import bridge_client.client.stream as stream_mod
 import bridge_client.client.turn as turn_mod
 import bridge_client.client.turn_source as turn_source_mod
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.template import Template
 from host_support import options, session_options, wait_until
 

@@ -17,11 +17,11 @@ import time
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.bridge.recovery import open_store
 from bridge_client.bridge.store import Store
 from bridge_client.bridge.store.ops import Op
-from bridge_client.bridge.unwritable import UNWRITABLE_EXIT
+from bridge_client.state_dir.unwritable import UNWRITABLE_EXIT
 from bridge_harness import prepare_state
 from full_disk import FullDisk
 from host_support import kill_all_under, options, session_options

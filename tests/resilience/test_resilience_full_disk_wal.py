@@ -13,9 +13,9 @@ import sys
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.bridge.store.space import MARGIN
-from bridge_client.bridge.unwritable import UNWRITABLE_EXIT
+from bridge_client.state_dir.unwritable import UNWRITABLE_EXIT
 from bridge_harness import prepare_state
 from full_disk import BLOCK, FullDisk
 from host_support import kill_all_under, options, session_options

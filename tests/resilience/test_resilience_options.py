@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from host_support import _alive, options, session_options, wait_until
 from resilience_support import bridge_pid, check_turn, sigkill_bridge
 

@@ -14,7 +14,7 @@ import struct
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire.parts import TurnStart
 from host_support import options, session_options
 from resilience_support import sigkill_bridge

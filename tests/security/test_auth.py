@@ -15,7 +15,7 @@ from typing import Any, List
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.bridge import server as bridge_server
 from bridge_client.bridge.server import BridgeServer
 from bridge_client.redacted import Redacted

@@ -20,7 +20,7 @@ from typing import List
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.paths import SECRET_ENV, default_secret
 from bridge_client import redacted
 from bridge_client.redacted import Redacted, hmac_token

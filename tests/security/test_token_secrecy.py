@@ -14,7 +14,7 @@ import traceback
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.client.connection import Connection
 from host_support import SECRET, options, session_options
 

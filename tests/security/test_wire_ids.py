@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.wire.rpcs import MAX_ID_LENGTH, check_id
 from host_support import options, session_options
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import bridge_client as bc
-from bridge_client.bridge import identity
+from bridge_client.state_dir import identity
 from bridge_client.sandbox.ssh import SSHSandbox
 from bridge_client.wire.parts import part_from_dict
 from host_support import _alive, options, session_options, wait_until

@@ -16,7 +16,7 @@ _encode_str = json.encoder.encode_basestring  # C-accelerated
 
 def _utf8_checked(text: str) -> str:
     # A lone surrogate would pass json.dumps and then fail in SQLite or on the wire; refuse it
-    # here, where the caller can be told (B08), rather than in the writer thread.
+    # here, where the caller can be told, rather than in the writer thread.
     if not text.isascii():
         try:
             text.encode("utf-8")

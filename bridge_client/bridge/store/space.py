@@ -63,7 +63,7 @@ class StoreFull(StoreError):
 
     Attributes:
         needed, free: as given (bytes). ``space_needed``: ``needed`` (what
-        :func:`~bridge_client.bridge.unwritable.unwritable_reason` looks for).
+        :func:`~bridge_client.state_dir.unwritable.unwritable_reason` looks for).
     """
 
     def __init__(self, path: str, needed: int, free: int, cause: str) -> None:

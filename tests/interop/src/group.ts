@@ -112,7 +112,7 @@ export type Part = typeof Part.Type
 
 // BadRequest is listed for every RPC that takes a payload: our bridge answers any payload of
 // the wrong shape with it (PROTOCOL.md's catalogue leaves it out for CancelTurn and
-// CloseSession; see docs/design-notes.md).
+// CloseSession; see docs/protocol.md, "Decisions").
 // C22: host tools (their specs in OpenSession, the calls' typed failures and results).
 export const HostToolSpec = Schema.Struct({
   name: Schema.String,

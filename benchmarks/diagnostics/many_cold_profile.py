@@ -1,5 +1,5 @@
 """Where the host's CPU goes when many sessions start cold at once (issue 15, fifth round):
-``python -m benchmarks.many_cold_profile [--sessions N] [--runs R] [--yappi]``.
+``python -m benchmarks.diagnostics.many_cold_profile [--sessions N] [--runs R] [--yappi]``.
 
 Each run is one :func:`benchmarks._many_cold.run` (``one`` mode: ``N`` threads, one
 LocalSandbox, no bridge yet) in a fresh process, with the host's steps on that path wrapped
@@ -102,7 +102,7 @@ def _instrument() -> None:
 
 def one_run(n: int, use_yappi: bool) -> Dict[str, Any]:
     """One run in this process; the figures as a JSON-able dict."""
-    from . import _many_cold
+    from .. import _many_cold
 
     yappi: Any = None
     if use_yappi:
@@ -150,7 +150,7 @@ def main(argv: List[str]) -> int:
         cmd = [
             sys.executable,
             "-m",
-            "benchmarks.many_cold_profile",
+            "benchmarks.diagnostics.many_cold_profile",
             "--child",
             "--sessions",
             str(args.sessions),

@@ -1,8 +1,8 @@
 """Who a bridge is and where it lives: the bridge id, the state directory, and the
 files in it (:doc:`protocol`, "Writing a bridge: the state directory").
 
-The host imports this module (and only this one) from ``bridge_client.bridge``: computing the
-id and parsing the listening and launch files are pure functions. Writing files is done by
+Both sides import it: the host to compute the id and read the listening and launch files
+(pure functions), the bridge to check and write them. Writing files is done by
 :func:`secure_write`, used by the bridge and by sandboxes that work on local folders.
 """
 from __future__ import annotations
