@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Mapping
 
 from ..errors import BadRequest, ExportDamaged, ExportUnsupported
 from .rpcs import CATALOGUE, Rpc, check_id
@@ -277,7 +277,3 @@ bridge answers ``SessionMoved`` for it from now on."""
 for _rpc in (EXPORT_SESSION, IMPORT_SESSION, MOVE_SESSION):
     CATALOGUE[_rpc.tag] = _rpc
 
-
-def turn_ids(body: Mapping[str, Any]) -> List[str]:
-    """The ids of an export body's turns, in their order."""
-    return [t["turnId"] for t in body["turns"]]
