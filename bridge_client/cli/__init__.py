@@ -13,7 +13,7 @@
     bridge-client stop (BRIDGE_ID | --all) [--sandbox DIR] [--timeout SECONDS]
     bridge-client prune [--dry-run] [--min-age SECONDS]
     bridge-client export STATE_FILE OUT [--sandbox DIR] [--agent NAME]
-    bridge-client restore EXPORT [PROMPT...] --sandbox NEW [--agent NAME] [--option KEY=VALUE]...
+    bridge-client restore EXPORT [PROMPT...] --sandbox NEW [--tell OLD] [--agent NAME]
 
 A PROMPT word ``-`` reads the prompt from standard input, ``@FILE`` from a file.
 

@@ -1,12 +1,15 @@
-"""``bridge-client restore EXPORT [PROMPT...] --sandbox NEW``: make the session of an export
-file live in another sandbox, and run the next turn when a prompt is given. See the
-*Portable sessions* guide (``portable-sessions``).
+"""``bridge-client restore EXPORT [PROMPT...] --sandbox NEW [--tell OLD]``: make the session
+of an export file live in another sandbox, and run the next turn when a prompt is given; with
+``--tell``, the old sandbox's bridge is told where the session went. See the *Portable
+sessions* guide (``portable-sessions``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
+from ..options import Workspace
 from .agents import session_options_for
 from .arguments import AGENT_HELP, add_agent_arguments
 from .exits import UsageError
@@ -31,6 +34,11 @@ def add_command(commands: Any) -> None:
     )
     restore.add_argument("export", metavar="EXPORT", help="the file `bridge-client export` wrote")
     restore.add_argument("prompt", nargs="*", metavar="PROMPT", help="the next turn's prompt; " + PROMPT_HELP)
+    restore.add_argument(
+        "--tell", metavar="OLD",
+        help="the sandbox the session was exported from, when it can still be reached: its bridge "
+        "is told where the session went, and answers every later request for it with that",
+    )
     add_agent_arguments(restore, None)
     restore.set_defaults(func=_cmd_restore)
 
@@ -54,9 +62,17 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         args.agent = body["agentId"]
     sandbox = open_sandbox(args.sandbox)
     options, session_options = session_options_for(args, sandbox)
+    previous = None
+    if args.tell is not None:
+        from ..agent import create_session
+
+        old_options = dataclasses.replace(
+            session_options, workspace=Workspace(open_sandbox(args.tell)), session_id=body["sessionId"]
+        )
+        previous = create_session(options, old_options)
     progress = progress_for(args) if prompt is not None else None
     try:
-        with restore_session(args.export, session_options, options) as session:
+        with restore_session(args.export, session_options, options, previous=previous) as session:
             print_err(
                 f"bridge-client: session {session.id} restored into {sandbox_label(args.sandbox)} "
                 f"({len(body['turns'])} turns)"

@@ -106,3 +106,16 @@ def test_c23_cli_run_journal_then_the_sandbox_is_gone_prints_the_restore_command
     parts = [json.loads(line) for line in done.stdout.splitlines()]
     assert parts[0]["turn"]["sessionId"] == session_id
     assert "after the loss" in "".join(p.get("text", "") for p in parts if p["type"] == "text-delta")
+
+
+def test_c23_cli_restore_tell_moves_the_session_away_from_the_old_sandbox(workspace, new_folder, tmp_path):
+    """``--tell OLD``: the old sandbox's bridge is told where the session went; a ``continue``
+    there is then refused with where it went."""
+    state = str(tmp_path / "turn.json")
+    out = str(tmp_path / "chat.export")
+    assert cli("run", "x", "--agent", "echo", "--sandbox", workspace, "--state", state).returncode == 0
+    assert cli("export", state, out).returncode == 0
+    done = cli("restore", out, "--sandbox", new_folder, "--tell", workspace)
+    assert done.returncode == 0, done.stderr
+    line = _error_line(cli("continue", state), 1)
+    assert "restored elsewhere" in line and "epoch 1" in line, line
