@@ -125,7 +125,7 @@ def create_session(
     return Session(options, session_options, sandbox)
 
 
-NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp"))
+NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp", "opencode", "copilot", "codex-acp"))
 """The built-in drivers that cannot offer host tools to their agent (yet)."""
 
 

@@ -161,6 +161,7 @@ class AcpDriver:
     agent_id = "acp"
     supports_approvals = True
     supports_messages = True
+    preset_env: Dict[str, str] = {}  # a named agent's variables (drivers.acp_preset), under the session's
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.argv: List[str] = [options["command"], *options.get("args", [])]
@@ -248,7 +249,7 @@ class AcpDriver:
     def _agent(self, ctx: TurnContext, slot: _Slot) -> _Agent:
         """The session's agent process: the running one, or a new one (initialized) when it
         is gone or the session's environment changed."""
-        env = dict(ctx.env)
+        env = {**self.preset_env, **ctx.env}
         agent = slot.agent
         if agent is not None and agent.alive and agent.env == env:
             running = agent
