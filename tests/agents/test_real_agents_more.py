@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
 import bridge_client as bc
-from host_support import options, session_options
+from host_support import options, session_options, wait_until
 from model_server import hang, shell_call, text, text_quoting_last_tool_output
 from more_clis import more_clis_prefix, program
 
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.timeout(180)
 
 DRIVERS = ["opencode", "copilot", "codex-acp"]
 KEY = "sk-bridge-client-more-agents-0123456789abcdef"  # long: Copilot masks the key's value
-COMMAND = "echo ran-42 > proof.txt && echo wrote-it"
+COMMAND = "echo ran-$PROOF_VALUE > proof.txt && echo wrote-it"
+"""The shell tool's command: ``PROOF_VALUE`` (42) is a variable of the session's environment."""
 DENIED = {"codex-acp": "cancelled"}
 """A turn's finish reason after its command was refused, where it is not ``stop``: codex-acp
 offers only "No, and tell Codex what to do differently" (``abort``) as its refusal, and Codex
@@ -55,6 +57,7 @@ def real_acp(agent_clis, more_clis, model, tmp_path):
             "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
             "XDG_STATE_HOME": os.path.join(home, ".local", "state"),
             "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+            "PROOF_VALUE": "42",
         }
         opts = {"base_url": f"{model.url}/v1", "model": "fake-model", "interrupt_grace": 2.0}
         if driver == "opencode":
@@ -112,7 +115,7 @@ def test_real_acp_preset_streams_text_runs_a_shell_tool_and_goes_on(
     assert [r.tool_call_id for r in results] == [calls[0].tool_call_id]
     assert "wrote-it" in json.dumps(results[0].output) and not results[0].is_error, results[0]
     with open(os.path.join(workspace, "proof.txt")) as f:
-        assert f.read() == "ran-42\n", "the command ran in the sandbox's workspace"
+        assert f.read() == "ran-42\n", "the command ran in the workspace, with the session's variable"
     asked = [p.data for p in _of(parts, "data") if p.name == "acp-permission"]
     assert asked and asked[0]["outcome"]["outcome"] == "selected", "the CLI asked; the policy allowed"
     assert "Saw: " in turn.text() and "wrote-it" in turn.text()
@@ -195,6 +198,33 @@ def test_real_acp_preset_cancel_ends_the_turn_and_the_session_goes_on(driver, re
         after_parts = list(after)
     assert after_parts[-1].finish_reason == "stop", after_parts[-1]
     assert "after the cancel" in after.text(), after.text()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_c18_real_acp_preset_takes_a_message_as_the_next_prompt_of_the_turn(driver, real_acp, model, sandbox):
+    opts, env = real_acp(driver)
+    model.script(hang(text("Working on it", chunks=1)), text("Noted the message", chunks=2))
+    with _session(sandbox, opts, env) as session:
+        turn = session.turn("A task")
+        parts = []
+        reader = threading.Thread(target=lambda: parts.extend(turn), daemon=True)
+        reader.start()
+        assert model.hanging.wait(60), "the first answer is held open"
+        message_id = turn.say("Also mention the message")
+        assert wait_until(lambda: any(p.type == "user-message" for p in list(parts)), timeout=30)
+        model.release()
+        reader.join(90)
+        assert not reader.is_alive()
+        state = session.state.data
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    (said,) = _of(parts, "user-message")
+    assert said.message_id == message_id
+    assert turn.text().endswith("Noted the message"), turn.text()
+    requests = model.agent_requests()
+    assert len(requests) == 2 and "Also mention the message" in requests[1].text()
+    assert "A task" in requests[1].text(), "the message went on in the same conversation"
+    assert isinstance(state.get("acp_session_id"), str)
+    _check_clean(model)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
