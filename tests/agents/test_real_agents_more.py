@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 
 import pytest
@@ -225,6 +226,47 @@ def test_c18_real_acp_preset_takes_a_message_as_the_next_prompt_of_the_turn(driv
     assert "A task" in requests[1].text(), "the message went on in the same conversation"
     assert isinstance(state.get("acp_session_id"), str)
     _check_clean(model)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_b05_real_acp_preset_continues_a_turn_after_its_bridge_is_sigkilled(
+    driver, real_acp, model, sandbox, workspace
+):
+    """The bridge dies while the model gives its second answer (step 1); the next bridge starts
+    the CLI again and asks for its ACP session with session/load: what the CLI kept of the
+    conversation is what the model's next request holds; step 0's command does not run again."""
+    opts, env = real_acp(driver, permission="allow", continue_prompt="Go on please.")
+    model.script(
+        shell_call("echo once >> log.txt"),
+        hang(text("partial answer then more", chunks=3)),
+        text("continued after the restart"),
+    )
+    with _session(sandbox, opts, env, resend_window=30.0) as session:
+        turn = session.turn("Log once, then tell me something")
+        parts = []
+        killed = None
+        for part in turn:
+            parts.append(part)
+            if killed is None and part.type == "text-delta" and "partial" in part.text:
+                assert model.hanging.wait(30), "the model's answer is held open"
+                killed = session._hello.pid
+                os.kill(killed, signal.SIGKILL)
+                model.release()
+        assert killed is not None and session._hello.pid != killed
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    assert [r.step for r in _of(parts, "step-reset")] == [1], "the unfinished step is discarded"
+    assert "continued after the restart" in turn.text(), turn.text()
+    with open(os.path.join(workspace, "log.txt")) as f:
+        assert f.read() == "once\n", "step 0's command ran once"
+    lost = [p.data for p in _of(parts, "data") if p.name == "acp-session-lost"]
+    last = model.agent_requests()[-1].text()
+    assert "Go on please." in last, "the continue prompt went to the agent"
+    LOADED[driver] = not lost and "echo once >> log.txt" in last
+    print(f"{driver}: session/load after a bridge SIGKILL: lost={lost} history kept={LOADED[driver]}")
+    _check_clean(model)
+
+
+LOADED: dict = {}
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
