@@ -289,6 +289,60 @@ def _acp(options: Any) -> Dict[str, Any]:
     return opts
 
 
+_ACP_PRESET_OPTIONS = (
+    "executable",
+    "model",
+    "base_url",
+    "extra_args",
+    "permission",
+    "continue_prompt",
+    "interrupt_grace",
+    "start_timeout",
+    "max_agents",
+)
+
+
+def _acp_preset(driver: str, options: Any, extra: Sequence[str] = ()) -> Dict[str, Any]:
+    """The options of a named ACP agent's driver (``drivers.acp_preset``) plus ``extra``."""
+    opts = options_object(options, driver, _ACP_PRESET_OPTIONS + tuple(extra))
+    for key in ("executable", "continue_prompt"):
+        str_option(opts, driver, key)
+    for key in ("model", "base_url", "api_key_env"):
+        str_option(opts, driver, key, allow_none=True)
+    str_list_option(opts, driver, "extra_args")
+    _one_of(opts, driver, "permission", ACP_PERMISSIONS)
+    number_option(opts, driver, "interrupt_grace", minimum=0, allow_none=False)
+    number_option(opts, driver, "start_timeout", minimum=0, exclusive=True, allow_none=False)
+    number_option(opts, driver, "max_agents", minimum=1, integer=True, allow_none=False)
+    base = opts.get("base_url")
+    if base is not None and not base.startswith(("http://", "https://")):
+        raise ValueError(f"{driver} option 'base_url' must be an http:// or https:// URL, got {base!r}")
+    return opts
+
+
+def _one_of(opts: Dict[str, Any], driver: str, key: str, choices: Sequence[str]) -> Dict[str, Any]:
+    if key in opts and opts[key] not in choices:
+        raise ValueError(f"{driver} option {key!r} must be one of {', '.join(choices)}, got {opts[key]!r}")
+    return opts
+
+
+def _opencode(options: Any) -> Dict[str, Any]:
+    opts = _acp_preset("opencode", options, ("api_key_env",))
+    if opts.get("base_url") and not opts.get("model"):
+        raise ValueError("opencode option 'model' is required with base_url: the model's id at that server")
+    return opts
+
+
+def _copilot(options: Any) -> Dict[str, Any]:
+    opts = _acp_preset("copilot", options, ("provider_type",))
+    return _one_of(opts, "copilot", "provider_type", ("openai", "azure", "anthropic"))
+
+
+def _codex_acp(options: Any) -> Dict[str, Any]:
+    opts = _acp_preset("codex-acp", options, ("api_key_env", "sandbox"))
+    return _one_of(opts, "codex-acp", "sandbox", ("read-only", "workspace-write", "danger-full-access"))
+
+
 _STREAM_CLI_OPTIONS = (
     "executable",
     "model",
@@ -359,6 +413,9 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "qwen": _qwen,
     "pi": _pi,
     "acp": _acp,
+    "opencode": _opencode,
+    "copilot": _copilot,
+    "codex-acp": _codex_acp,
 }
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)

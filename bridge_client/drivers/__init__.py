@@ -2,7 +2,9 @@
 (runs each prompt line as a command in the workspace), and the real coding agents ``openai``
 (any OpenAI-compatible Chat Completions endpoint), ``claude-code`` (the Claude Code CLI),
 ``codex`` (the Codex CLI), ``gemini`` (the Gemini CLI), ``qwen`` (the Qwen Code CLI), ``pi``
-(the pi coding agent) and ``acp`` (any agent that speaks the Agent Client Protocol).
+(the pi coding agent) and ``acp`` (any agent that speaks the Agent Client Protocol), and named
+ACP agents on the ``acp`` driver: ``opencode`` (OpenCode), ``copilot`` (the GitHub Copilot CLI)
+and ``codex-acp`` (Zed's ACP agent for Codex).
 
 Each module has ``make_driver(agent_options) -> Driver``; the bridge program loads them by
 name (``--driver echo``) through :data:`BUILTIN_DRIVERS`. The template steps that install the
@@ -25,6 +27,9 @@ BUILTIN_DRIVERS: Dict[str, str] = {
     "qwen": "bridge_client.drivers.qwen:make_driver",
     "pi": "bridge_client.drivers.pi:make_driver",
     "acp": "bridge_client.drivers.acp:make_driver",
+    "opencode": "bridge_client.drivers.opencode:make_driver",
+    "copilot": "bridge_client.drivers.copilot:make_driver",
+    "codex-acp": "bridge_client.drivers.codex_acp:make_driver",
 }
 """Driver name to its factory, as ``MODULE:CALLABLE``."""
 

@@ -143,6 +143,7 @@ class AcpDriver:
     supports_approvals = True
     supports_messages = True
     supports_host_tools = True  # the MCP server named host in session/new's mcpServers (acp_host)
+    preset_env: Dict[str, str] = {}  # a named agent's variables (drivers.acp_preset), under the session's
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.argv: List[str] = [options["command"], *options.get("args", [])]
@@ -230,7 +231,7 @@ class AcpDriver:
     def _agent(self, ctx: TurnContext, slot: Slot) -> AgentProcess:
         """The session's agent process: the running one, or a new one (initialized) when it
         is gone or the session's environment changed."""
-        env = dict(ctx.env)
+        env = {**self.preset_env, **ctx.env}
         agent = slot.agent
         if agent is not None and agent.alive and agent.env == env:
             running = agent

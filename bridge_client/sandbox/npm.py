@@ -42,6 +42,9 @@ AGENT_CLIS = {
     "gemini": ("the Gemini CLI (gemini)", "gemini", "@google/gemini-cli", "0.61.0"),
     "qwen": ("the Qwen Code CLI (qwen)", "qwen", "@qwen-code/qwen-code", "0.24.4"),
     "pi": ("the pi coding agent (pi)", "pi", "@mariozechner/pi-coding-agent", "0.73.1"),
+    "opencode": ("OpenCode (opencode)", "opencode", "opencode-ai", "1.18.33"),
+    "copilot": ("the GitHub Copilot CLI (copilot)", "copilot", "@github/copilot", "1.0.102"),
+    "codex-acp": ("Zed's codex-acp (codex-acp)", "codex-acp", "@zed-industries/codex-acp", "0.16.0"),
 }
 """Driver name to (what, program, npm package, version): the versions proven with each
 driver (the *Drivers* page, ``drivers/index``), which the template installs."""

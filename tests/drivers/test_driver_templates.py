@@ -18,7 +18,8 @@ import bridge_client as bc
 from bridge_client.sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep, private_prefix
 from host_support import options
 
-PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "pi": "pi"}
+PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "pi": "pi",
+            "opencode": "opencode", "copilot": "copilot", "codex-acp": "codex-acp"}
 
 
 @pytest.fixture
@@ -41,6 +42,9 @@ def npm(tmp_path, monkeypatch):
         '  *@google/gemini-cli@*) p=gemini;;\n'
         '  *@qwen-code/qwen-code@*) p=qwen;;\n'
         '  *@mariozechner/pi-coding-agent@*) p=pi;;\n'
+        '  *\\ opencode-ai@*) p=opencode;;\n'
+        '  *@github/copilot@*) p=copilot;;\n'
+        '  *@zed-industries/codex-acp@*) p=codex-acp;;\n'
         "esac\n"
         'printf "#!/bin/sh\\n" > "$dest/$p"; chmod +x "$dest/$p"\n'
     )
@@ -104,7 +108,7 @@ def test_no_install_when_executable_is_given(sandbox, npm):
 
 
 def test_drivers_pin_the_versions_the_template_installs():
-    from bridge_client.drivers import claude_code, codex, gemini, pi, qwen
+    from bridge_client.drivers import claude_code, codex, codex_acp, copilot, gemini, opencode, pi, qwen
 
     classes = {
         "claude-code": claude_code.ClaudeCodeDriver,
@@ -112,6 +116,9 @@ def test_drivers_pin_the_versions_the_template_installs():
         "gemini": gemini.GeminiDriver,
         "qwen": qwen.QwenDriver,
         "pi": pi.PiDriver,
+        "opencode": opencode.OpenCodeDriver,
+        "copilot": copilot.CopilotDriver,
+        "codex-acp": codex_acp.CodexAcpDriver,
     }
     for agent, cls in classes.items():
         _, program, package, version = AGENT_CLIS[agent]
