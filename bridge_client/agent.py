@@ -125,7 +125,8 @@ def create_session(
     return Session(options, session_options, sandbox)
 
 
-NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp", "opencode", "copilot", "codex-acp"))
+NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "gemini", "acp", "opencode", "copilot", "codex-acp",
+                           "cline", "vibe", "aider"))
 """The built-in drivers that cannot offer host tools to their agent (yet)."""
 
 
