@@ -342,42 +342,19 @@ def _codex_acp(options: Any) -> Dict[str, Any]:
     return _one_of(opts, "codex-acp", "sandbox", ("read-only", "workspace-write", "danger-full-access"))
 
 
-def _cline(options: Any) -> Dict[str, Any]:
-    return _acp_preset("cline", options, ("api_key_env",))
-
-
-def _vibe(options: Any) -> Dict[str, Any]:
-    opts = _acp_preset("vibe", options, ("api_key_env",))
+def _vibe_or_aider(driver: str, options: Any) -> Dict[str, Any]:
+    """vibe: an ACP preset; aider: a one-shot CLI. Both need ``model`` with ``base_url``."""
+    if driver == "vibe":
+        opts = _acp_preset("vibe", options, ("api_key_env",))
+    else:
+        keys = ("executable", "model", "base_url", "api_key_env", "edit_format", "extra_args")
+        opts = options_object(options, driver, keys + ("continue_prompt", "interrupt_grace"))
+        for key in ("executable", "continue_prompt", "api_key_env", "edit_format"):
+            str_option(opts, driver, key)
+        _acp_preset(driver, {k: v for k, v in opts.items() if k in ("model", "base_url", "extra_args")})
+        number_option(opts, driver, "interrupt_grace", minimum=0)
     if opts.get("base_url") and not opts.get("model"):
-        raise ValueError("vibe option 'model' is required with base_url: the model's id at that server")
-    return opts
-
-
-_AIDER_OPTIONS = (
-    "executable",
-    "model",
-    "base_url",
-    "api_key_env",
-    "edit_format",
-    "extra_args",
-    "continue_prompt",
-    "interrupt_grace",
-)
-
-
-def _aider(options: Any) -> Dict[str, Any]:
-    opts = options_object(options, "aider", _AIDER_OPTIONS)
-    for key in ("executable", "continue_prompt", "api_key_env", "edit_format"):
-        str_option(opts, "aider", key)
-    for key in ("model", "base_url"):
-        str_option(opts, "aider", key, allow_none=True)
-    str_list_option(opts, "aider", "extra_args")
-    number_option(opts, "aider", "interrupt_grace", minimum=0)
-    base = opts.get("base_url")
-    if base is not None and not base.startswith(("http://", "https://")):
-        raise ValueError(f"aider option 'base_url' must be an http:// or https:// URL, got {base!r}")
-    if base and not opts.get("model"):
-        raise ValueError("aider option 'model' is required with base_url (openai/<id> for an OpenAI-compatible server)")
+        raise ValueError(f"{driver} option 'model' is required with base_url: the model's id at that server")
     return opts
 
 
@@ -454,9 +431,9 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "opencode": _opencode,
     "copilot": _copilot,
     "codex-acp": _codex_acp,
-    "cline": _cline,
-    "vibe": _vibe,
-    "aider": _aider,
+    "cline": lambda options: _acp_preset("cline", options, ("api_key_env",)),
+    "vibe": lambda options: _vibe_or_aider("vibe", options),
+    "aider": lambda options: _vibe_or_aider("aider", options),
 }
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)

@@ -87,7 +87,9 @@ QUIET_FLAGS = (
 )
 """Flags every run gets: no git, no questions, plain output, nothing fetched or sent."""
 
-_BANNER = re.compile(r"^(Aider v\S+|Model: |Weak model: |Git repo: |Repo-map: |Restored previous conversation)")
+_BANNER = re.compile(
+    r"^(Aider v\S+|Model: |Weak model: |Git repo: |Repo-map: |Restored previous conversation)"
+)
 _TOKENS = re.compile(r"^Tokens: .*(sent|received)")
 _APPLIED = re.compile(r"^Applied edit to (.+)$")
 _FAILED = re.compile(r"^(?:Did not apply edit to|Failed to apply edit to) (.+?):?$")
@@ -236,7 +238,8 @@ class AiderDriver:
             if ctx.step is not None:
                 ctx.finish_step("error")
             tail = proc.stderr_tail() or " | ".join(t for t in mapper.tail if t)
-            return TurnResult("error", error=f"aider exited (status {code})" + (f": {summarize(tail)}" if tail else ""))
+            detail = f": {summarize(tail)}" if tail else ""
+            return TurnResult("error", error=f"aider exited (status {code}){detail}")
         if ctx.step is None:
             ctx.start_step()
         ctx.finish_step("stop")

@@ -42,7 +42,8 @@ def find_cli(program: str, package: str, version: str, executable: Optional[str]
         root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
         prefix = private_prefix(root, package, version)
         # An npm prefix keeps its programs in node_modules/.bin; a Python venv in bin.
-        for candidate in (os.path.join(prefix, "node_modules", ".bin", program), os.path.join(prefix, "bin", program)):
+        npm = os.path.join(prefix, "node_modules", ".bin", program)
+        for candidate in (npm, os.path.join(prefix, "bin", program)):
             if os.access(candidate, os.X_OK):
                 return candidate
     return program

@@ -61,7 +61,9 @@ class PipCliStep(TemplateStep):
     oldest: Tuple[int, int] = (3, 10)
 
     @classmethod
-    def for_cli(cls, name: str, program: str, package: str, version: str, oldest: Tuple[int, int]) -> "PipCliStep":
+    def for_cli(
+        cls, name: str, program: str, package: str, version: str, oldest: Tuple[int, int]
+    ) -> "PipCliStep":
         """The step for ``program`` from ``package==version`` (``name``: for messages)."""
         return cls(
             name=name,
@@ -94,11 +96,13 @@ class PipCliStep(TemplateStep):
         ready = shlex.join(("test", "-x", program))
         make = ["sh", "-c", _MAKE_VENV, "sh", venv, f"{self.package}=={self.version}", str(self.oldest[1])]
         try:
-            done = sandbox.exec(["sh", "-c", _LOCKED, "sh", venv + ".lock", ready, *make], timeout=self.timeout)
+            argv = ["sh", "-c", _LOCKED, "sh", venv + ".lock", ready, *make]
+            done = sandbox.exec(argv, timeout=self.timeout)
         except SandboxGone:
             raise
         except (OSError, TimeoutError) as exc:
-            raise TemplateError(f"{self.name}: installing {self.package} failed: {exc}", step=self.name) from exc
+            message = f"{self.name}: installing {self.package} failed: {exc}"
+            raise TemplateError(message, step=self.name) from exc
         if done.exit_code == 3:
             raise TemplateError(
                 f"{self.name}: the sandbox has no Python {self.oldest[0]}.{self.oldest[1]} or later "
@@ -108,12 +112,14 @@ class PipCliStep(TemplateStep):
             )
         if not done.ok:
             raise TemplateError(
-                f"installing {self.name} failed (exit {done.exit_code}): pip install {self.package}=={self.version}",
+                f"installing {self.name} failed (exit {done.exit_code}): "
+                f"pip install {self.package}=={self.version}",
                 step=self.name,
                 output=output_tail(done),
             )
         if not self._ok(sandbox, ("test", "-x", program)):
-            raise TemplateError(f"{self.name} is still missing after installing it: {program}", step=self.name)
+            message = f"{self.name} is still missing after installing it: {program}"
+            raise TemplateError(message, step=self.name)
 
     def _ok(self, sandbox: Sandbox, argv: Tuple[str, ...]) -> bool:
         try:

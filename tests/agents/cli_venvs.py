@@ -64,7 +64,8 @@ def _run(argv, what: str, timeout: float, cwd: Optional[str] = None) -> None:
     except subprocess.TimeoutExpired:
         pytest.skip(f"{what} did not finish within {timeout:g} s")
     if done.returncode != 0:
-        tail = [line for line in (done.stderr or done.stdout).strip().splitlines() if "WARNING" not in line][-3:]
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        tail = [line for line in lines if "WARNING" not in line][-3:]
         pytest.skip(f"{what} failed (registry unreachable?): {' | '.join(tail)}")
 
 
@@ -83,7 +84,8 @@ def cline_program(timeout: float = 900.0) -> str:
             shutil.copy(os.path.join(CLINE, name), work)
         # Not `npm ci`: npm calls this lock out of sync for the empty versions cline gives its
         # optional platform packages; `install` with the lock present installs the locked tree.
-        argv = ["npm", "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"]
+        argv = ["npm", "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts"]
+        argv.append("--loglevel=error")
         _run(argv, "npm ci of tests/agents/npm-cline (cline 3.0.65)", timeout, cwd=work)
 
     prefix = _installed(_cache("agents-cline"), h.hexdigest()[:16], install)
@@ -127,8 +129,8 @@ def py_program(driver: str, program: str, timeout: float = 900.0) -> str:
         final = os.path.join(cache, key)
         shutil.rmtree(final, ignore_errors=True)
         _run([python, "-m", "venv", final], f"making a venv for {package}", 300)
-        _run([os.path.join(final, "bin", "python"), "-m", "pip", "install", "--quiet", f"{package}=={version}"],
-             f"pip install {package}=={version}", timeout)
+        pip = [os.path.join(final, "bin", "python"), "-m", "pip", "install", "--quiet"]
+        _run([*pip, f"{package}=={version}"], f"pip install {package}=={version}", timeout)
         os.rmdir(work)
         os.rename(final, work)
 

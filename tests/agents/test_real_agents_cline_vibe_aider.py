@@ -102,6 +102,22 @@ def _check_clean(model):
     assert model.exhausted == [], [r.text()[:500] for r in model.exhausted]
 
 
+def _hubs(workspace):
+    """Pids of Cline hub helpers (``cline --cline-hub-daemon --cwd WORKSPACE``) still running."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--cline-hub-daemon" in argv and workspace.encode() in argv:
+            found.append(int(name))
+    return found
+
+
 def _keys(model):
     return {r.headers.get("authorization", "").removeprefix("Bearer ") for r in model.agent_requests()}
 
@@ -120,6 +136,10 @@ def test_real_cline_vibe_stream_text_run_a_shell_tool_and_go_on(driver, real, mo
         second = session.turn("And now?")
         second_parts = list(second)
         assert session.state.data == first, "the same ACP session goes on"
+        if driver == "cline":
+            assert len(_hubs(workspace)) == 1, "the agent has a hub of its own"
+    if driver == "cline":
+        assert wait_until(lambda: not _hubs(workspace), timeout=20), "the agent's hub ended with it"
     assert parts[-1].type == "turn-finish" and parts[-1].finish_reason == "stop", parts[-1]
     calls, results = _of(parts, "tool-call"), _of(parts, "tool-result")
     assert len(calls) == 1 and "proof.txt" in json.dumps(calls[0].input), calls
@@ -159,7 +179,8 @@ def test_c18_real_cline_vibe_ask_the_host_before_their_shell_tool(
     (request,) = _of(parts, "approval-request")
     assert "allow-once" in request.choices and "deny" in request.choices, request.choices
     assert [a.decision for a in _of(parts, "approval-answer")] == ["allow-once" if allow else "deny"]
-    assert not [p for p in _of(parts, "data") if p.name == "acp-permission"], "the host answered, not the policy"
+    policy = [p for p in _of(parts, "data") if p.name == "acp-permission"]
+    assert not policy, "the host answered, not the policy"
     proof = os.path.join(workspace, "proof.txt")
     if allow:
         assert parts[-1].finish_reason == "stop", parts[-1]
@@ -171,7 +192,9 @@ def test_c18_real_cline_vibe_ask_the_host_before_their_shell_tool(
 
 
 @pytest.mark.parametrize("driver", ACP_DRIVERS)
-def test_real_cline_vibe_on_a_local_sandbox_refuse_commands_by_default(driver, real, model, sandbox, workspace):
+def test_real_cline_vibe_on_a_local_sandbox_refuse_commands_by_default(
+    driver, real, model, sandbox, workspace
+):
     opts, env = real(driver)  # no permission option: the default on a LocalSandbox
     model.script(_shell(COMMAND), text_quoting_last_tool_output())
     with _session(sandbox, opts, env) as session:
