@@ -55,7 +55,9 @@ def pythons(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("agent", sorted(PY_AGENT_CLIS))
-def test_c01_a_pypi_agent_cli_is_installed_into_its_own_venv_only_when_missing(sandbox, pythons, agent, capfd):
+def test_c01_a_pypi_agent_cli_is_installed_into_its_own_venv_only_when_missing(
+    sandbox, pythons, agent, capfd
+):
     what, program, package, version, oldest = PY_AGENT_CLIS[agent]
     log = pythons(program, 11, 12, 13)
     step = options(agent).template.steps[-1]
