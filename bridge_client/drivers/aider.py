@@ -37,7 +37,8 @@ fetching its price list; with ``base_url``, the driver also gives Aider a model-
 for ``model`` (a model of your own server is unknown to Aider, which would otherwise try to
 fetch the price list from the internet).
 
-Not supported: approvals (Aider's questions need a terminal; ``ApprovalsUnsupported``),
+Not supported: approvals (Aider asks its own questions as terminal prompts without a line
+end; the driver answers them yes and relays none: ``ApprovalsUnsupported``),
 messages to a running turn (``MessagesUnsupported``), host tools (Aider has no MCP;
 ``ToolsUnsupported``). Cancel: SIGINT to its process group, killed ``interrupt_grace``
 seconds later.
@@ -143,7 +144,7 @@ class AiderDriver:
     """
 
     agent_id = "aider"
-    supports_approvals = False  # its questions need a terminal
+    supports_approvals = False  # its questions are terminal prompts, answered by --yes-always
     supports_messages = False
     supports_host_tools = False  # no MCP
     program = "aider"
