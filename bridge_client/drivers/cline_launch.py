@@ -14,9 +14,9 @@ outlives the agent:
   (``settings/providers.json``, mode 0600) name the OpenAI-compatible server, the model and
   the key (read from the variable ``--key-env`` names), which is also ``CLINE_API_KEY`` (Cline's
   ACP mode asks for that variable before ``session/new``, and sends it as the key);
-- runs Cline with the agent's stdin and stdout, passes SIGTERM and SIGINT on to it, and once
-  it exited ends the hub it started (its pid from the hub's lock file, checked against the
-  process's command line) and exits with Cline's status.
+- runs Cline with the agent's stdin and stdout, passes SIGTERM and SIGINT on to it (a SIGTERM
+  to the hub too), and once it exited ends the hub it started (its pid from the hub's lock
+  file, checked against the process's command line) and exits with Cline's status.
 """
 
 from __future__ import annotations
@@ -60,23 +60,26 @@ def write_provider_settings(data_dir: str, base_url: str, model: str, key: str) 
     return path
 
 
-def hub_pid(data_dir: str, port: int) -> Optional[int]:
-    """The pid of the hub on ``port`` that Cline recorded under ``data_dir``, when that process
-    still runs as a hub on that port (``None`` otherwise)."""
-    try:
-        with open(os.path.join(data_dir, "locks", "hub", "production.json"), encoding="utf-8") as f:
-            pid = int(json.load(f)["pid"])
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if b"--cline-hub-daemon" in argv and str(port).encode() in argv:
-        return pid
+def hub_pid(port: int) -> Optional[int]:
+    """The pid of the running Cline hub that listens on ``port`` (``cline --cline-hub-daemon
+    ... --port PORT``), read from ``/proc``; ``None`` when there is none. The port is this
+    launcher's own, so no other agent's hub matches."""
+    wanted = [b"--port", str(port).encode()]
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--cline-hub-daemon" in argv and any(argv[i:i + 2] == wanted for i in range(len(argv) - 1)):
+            return int(name)
     return None
 
 
 def _end(pid: int) -> None:
-    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 1.0)):
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -115,19 +118,32 @@ def main(argv: Optional[List[str]] = None) -> int:
         write_provider_settings(data_dir, args.base_url, args.model, key)
         # Cline's ACP mode wants CLINE_API_KEY set before session/new, and sends it as the key.
         env["CLINE_API_KEY"] = key or env.get("CLINE_API_KEY") or "none"
-    data_dir = data_dir or os.path.join(env.get("HOME", os.path.expanduser("~")), ".cline", "data")
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         print(f"cannot run {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 127
+    def stop(sig: int, _frame: object) -> None:
+        child.send_signal(sig)
+        if sig == signal.SIGTERM:  # being stopped: the group's SIGKILL may follow soon
+            _signal_hub(port, signal.SIGTERM)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda s, _f: child.send_signal(s))
+        signal.signal(sig, stop)
     code = child.wait()
-    pid = hub_pid(data_dir, port)
+    pid = hub_pid(port)
     if pid is not None:
         _end(pid)
     return code
+
+
+def _signal_hub(port: int, sig: int) -> None:
+    pid = hub_pid(port)
+    if pid is not None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":
