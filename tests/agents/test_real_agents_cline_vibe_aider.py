@@ -299,32 +299,35 @@ def test_real_aider_streams_text_applies_its_edit_block_and_goes_on(real, model,
 
 def test_real_aider_cancel_ends_the_turn_and_the_session_goes_on(real, model, sandbox, workspace):
     opts, env = real("aider")
-    held = hang(text("Working on it", chunks=1))
-    answers = iter([held, text("After the cancel.")])
-    current = {}
+    asked, gate = [], threading.Event()
 
-    def reply(request):
-        r = next(answers, None) or current["last"]
-        current["last"] = r
-        return r.blocks(request)
+    def reply(request):  # runs in the server's thread: the first answer waits for the gate
+        asked.append(request)
+        if len(asked) == 1:
+            gate.wait(60)
+            return [Text(EDIT, 1)]
+        return [Text("After the cancel.", 2)]
 
     model.side_reply = reply
-    model.script()  # nothing for agent requests: Aider makes none
-    with _session(sandbox, opts, env) as session:
-        turn = session.turn("A long task")
-        reader_parts = []
-        reader = threading.Thread(target=lambda: reader_parts.extend(turn), daemon=True)
-        reader.start()
-        assert wait_until(lambda: len([r for r in model.requests if r.api == "chat"]) >= 1, timeout=90)
-        turn.cancel()
-        reader.join(60)
-        assert not reader.is_alive()
-        assert reader_parts[-1].finish_reason == "cancelled", reader_parts[-1]
-        after = session.turn("Go on")
-        after_parts = list(after)
+    try:
+        with _session(sandbox, opts, env) as session:
+            turn = session.turn("A long task")
+            parts = []
+            reader = threading.Thread(target=lambda: parts.extend(turn), daemon=True)
+            reader.start()
+            assert wait_until(lambda: len(asked) >= 1, timeout=90), "Aider asked the model"
+            turn.cancel()
+            reader.join(60)
+            assert not reader.is_alive()
+            assert parts[-1].finish_reason == "cancelled", parts[-1]
+            gate.set()
+            after = session.turn("Go on")
+            after_parts = list(after)
+    finally:
+        gate.set()
     assert after_parts[-1].finish_reason == "stop", after_parts[-1]
     assert "After the cancel." in after.text(), after.text()
-    assert not os.path.exists(os.path.join(workspace, "proof.txt"))
+    assert not os.path.exists(os.path.join(workspace, "proof.txt")), "the cancelled answer was never applied"
 
 
 def test_c18_aider_refuses_approvals_and_messages_with_their_typed_errors(real, model, sandbox):
