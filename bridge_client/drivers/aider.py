@@ -19,8 +19,9 @@ What its output becomes (one line at a time, as Aider prints it):
   notice): ``data`` ``aider-info``;
 - the model's answer, up to Aider's ``Tokens:`` line: ``text-delta`` parts, one per line;
 - each ``Applied edit to PATH``: a ``tool-call`` ``edit`` (``{"path": PATH}``) and its
-  ``tool-result`` (``"applied"``); ``Did not apply edit to PATH`` and Aider's error lines
-  about a failed SEARCH block: a ``tool-call`` and an error ``tool-result``;
+  ``tool-result`` (``"applied"``); a SEARCH block that matched nothing in PATH (Aider's
+  ``SearchReplaceNoExactMatch`` line): a ``tool-call`` and an error ``tool-result`` with that
+  line (Aider then sends the error back to the model, up to three times);
 - any other line after the answer: ``data`` ``aider-output``.
 
 A run is one step (``stop``). A run that exits non-zero ends the turn with ``error`` and the
@@ -93,7 +94,10 @@ _BANNER = re.compile(
 )
 _TOKENS = re.compile(r"^Tokens: .*(sent|received)")
 _APPLIED = re.compile(r"^Applied edit to (.+)$")
-_FAILED = re.compile(r"^(?:Did not apply edit to|Failed to apply edit to) (.+?):?$")
+_FAILED = re.compile(
+    r"^(?:## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in"
+    r"|Failed to apply edit to) (.+)$"
+)
 
 
 class _Mapper:
@@ -205,7 +209,8 @@ class AiderDriver:
 
     def env(self, ctx: TurnContext) -> Dict[str, str]:
         """The variables of a run over the session's (see the module docstring)."""
-        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_ANALYTICS": "false"}
+        # COLUMNS: Aider wraps its own lines at the console's width; one line must stay one.
+        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_ANALYTICS": "false", "COLUMNS": "100000"}
         if self.base_url:
             env["OPENAI_API_BASE"] = self.base_url
         key = ctx.env.get(self.api_key_env) or os.environ.get(self.api_key_env)

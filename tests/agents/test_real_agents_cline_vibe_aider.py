@@ -297,6 +297,25 @@ def test_real_aider_streams_text_applies_its_edit_block_and_goes_on(real, model,
     assert model.unknown == [] and model.errors == []
 
 
+def test_real_aider_reports_an_edit_block_that_matched_nothing_as_a_failed_edit(
+    real, model, sandbox, workspace
+):
+    with open(os.path.join(workspace, "proof.txt"), "w") as f:
+        f.write("old\n")
+    opts, env = real("aider")
+    wrong = EDIT.replace("<<<<<<< SEARCH\n", "<<<<<<< SEARCH\nnot in the file\n")
+    _aider_script(model, wrong)
+    with _session(sandbox, opts, env) as session:
+        parts = list(session.turn("Change proof.txt"))
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    results = _of(parts, "tool-result")
+    assert results and all(r.is_error for r in results), results
+    assert "SearchReplaceNoExactMatch" in json.dumps(results[0].output), results[0]
+    assert [c.input for c in _of(parts, "tool-call")][0] == {"path": "proof.txt"}
+    with open(os.path.join(workspace, "proof.txt")) as f:
+        assert f.read() == "old\n", "nothing was changed"
+
+
 def test_real_aider_cancel_ends_the_turn_and_the_session_goes_on(real, model, sandbox, workspace):
     opts, env = real("aider")
     asked, gate = [], threading.Event()
