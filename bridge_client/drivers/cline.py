@@ -26,8 +26,8 @@ ACP mode asks for that variable before ``session/new`` whatever the provider, an
 as the key). Without ``base_url`` the CLI uses its own settings (``cline auth``) and the
 session's ``CLINE_API_KEY``.
 
-A bridge that is SIGKILLed ends the agent's process group, but not a hub the agent started
-(it runs in a session of its own): such a hub is left running.
+A bridge that is SIGKILLed ends the agent's process group, but not the hub (it runs in a
+session of its own): the launcher's watchdog, outside that group, ends it then.
 
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:

@@ -101,7 +101,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--key-env", default="OPENAI_API_KEY")
     parser.add_argument("--data-root")
     parser.add_argument("cline", nargs=argparse.REMAINDER)
+    parser.add_argument("--watch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.watch:
+        return _watch(args.watch)
     command = [a for a in args.cline if a != "--"] if args.cline[:1] == ["--"] else args.cline
     if not command:
         parser.error("the Cline command is missing")
@@ -118,6 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         write_provider_settings(data_dir, args.base_url, args.model, key)
         # Cline's ACP mode wants CLINE_API_KEY set before session/new, and sends it as the key.
         env["CLINE_API_KEY"] = key or env.get("CLINE_API_KEY") or "none"
+    watchdog = _watchdog(port)
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
@@ -134,7 +138,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     pid = hub_pid(port)
     if pid is not None:
         _end(pid)
+    if watchdog is not None and watchdog.stdin is not None:
+        watchdog.stdin.close()  # nothing left to watch: it exits
     return code
+
+
+def _watchdog(port: int) -> "Optional[subprocess.Popen[bytes]]":
+    """A process outside the agent's process group that ends the hub on ``port`` once this
+    launcher is gone, however it ended (a SIGKILLed bridge's keeper kills the launcher's
+    group, which the hub is not in): it waits for the end of a pipe only this launcher holds."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bridge_client.drivers.cline_launch", "--watch", str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+def _watch(port: int) -> int:
+    """The watchdog: wait for the end of stdin, then end the hub on ``port`` (when running)."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except OSError:
+        pass
+    pid = hub_pid(port)
+    if pid is not None:
+        _end(pid)
+    return 0
 
 
 def _signal_hub(port: int, sig: int) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 
 import pytest
@@ -159,6 +160,22 @@ def test_real_cline_vibe_stream_text_run_a_shell_tool_and_go_on(driver, real, mo
     assert "Write proof.txt" in requests[2].text() and "And now?" in requests[2].text()
     assert _keys(model) == {KEY}, "the key came from the session's environment"
     _check_clean(model)
+
+
+def test_real_cline_hub_does_not_outlive_a_sigkilled_bridge(real, model, sandbox, workspace):
+    opts, env = real("cline")
+    model.script(text("First answer"), text("after the restart"))
+    with _session(sandbox, opts, env) as session:
+        assert list(session.turn("Hello"))[-1].finish_reason == "stop"
+        (hub,) = _hubs(workspace)
+        os.kill(session._hello.pid, signal.SIGKILL)
+        assert wait_until(lambda: hub not in _hubs(workspace), timeout=20), (
+            "the killed bridge's keeper ended the agent, and the launcher's watchdog its hub"
+        )
+        after = session.turn("Go on")
+        assert list(after)[-1].finish_reason == "stop"
+        assert "after the restart" in after.text()
+    assert wait_until(lambda: not _hubs(workspace), timeout=20)
 
 
 @pytest.mark.parametrize("driver", ACP_DRIVERS)
