@@ -12,11 +12,14 @@ model server itself.
   sandbox's workspace with the session's variable and comes out as tool-call/tool-result, a
   second turn goes on in the same ACP session; with approvals on, the CLI's permission
   request is asked of the host, an approval runs the command and a denial leaves no file;
-  cancel ends a turn and the session goes on; a session with host tools is refused.
+  cancel ends a turn and the session goes on; a message to a running turn is the next prompt;
+  a session with host tools is refused. Cline's hub helper (a detached process of its own)
+  never outlives its agent: not after a release (C16), nor after a SIGKILLed bridge.
 - aider: the model's answer streams as text and its SEARCH/REPLACE edit block creates the
   file in the workspace (an ``edit`` tool-call/tool-result); the next turn's request holds
   the earlier conversation (Aider's chat history); approvals, messages to a running turn and
-  host tools are refused with their typed errors; cancel ends a turn.
+  host tools are refused with their typed errors; an edit block that matches nothing is a
+  failed edit; cancel ends a turn.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ def test_real_cline_vibe_stream_text_run_a_shell_tool_and_go_on(driver, real, mo
     _check_clean(model)
 
 
-def test_real_cline_hub_does_not_outlive_a_sigkilled_bridge(real, model, sandbox, workspace):
+def test_c16_real_cline_leaves_no_hub_after_a_sigkilled_bridge_or_release(real, model, sandbox, workspace):
     opts, env = real("cline")
     model.script(text("First answer"), text("after the restart"))
     with _session(sandbox, opts, env) as session:
