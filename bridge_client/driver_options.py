@@ -343,6 +343,22 @@ def _codex_acp(options: Any) -> Dict[str, Any]:
     return _one_of(opts, "codex-acp", "sandbox", ("read-only", "workspace-write", "danger-full-access"))
 
 
+def _vibe_or_aider(driver: str, options: Any) -> Dict[str, Any]:
+    """vibe: an ACP preset; aider: a one-shot CLI. Both need ``model`` with ``base_url``."""
+    if driver == "vibe":
+        opts = _acp_preset("vibe", options, ("api_key_env",))
+    else:
+        keys = ("executable", "model", "base_url", "api_key_env", "edit_format", "extra_args")
+        opts = options_object(options, driver, keys + ("continue_prompt", "interrupt_grace"))
+        for key in ("executable", "continue_prompt", "api_key_env", "edit_format"):
+            str_option(opts, driver, key)
+        _acp_preset(driver, {k: v for k, v in opts.items() if k in ("model", "base_url", "extra_args")})
+        number_option(opts, driver, "interrupt_grace", minimum=0)
+    if opts.get("base_url") and not opts.get("model"):
+        raise ValueError(f"{driver} option 'model' is required with base_url: the model's id at that server")
+    return opts
+
+
 _STREAM_CLI_OPTIONS = (
     "executable",
     "model",
@@ -416,12 +432,15 @@ _CHECKS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "opencode": _opencode,
     "copilot": _copilot,
     "codex-acp": _codex_acp,
+    "cline": lambda options: _acp_preset("cline", options, ("api_key_env",)),
+    "vibe": lambda options: _vibe_or_aider("vibe", options),
+    "aider": lambda options: _vibe_or_aider("aider", options),
 }
 
 BUILTIN_DRIVER_NAMES = tuple(_CHECKS)
 """The built-in drivers' names (the keys of ``bridge_client.drivers.BUILTIN_DRIVERS``)."""
 
-CANNOT_ASK = frozenset({"echo", "codex", "gemini", "pi"})
+CANNOT_ASK = frozenset({"echo", "codex", "gemini", "pi", "aider"})
 """The built-in drivers that cannot ask before they run a tool (their ``supports_approvals``
 is false): a session of one with approvals on is refused before any bridge is launched."""
 

@@ -197,7 +197,10 @@ def bridge_template(python: str = "python3", requirement: Optional[str] = None) 
 def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateStep, ...]:
     """The template steps a built-in driver needs besides the bridge program.
 
-    ``claude-code``, ``codex``, ``gemini``, ``qwen`` and ``pi`` need their CLI: an
+    ``aider`` and ``vibe`` need theirs from PyPI: a
+    :class:`~bridge_client.sandbox.pip_cli.PipCliStep` that installs the proven version into
+    a venv of its own under the state root, in any sandbox. The npm CLIs
+    (``claude-code``, ``codex``, ``gemini``, ``qwen``, ``pi``, ``cline``, ...) need an
     :class:`~bridge_client.sandbox.npm.NpmCliStep` that installs the proven version from npm
     only when the sandbox lacks the program, into a private prefix under the state root for
     a ``LocalSandbox`` (never ``npm install -g`` on your machine), globally inside other
@@ -215,7 +218,12 @@ def agent_cli_steps(driver: str, agent_options: Any = None) -> Tuple[TemplateSte
         The steps (empty for drivers that need none).
     """
     from .sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep  # only for the CLI drivers
+    from .sandbox.pip_cli import PY_AGENT_CLIS, PipCliStep
 
+    if driver in PY_AGENT_CLIS:
+        if isinstance(agent_options, dict) and agent_options.get("executable"):
+            return (IsolationStep.make(),)
+        return (IsolationStep.make(), PipCliStep.for_cli(*PY_AGENT_CLIS[driver]))
     if driver not in AGENT_CLIS:
         return ()
     if isinstance(agent_options, dict) and agent_options.get("executable"):

@@ -4,7 +4,8 @@
 ``codex`` (the Codex CLI), ``gemini`` (the Gemini CLI), ``qwen`` (the Qwen Code CLI), ``pi``
 (the pi coding agent) and ``acp`` (any agent that speaks the Agent Client Protocol), and named
 ACP agents on the ``acp`` driver: ``opencode`` (OpenCode), ``copilot`` (the GitHub Copilot CLI)
-and ``codex-acp`` (Zed's ACP agent for Codex).
+and ``codex-acp`` (Zed's ACP agent for Codex), ``cline`` (the Cline CLI) and ``vibe`` (Mistral
+Vibe); and ``aider`` (Aider, one run per turn, editing files through its edit blocks).
 
 Each module has ``make_driver(agent_options) -> Driver``; the bridge program loads them by
 name (``--driver echo``) through :data:`BUILTIN_DRIVERS`. The template steps that install the
@@ -30,6 +31,9 @@ BUILTIN_DRIVERS: Dict[str, str] = {
     "opencode": "bridge_client.drivers.opencode:make_driver",
     "copilot": "bridge_client.drivers.copilot:make_driver",
     "codex-acp": "bridge_client.drivers.codex_acp:make_driver",
+    "cline": "bridge_client.drivers.cline:make_driver",
+    "vibe": "bridge_client.drivers.vibe:make_driver",
+    "aider": "bridge_client.drivers.aider:make_driver",
 }
 """Driver name to its factory, as ``MODULE:CALLABLE``."""
 

@@ -22,12 +22,13 @@ def find_cli(program: str, package: str, version: str, executable: Optional[str]
 
     Args:
         program: the CLI's program name (``claude``).
-        package, version: its npm package and the version the template installs.
+        package, version: its npm (or PyPI) package and the version the template installs.
         executable: the driver's ``executable`` option (``None`` when not given).
 
     Returns:
         ``executable`` when given (never looked up further); else ``program`` when it is on
-        ``PATH``; else the program in the private prefix when installed there; else
+        ``PATH``; else the program in the private prefix when installed there
+            (``node_modules/.bin`` of an npm prefix, ``bin`` of a Python venv); else
         ``program`` itself (starting it then fails with a clear :class:`CLIStartError`).
     """
     if executable:
@@ -39,9 +40,12 @@ def find_cli(program: str, package: str, version: str, executable: Optional[str]
 
     if STATE_DIR:
         root = os.path.dirname(os.path.dirname(os.path.abspath(STATE_DIR)))
-        candidate = os.path.join(private_prefix(root, package, version), "node_modules", ".bin", program)
-        if os.access(candidate, os.X_OK):
-            return candidate
+        prefix = private_prefix(root, package, version)
+        # An npm prefix keeps its programs in node_modules/.bin; a Python venv in bin.
+        npm = os.path.join(prefix, "node_modules", ".bin", program)
+        for candidate in (npm, os.path.join(prefix, "bin", program)):
+            if os.access(candidate, os.X_OK):
+                return candidate
     return program
 
 

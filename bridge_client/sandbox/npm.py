@@ -45,6 +45,7 @@ AGENT_CLIS = {
     "opencode": ("OpenCode (opencode)", "opencode", "opencode-ai", "1.18.33"),
     "copilot": ("the GitHub Copilot CLI (copilot)", "copilot", "@github/copilot", "1.0.102"),
     "codex-acp": ("Zed's codex-acp (codex-acp)", "codex-acp", "@zed-industries/codex-acp", "0.16.0"),
+    "cline": ("the Cline CLI (cline)", "cline", "cline", "3.0.65"),
 }
 """Driver name to (what, program, npm package, version): the versions proven with each
 driver (the *Drivers* page, ``drivers/index``), which the template installs."""

@@ -19,7 +19,7 @@ from bridge_client.sandbox.npm import AGENT_CLIS, IsolationStep, NpmCliStep, pri
 from host_support import options
 
 PROGRAMS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "pi": "pi",
-            "opencode": "opencode", "copilot": "copilot", "codex-acp": "codex-acp"}
+            "opencode": "opencode", "copilot": "copilot", "codex-acp": "codex-acp", "cline": "cline"}
 
 
 @pytest.fixture
@@ -45,6 +45,7 @@ def npm(tmp_path, monkeypatch):
         '  *\\ opencode-ai@*) p=opencode;;\n'
         '  *@github/copilot@*) p=copilot;;\n'
         '  *@zed-industries/codex-acp@*) p=codex-acp;;\n'
+        '  *\\ cline@*) p=cline;;\n'
         "esac\n"
         'printf "#!/bin/sh\\n" > "$dest/$p"; chmod +x "$dest/$p"\n'
     )
