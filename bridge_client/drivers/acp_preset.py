@@ -50,7 +50,7 @@ class AcpPreset(AcpDriver):
     program = ""
     package = ""
     version = ""
-    supports_host_tools = False  # until the acp driver passes the bridge's MCP server on
+    supports_host_tools = False  # not yet proven with each named CLI (the acp driver offers them)
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))
