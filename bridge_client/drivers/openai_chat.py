@@ -44,7 +44,11 @@ model stream, or kills a running command, at once.
 What survives a restart: the conversation (``{"messages": [...]}``, without the
 system prompt) is the session state, stored before each ``step-finish``, so a fresh bridge
 goes on with the same conversation, and a turn continued after a restart re-runs only its
-unfinished step.
+unfinished step. A step whose answer was complete is replayed rather than asked of the model
+again, and a tool call never runs twice: the answer and each tool's result are journaled in the
+state directory (:mod:`bridge_client.drivers.openai_resume`), and a ``run_command`` runs under
+its keeper (:class:`~bridge_client.drivers.keeper.KeptCommand`), which finishes and records it
+when the bridge dies.
 
 The API key is never an option: ``api_key_env`` names the environment variable that holds
 it (``agent_options`` are stored in the sandbox and hashed into the bridge id), read at each

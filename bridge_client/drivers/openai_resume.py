@@ -1,7 +1,7 @@
 """The ``openai`` driver's step journal: a step cut by a bridge death after the model's
 answer is run again without asking the model again, and its tool calls are not run twice.
 
-A restart runs the cut step again (B05). Asking the model again would make it call its tools
+A restart runs the cut step again. Asking the model again would make it call its tools
 again, and a command of the cut step may have run already (or still run: it outlives the bridge
 under its keeper, :class:`~bridge_client.drivers.keeper.KeptCommand`). So once a step's answer
 is complete, and before its first tool runs, the driver writes the answer (the assistant

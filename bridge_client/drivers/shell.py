@@ -28,7 +28,7 @@ the host gave the session), and never see a ``BRIDGE_CLIENT_*`` variable.
 A command runs at most once, also across bridge deaths: each runs under a keeper of its own
 (:class:`~bridge_client.drivers.keeper.KeptCommand`), which is its parent and outlives a
 SIGKILLed bridge, so the command goes on to its end, and its output and exit status are
-recorded in the bridge's state directory. The step run again in the next bridge (B05) finds
+recorded in the bridge's state directory. The step run again in the next bridge finds
 that record (by the session, turn, step and command) and takes the command's result instead of
 running it again: without a new approval request (the command runs on the first one), it
 streams the recorded output again from its start and waits for the end of a command still
@@ -166,16 +166,19 @@ class ShellDriver:
             ran += 1
             output = {"exitCode": result.exit_code, "timedOut": result.timed_out}
             ctx.tool_result(call_id, "shell", output, is_error=result.exit_code != 0)
-            if result.cancelled:
+            if result.cancelled and (ctx.cancelled.is_set() or not kept):
                 ctx.finish_step("cancelled")
                 KeptCommand.remove(record)
                 break
+            # (an adopted command that a stopping bridge cancelled: a failed command, below)
             ctx.finish_step("stop" if result.exit_code == 0 else "error")
             KeptCommand.remove(record)  # the step is complete: never asked for again
             done += 0 if source else 1
             if result.exit_code != 0 and not self.keep_going:
                 if result.timed_out:
                     failure = f"command timed out after {self.timeout:g} s: {line}"
+                elif result.cancelled:
+                    failure = f"command was killed when the bridge stopped: {line}"
                 else:
                     failure = f"command exited with status {result.exit_code}: {line}"
                 break

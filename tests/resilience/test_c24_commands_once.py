@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import threading
 from typing import Any, Callable, List
 
 import pytest
 
 import bridge_client as bc
 from host_support import options, session_options, wait_until
+from bridge_client.drivers.keeper import KeptCommand
 from resilience_support import sigkill_bridge
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agents"))
@@ -85,7 +88,8 @@ def _kill_while_waiting(sandbox: Any, session: bc.Session, workspace: str, name:
     """SIGKILL the bridge once the command ``name`` noted its start, then let it go on."""
 
     def kill() -> None:
-        assert wait_until(lambda: name in _lines(workspace, "log.txt"), timeout=20), "the command did not start"
+        started = wait_until(lambda: name in _lines(workspace, "log.txt"), timeout=20)
+        assert started, "the command did not start"
         sigkill_bridge(sandbox, session.bridge_id)
         open(os.path.join(workspace, "release"), "w").close()
 
@@ -214,3 +218,40 @@ def _command_group(workspace: str) -> int:
         if cwd == os.path.realpath(workspace) and argv[:2] == [b"/bin/sh", b"-c"]:
             return os.getpgid(int(entry))
     raise AssertionError("the command's shell is not running")
+
+
+_DIES_AFTER_START = """
+import os, sys
+from bridge_client.drivers.keeper import KeptCommand
+KeptCommand.start(sys.argv[1], ["/bin/sh", "-c", sys.argv[2]], sys.argv[3], dict(os.environ), 30.0)
+os.kill(os.getpid(), 9)  # a bridge SIGKILLed as soon as it started its keeper
+"""
+
+_DIES_BEFORE_START = """
+import fcntl, os, sys
+os.makedirs(sys.argv[1])
+fd = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.kill(os.getpid(), 9)  # a bridge SIGKILLed after it took the record's lock, before its keeper
+"""
+
+
+def test_c24_a_bridge_killed_while_its_keeper_starts_leaves_the_command_to_run_once(tmp_path, workspace):
+    # The keeper inherits the record's lock from the bridge: a bridge SIGKILLed before the
+    # keeper is up still leaves a held lock, so the next bridge waits for the command's result
+    # instead of taking it for one that never started.
+    folder = str(tmp_path / "record")
+    line = f"sleep 0.5; echo x >> {os.path.join(workspace, 'out.txt')}; echo done"
+    bridge = subprocess.run([sys.executable, "-c", _DIES_AFTER_START, folder, line, workspace], timeout=30)
+    assert bridge.returncode == -9
+    kept = KeptCommand.adopt(folder)
+    assert kept is not None, "the started command was taken for one that never ran"
+    status = kept.wait(threading.Event())
+    assert status == {"exitCode": 0, "timedOut": False, "cancelled": False}
+    assert kept.output_text(100) == "done\n"
+    assert _lines(workspace, "out.txt") == ["x"]
+    # Killed before the keeper started: nothing ran, and the record says so (no output).
+    other = str(tmp_path / "other")
+    bridge = subprocess.run([sys.executable, "-c", _DIES_BEFORE_START, other], timeout=30)
+    assert bridge.returncode == -9
+    assert KeptCommand.adopt(other) is None and not os.path.exists(other)
