@@ -44,7 +44,11 @@ model stream, or kills a running command, at once.
 What survives a restart: the conversation (``{"messages": [...]}``, without the
 system prompt) is the session state, stored before each ``step-finish``, so a fresh bridge
 goes on with the same conversation, and a turn continued after a restart re-runs only its
-unfinished step.
+unfinished step. A step whose answer was complete is replayed rather than asked of the model
+again, and a tool call never runs twice: the answer and each tool's result are journaled in the
+state directory (:mod:`bridge_client.drivers.openai_resume`), and a ``run_command`` runs under
+its keeper (:class:`~bridge_client.drivers.keeper.KeptCommand`), which finishes and records it
+when the bridge dies.
 
 The API key is never an option: ``api_key_env`` names the environment variable that holds
 it (``agent_options`` are stored in the sandbox and hashed into the bridge id), read at each
@@ -73,7 +77,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
@@ -82,8 +86,11 @@ from .openai_http import _abort, _arriving  # noqa: F401 - read here by tests
 from .openai_stream import _Answer, apply_chunk, read_answer
 from .openai_stream import _flush  # noqa: F401 - read here by tests
 from .stream_control import approval_title
+from .acp_journal import ToolJournal
+from .keeper import KeptCommand
 from .openai_host import function_specs, run_host_tool
-from .tools import TOOL_NAMES, TOOL_SPECS, run_tool
+from .openai_resume import earlier_result, note_step, replayed_step, step_journal
+from .tools import TOOL_NAMES, TOOL_SPECS, command_result, run_tool
 from .workspace import workspace_dir
 
 __all__ = ["OpenAIChatDriver", "make_driver", "DEFAULT_SYSTEM", "sse_data", "byte_lines"]
@@ -153,57 +160,108 @@ class OpenAIChatDriver:
         if ctx.completed_steps == 0:
             messages.append({"role": "user", "content": ctx.prompt})
         total: Dict[str, int] = {}
+        journal = step_journal(ctx)
+        replay = replayed_step(journal, ctx.completed_steps)  # the cut step's answer, if any
         for _ in range(ctx.completed_steps, self.max_steps):
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled")
-            try:
-                answer = self._step(ctx, messages)
-            except _Fatal as exc:
-                if ctx.step is not None:
-                    ctx.finish_step("error")
-                return TurnResult("error", total or None, str(exc))
-            if answer is None:  # cancelled (the runner closes an open step)
-                return TurnResult("cancelled")
-            _add_usage(total, answer.usage)
-            assistant: Dict[str, Any] = {"role": "assistant", "content": answer.text or None}
-            if answer.tool_calls:
-                assistant["tool_calls"] = [
-                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                    for cid, name, args in answer.tool_calls
+            if replay is not None:
+                assistant, finish_reason, usage = replay
+                ctx.start_step()
+                messages += _user_messages(ctx)  # what the cut attempt had taken, handed again
+                if isinstance(assistant.get("content"), str) and assistant["content"]:
+                    ctx.text(assistant["content"])
+                calls = [
+                    (c["id"], c["function"]["name"], c["function"]["arguments"])
+                    for c in assistant.get("tool_calls") or []
                 ]
-            messages.append(assistant)
-            for cid, name, args in answer.tool_calls:
+            else:
                 try:
-                    parsed = json.loads(args) if args.strip() else {}
-                except ValueError as exc:
-                    ctx.tool_call(cid, name, args)
-                    output: Any = f"the arguments are not valid JSON ({exc}); call the tool again"
-                    is_error = True
-                else:
-                    ctx.tool_call(cid, name, parsed)
-                    denied = _denied(ctx, cid, name, parsed)
-                    if denied is not None:
-                        output, is_error = denied, True
-                    else:
-                        output, is_error = run_host_tool(ctx, cid, name, parsed) or run_tool(
-                            name, parsed, workspace_dir(), ctx.cancelled,
-                            self.command_timeout, self.max_output,
-                        )
-                ctx.tool_result(cid, name, output, is_error)
+                    answer = self._step(ctx, messages)
+                except _Fatal as exc:
+                    if ctx.step is not None:
+                        ctx.finish_step("error")
+                    return TurnResult("error", total or None, str(exc))
+                if answer is None:  # cancelled (the runner closes an open step)
+                    return TurnResult("cancelled")
+                finish_reason, usage, calls = answer.finish_reason, answer.usage, answer.tool_calls
+                assistant = {"role": "assistant", "content": answer.text or None}
+                if calls:
+                    assistant["tool_calls"] = [
+                        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                        for cid, name, args in calls
+                    ]
+                    assert ctx.step is not None
+                    note_step(journal, ctx.step, assistant, finish_reason, usage)
+            _add_usage(total, usage)
+            messages.append(assistant)
+            records: List[Optional[str]] = []
+            for cid, name, args in calls:
+                output, is_error = self._tool(ctx, journal, replay is not None, cid, name, args, records)
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
                 messages.append({"role": "tool", "tool_call_id": cid, "content": content})
                 if ctx.cancelled.is_set():
                     break
+            replay = None
             # A message that came while the model answered without tools: one more step for it.
-            later = _user_messages(ctx) if not answer.tool_calls and not ctx.cancelled.is_set() else []
+            later = _user_messages(ctx) if not calls and not ctx.cancelled.is_set() else []
             messages += later
             ctx.set_state({"messages": messages})  # checkpointed by finish_step: a restart continues from it
-            ctx.finish_step(answer.finish_reason, answer.usage)
+            ctx.finish_step(finish_reason, usage)
+            for folder in records:  # the step is complete: its commands are never asked for again
+                KeptCommand.remove(folder)
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled", total or None)
-            if not answer.tool_calls and not later:
+            if not calls and not later:
+                journal.discard()
                 return TurnResult("stop", total or None)
         return TurnResult("max-steps", total or None)
+
+    def _tool(
+        self,
+        ctx: TurnContext,
+        journal: ToolJournal,
+        replaying: bool,
+        cid: str,
+        name: str,
+        args: str,
+        records: List[Optional[str]],
+    ) -> Tuple[Any, bool]:
+        """Emit one tool call of the open step, run it (or take the result an earlier run of
+        the step had: :mod:`.openai_resume`), journal its result and emit it. Returns
+        ``(output, is_error)``; the record folder of a ``run_command`` is added to ``records``."""
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except ValueError as exc:
+            ctx.tool_call(cid, name, args)
+            output: Any = f"the arguments are not valid JSON ({exc}); call the tool again"
+            ctx.tool_result(cid, name, output, True)
+            return output, True
+        ctx.tool_call(cid, name, parsed)
+        command = parsed.get("command") if isinstance(parsed, dict) and name == "run_command" else None
+        # (a host tool may not take a built-in tool's name: this is the workspace's)
+        folder = None
+        if isinstance(command, str):
+            folder = KeptCommand.folder_for(ctx.session_id, ctx.turn_id, cid, command)
+        records.append(folder)
+        done = earlier_result(journal, cid) if replaying else None
+        kept = KeptCommand.adopt(folder) if replaying and done is None else None
+        if done is not None:
+            output, is_error = done
+        elif kept is not None:  # started by the cut attempt: its result, not a second run
+            output, is_error = command_result(kept, ctx.cancelled, self.max_output)
+        else:
+            denied = _denied(ctx, cid, name, parsed)
+            if denied is not None:
+                output, is_error = denied, True
+            else:
+                output, is_error = run_host_tool(ctx, cid, name, parsed) or run_tool(
+                    name, parsed, workspace_dir(), ctx.cancelled,
+                    self.command_timeout, self.max_output, record=folder,
+                )
+        journal.completed(cid, name, parsed, output, is_error)  # before the part (the module)
+        ctx.tool_result(cid, name, output, is_error)
+        return output, is_error
 
     def _key(self, ctx: TurnContext) -> Optional[str]:
         """The API key: the session's variable ``api_key_env`` first, then the bridge's own."""

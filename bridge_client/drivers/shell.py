@@ -25,11 +25,16 @@ Commands get no stdin, run in a new session (process group) so that a timeout or
 kills the whole group, see the session's environment over the bridge's own (the variables
 the host gave the session), and never see a ``BRIDGE_CLIENT_*`` variable.
 
-A bridge that is SIGKILLed cannot kill its commands, and a command in its own session
-outlives it; the turn's step then runs again in the next bridge while the abandoned
-attempt's command may still be writing files. So the driver starts a *keeper* process with its
-first command (:mod:`bridge_client.drivers.keeper`), which SIGKILLs the process groups of the
-commands still running once the bridge is gone, however it died.
+A command runs at most once, also across bridge deaths: each runs under a keeper of its own
+(:class:`~bridge_client.drivers.keeper.KeptCommand`), which is its parent and outlives a
+SIGKILLed bridge, so the command goes on to its end, and its output and exit status are
+recorded in the bridge's state directory. The step run again in the next bridge finds
+that record (by the session, turn, step and command) and takes the command's result instead of
+running it again: without a new approval request (the command runs on the first one), it
+streams the recorded output again from its start and waits for the end of a command still
+running. A command whose keeper is gone too (the whole sandbox stopped) gives the result
+``{"interrupted": true, "message": ...}`` (an error): it may have run in part or to the end,
+and is not run again.
 
 Options (``agent_options``, a JSON object or null):
     timeout: seconds per command, > 0 (default 600).
@@ -39,30 +44,19 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import codecs
-import os
-import select
-import signal
-import subprocess
 import threading
-import time
 from typing import Any, Dict, List, NamedTuple, Optional, Set
 
-from ..bridge.driver import TurnContext, TurnResult, process_group_ended, process_group_started
+from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from ..wire.parts import ToolCall, ToolResult
-from .keeper import ProcessKeeper
+from .keeper import KeptCommand, interrupted_message
 from .workspace import workspace_dir
 
 __all__ = ["ShellDriver", "make_driver", "CommandResult"]
 
-_TICK = 0.05
-"""Seconds between checks of cancel and timeout while a command is silent."""
-
 _KILL_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL to a command's process group."""
-
-_DRAIN = 0.2
-"""Seconds to keep reading after the command exited (a background child may hold the pipe)."""
 
 
 class _CannotRun(Exception):
@@ -70,17 +64,12 @@ class _CannotRun(Exception):
 
 
 class CommandResult(NamedTuple):
-    """How one command ended: ``exit_code`` (negative: killed by that signal), and whether it
-    timed out or was cancelled."""
+    """How one command ended: ``exit_code`` (negative: killed by that signal; ``None``: it was
+    interrupted, see the module), and whether it timed out or was cancelled."""
 
-    exit_code: int
+    exit_code: Optional[int]
     timed_out: bool
     cancelled: bool
-
-
-# Wait for the bridge's go-ahead on stdin, then run the command ($1) with no stdin.
-# The positional parameters and variables are left as `sh -c LINE` would have them.
-_GATE = 'read -r _ || exit 125; exec </dev/null; _bc_line=$1; shift; eval "unset -v _bc_line; $_bc_line"'
 
 
 def _from_message(tool_input: Any) -> bool:
@@ -89,22 +78,6 @@ def _from_message(tool_input: Any) -> bool:
 
 def _denied(output: Any) -> bool:
     return isinstance(output, dict) and output.get("denied") is True
-
-
-def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
-    """SIGTERM the command's process group, then SIGKILL it after a short grace."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    try:
-        proc.wait(_KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
 
 
 class ShellDriver:
@@ -124,8 +97,7 @@ class ShellDriver:
         self.shell = shell
         self.keep_going = keep_going
         self._lock = threading.Lock()
-        self._procs: Set["subprocess.Popen[bytes]"] = set()
-        self._keeper = ProcessKeeper("shell commands")
+        self._running: Set[KeptCommand] = set()
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"commands": 0}``."""
@@ -159,7 +131,9 @@ class ShellDriver:
             step = ctx.start_step()
             call_id = f"shell-{step}"
             ctx.tool_call(call_id, "shell", {"command": line, **source})
-            if ctx.approvals:
+            record = KeptCommand.folder_for(ctx.session_id, ctx.turn_id, call_id, line)
+            kept = KeptCommand.adopt(record)  # the run an earlier bridge started for this step
+            if kept is None and ctx.approvals:
                 decision = ctx.ask_approval(call_id, "shell", {"command": line}, title=f"shell: {line}")
                 if not decision.allowed:
                     denial = {"denied": True, "message": decision.message, "by": decision.by}
@@ -168,130 +142,116 @@ class ShellDriver:
                     done += 0 if source else 1
                     continue
             try:
-                result = self.run_command(ctx, line)
+                result = self.run_command(ctx, line, record, kept)
             except _CannotRun as exc:
                 ctx.tool_result(call_id, "shell", {"error": str(exc)}, is_error=True)
                 ctx.finish_step("error")
+                KeptCommand.remove(record)
                 done += 0 if source else 1
                 if self.keep_going:
                     continue
                 failure = str(exc)
                 break
+            if result.exit_code is None:  # interrupted: it may have run, it is not run again
+                output: Dict[str, Any] = {"interrupted": True, "message": interrupted_message()}
+                ctx.tool_result(call_id, "shell", output, is_error=True)
+                ctx.finish_step("error")
+                KeptCommand.remove(record)
+                ran += 1
+                done += 0 if source else 1
+                if self.keep_going:
+                    continue
+                failure = f"command interrupted: {line}"
+                break
             ran += 1
             output = {"exitCode": result.exit_code, "timedOut": result.timed_out}
             ctx.tool_result(call_id, "shell", output, is_error=result.exit_code != 0)
-            if result.cancelled:
+            if result.cancelled and (ctx.cancelled.is_set() or not kept):
                 ctx.finish_step("cancelled")
+                KeptCommand.remove(record)
                 break
+            # (an adopted command that a stopping bridge cancelled: a failed command, below)
             ctx.finish_step("stop" if result.exit_code == 0 else "error")
+            KeptCommand.remove(record)  # the step is complete: never asked for again
             done += 0 if source else 1
             if result.exit_code != 0 and not self.keep_going:
                 if result.timed_out:
                     failure = f"command timed out after {self.timeout:g} s: {line}"
+                elif result.cancelled:
+                    failure = f"command was killed when the bridge stopped: {line}"
                 else:
                     failure = f"command exited with status {result.exit_code}: {line}"
                 break
         ctx.set_state({"commands": previous + ran})
         return TurnResult("error", error=failure) if failure else None
 
-    def run_command(self, ctx: TurnContext, line: str) -> CommandResult:
-        """Run one command, streaming its output to ``ctx.text`` as it arrives.
+    def run_command(
+        self,
+        ctx: TurnContext,
+        line: str,
+        record: Optional[str] = None,
+        kept: Optional[KeptCommand] = None,
+    ) -> CommandResult:
+        """Run one command under its keeper, streaming its output to ``ctx.text`` as it
+        arrives (see the module's docstring).
 
         Args:
             ctx: the turn (a step must be open).
-            line: the command, run as ``[shell, "-c", line]`` in the current directory.
+            line: the command, run as ``[shell, "-c", line]`` in the workspace.
+            record: its record folder (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a temporary
+                one, nothing survives the bridge).
+            kept: the run an earlier bridge started (:meth:`~bridge_client.drivers.keeper.KeptCommand.adopt`): its output
+                is streamed from its start and its result taken; nothing is started.
 
         Returns:
-            How it ended. On timeout or cancel its process group is killed. A command that
-            cannot be started (a NUL character in it, no such shell) raises an error of this
-            module's own, which :meth:`run_turn` gives as the tool's result.
+            How it ended (``exit_code`` ``None``: interrupted). On timeout or cancel its
+            process group is killed. A command that cannot be started (a NUL character in it,
+            no such shell) raises an error of this module's own, which :meth:`run_turn` gives
+            as the tool's result.
         """
-        env = ctx.child_env()  # the bridge's environment, the session's over it
-        # The command waits at a gate on its stdin until the keeper knows its group: a bridge
-        # SIGKILLed in between leaves a command that reads end of file and exits unrun, never
-        # one that nobody kills (its step runs again in the next bridge).
-        if "\0" in line:  # no argv can carry it (Popen's ValueError: embedded null byte)
-            raise _CannotRun(f"the command holds a NUL character, which no command line can carry: {line!r}")
-        folder = workspace_dir()
-        try:
-            proc = subprocess.Popen(
-                [self.shell, "-c", _GATE, self.shell, line],
-                cwd=folder,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
-        except OSError as exc:
-            raise _CannotRun(f"cannot run the shell {self.shell}: {exc.strerror or exc}") from None
-        with self._lock:
-            self._procs.add(proc)
-        self._keeper.started(proc.pid)  # its process group: start_new_session made it the leader
-        process_group_started(proc.pid)  # the bridge kills it if the turn ignores a cancel
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(b"\n")  # open the gate
-            proc.stdin.close()
-        except OSError:
-            pass  # the command is gone already: its status says how
-        try:
-            timed_out, cancelled = self._pump(ctx, proc)
-            if timed_out or cancelled:
-                _kill_group(proc)
-            return CommandResult(proc.wait(), timed_out, cancelled)
-        except BaseException:
-            _kill_group(proc)  # the bridge is stopping, or ctx refused a part: leave nothing behind
-            raise
-        finally:
-            assert proc.stdout is not None
-            proc.stdout.close()
-            with self._lock:
-                self._procs.discard(proc)
-            if proc.returncode is not None:  # reaped: the keeper must not kill a reused pid
-                self._keeper.ended(proc.pid)
-                process_group_ended(proc.pid)
-
-    def _pump(self, ctx: TurnContext, proc: "subprocess.Popen[bytes]") -> "tuple[bool, bool]":
-        """Copy output to text deltas until EOF; return ``(timed_out, cancelled)``."""
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
+        if kept is None:
+            if "\0" in line:  # no argv can carry it (Popen's ValueError: embedded null byte)
+                raise _CannotRun(
+                    f"the command holds a NUL character, which no command line can carry: {line!r}"
+                )
+            env = ctx.child_env()  # the bridge's environment, the session's over it
+            try:
+                argv = [self.shell, "-c", line]
+                kept = KeptCommand.start(record, argv, workspace_dir(), env, self.timeout, _KILL_GRACE)
+            except (OSError, RuntimeError) as exc:
+                raise _CannotRun(f"cannot run the command under its keeper: {exc}") from None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        deadline = time.monotonic() + self.timeout
-        exited_at: Optional[float] = None
-        while True:
-            if ctx.cancelled.is_set():
-                return False, True
-            now = time.monotonic()
-            if now >= deadline:
-                return True, False
-            if poller.poll(min(_TICK, deadline - now) * 1000):
-                data = os.read(fd, 65536)
-                if not data:
-                    break
-                text = decoder.decode(data)
-                if text:
-                    ctx.text(text)
-                continue
-            if proc.poll() is not None:
-                # Exited, but a background child may keep the pipe open: stop after a short drain.
-                exited_at = exited_at if exited_at is not None else now
-                if now - exited_at >= _DRAIN:
-                    break
+
+        def out(data: bytes) -> None:
+            text = decoder.decode(data)
+            if text:
+                ctx.text(text)
+
+        with self._lock:
+            self._running.add(kept)
+        try:
+            status = kept.wait(ctx.cancelled, out)
+        finally:
+            with self._lock:
+                self._running.discard(kept)
+            kept.discard()
         tail = decoder.decode(b"", final=True)
         if tail:
             ctx.text(tail)
-        return False, False
+        if "error" in status:
+            raise _CannotRun(f"cannot run the shell {self.shell}: {status['error']}")
+        if "exitCode" not in status:
+            return CommandResult(None, False, False)
+        timed_out, cancelled = bool(status.get("timedOut")), bool(status.get("cancelled"))
+        return CommandResult(int(status["exitCode"]), timed_out, cancelled)
 
     def close(self) -> None:
-        """Kill every running command's process group (the bridge is shutting down)."""
+        """Kill every running command's process group (the bridge is shutting down): each is
+        recorded as cancelled."""
         with self._lock:
-            procs: List["subprocess.Popen[bytes]"] = list(self._procs)
-        for proc in procs:
-            _kill_group(proc)
-        self._keeper.close()
+            running: List[KeptCommand] = list(self._running)
+        for kept in running:
+            kept.cancel()
 
 
 def make_driver(options: Any) -> ShellDriver:

@@ -10,18 +10,14 @@ it (``..``, an absolute path elsewhere, a symlink out) is refused. Outputs are c
 
 from __future__ import annotations
 
-import codecs
 import os
-import select
-import signal
-import subprocess
 import threading
-import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .cli_process import cli_env
+from .keeper import KeptCommand, interrupted_message
 
-__all__ = ["TOOL_SPECS", "TOOL_NAMES", "run_tool", "run_command"]
+__all__ = ["TOOL_SPECS", "TOOL_NAMES", "run_tool", "run_command", "command_result"]
 
 TOOL_SPECS: List[Dict[str, Any]] = [
     {
@@ -85,7 +81,6 @@ TOOL_SPECS: List[Dict[str, Any]] = [
 
 TOOL_NAMES = tuple(spec["function"]["name"] for spec in TOOL_SPECS)
 
-_TICK = 0.05
 _KILL_GRACE = 2.0
 
 
@@ -112,89 +107,57 @@ def _cut(text: str, limit: int) -> str:
 
 
 def run_command(
-    command: str, cwd: str, timeout: float, cancelled: threading.Event, max_output: int
+    command: str,
+    cwd: str,
+    timeout: float,
+    cancelled: threading.Event,
+    max_output: int,
+    record: Optional[str] = None,
 ) -> Tuple[Dict[str, Any], bool]:
     """Run ``/bin/sh -c command`` in ``cwd`` in its own process group, without stdin, with the
-    bridge's environment minus ``BRIDGE_CLIENT_*``.
+    bridge's environment minus ``BRIDGE_CLIENT_*``, under a keeper
+    (:class:`~bridge_client.drivers.keeper.KeptCommand`): it runs to its end and is recorded
+    in ``record`` even when the bridge dies meanwhile, so a step run again in the next bridge
+    takes its result (:func:`command_result`) instead of running it again.
 
     Args:
         timeout: seconds before the group is killed. cancelled: kills the group when set.
-        max_output: characters of output kept.
+        max_output: characters of output kept. record: its record folder
+            (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a temporary one, removed at once).
 
     Returns:
         ``({"exitCode", "output", "timedOut", "cancelled"}, is_error)``; ``is_error`` when the
         code is not 0.
+
+    Raises:
+        OSError: the keeper cannot start (no record folder can be made).
     """
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env=cli_env(),
-    )
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    chunks: List[str] = []
-    size = 0
-    timed_out = was_cancelled = False
-    deadline = time.monotonic() + timeout
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    exited_at = None
+    kept = KeptCommand.start(record, ["/bin/sh", "-c", command], cwd, cli_env(), timeout, _KILL_GRACE)
+    return command_result(kept, cancelled, max_output)
+
+
+def command_result(kept: KeptCommand, cancelled: threading.Event, max_output: int) -> Tuple[Any, bool]:
+    """Wait for the kept command (one this bridge started, or one an earlier bridge started
+    and :meth:`~bridge_client.drivers.keeper.KeptCommand.adopt` found) and give its result as :func:`run_command` does; a
+    command whose keeper is gone without its status gives ``{"interrupted": true, "output",
+    "message"}`` (an error), one that could not start the message (an error)."""
     try:
-        while True:
-            if cancelled.is_set():
-                was_cancelled = True
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if poller.poll(min(_TICK, deadline - now) * 1000):
-                data = os.read(fd, 65536)
-                if not data:
-                    break
-                if size <= max_output:
-                    text = decoder.decode(data)
-                    chunks.append(text)
-                    size += len(text)
-                continue
-            if proc.poll() is not None:
-                exited_at = exited_at if exited_at is not None else now
-                if now - exited_at >= 0.2:  # a background child holds the pipe
-                    break
-        # Output closed (or drained): the command may still run (it closed its stdout).
-        while not (timed_out or was_cancelled) and proc.poll() is None:
-            if cancelled.wait(_TICK):
-                was_cancelled = True
-            elif time.monotonic() >= deadline:
-                timed_out = True
+        status = kept.wait(cancelled)
+        output = kept.output_text(max_output)
     finally:
-        if proc.poll() is None or timed_out or was_cancelled:
-            _kill_group(proc)
-        code = proc.wait()
-        proc.stdout.close()
-    chunks.append(decoder.decode(b"", final=True))
-    output = _cut("".join(chunks), max_output)
-    result = {"exitCode": code, "output": output, "timedOut": timed_out, "cancelled": was_cancelled}
-    return result, code != 0
-
-
-def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    try:
-        proc.wait(_KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kept.discard()
+    if "exitCode" in status:
+        code = status["exitCode"]
+        result = {
+            "exitCode": code,
+            "output": output,
+            "timedOut": bool(status.get("timedOut")),
+            "cancelled": bool(status.get("cancelled")),
+        }
+        return result, code != 0
+    if "error" in status:
+        return f"cannot run /bin/sh: {status['error']}", True
+    return {"interrupted": True, "output": output, "message": interrupted_message()}, True
 
 
 def run_tool(
@@ -204,6 +167,7 @@ def run_tool(
     cancelled: threading.Event,
     command_timeout: float,
     max_output: int,
+    record: Optional[str] = None,
 ) -> Tuple[Any, bool]:
     """Run one tool call in the workspace ``root``.
 
@@ -211,7 +175,8 @@ def run_tool(
         name: one of :data:`TOOL_NAMES`. args: the parsed JSON arguments (an object).
         cancelled: the turn's cancel event (stops a running command).
         command_timeout: the longest ``run_command`` timeout, seconds (the model may ask for
-            less). max_output: characters of output kept.
+            less). max_output: characters of output kept. record: the record folder of a
+            ``run_command`` (see :func:`run_command`).
 
     Returns:
         ``(output, is_error)``: the tool's JSON output; on a refused or failed call, the
@@ -227,7 +192,9 @@ def run_tool(
             timeout = args.get("timeout", command_timeout)
             if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
                 timeout = command_timeout
-            return run_command(command, root, min(float(timeout), command_timeout), cancelled, max_output)
+            return run_command(
+                command, root, min(float(timeout), command_timeout), cancelled, max_output, record
+            )
         if name == "read_file":
             path = _inside(root, args.get("path"))
             with open(path, "rb") as f:

@@ -73,8 +73,10 @@ def test_c18_an_answer_whose_reply_was_dropped_is_resent_and_applied_once(proxie
 
 def test_c18_a_bridge_killed_after_the_answer_asks_again_and_the_command_runs_once(sandbox, workspace):
     out = os.path.join(workspace, "out")
-    # The command appends after a pause: a bridge killed right after the answer kills it (the
-    # keeper), before it appends.
+    # The command appends after a pause. A bridge killed right after the answer either died
+    # before the command started (the repeated step asks again, in a new attempt) or after (the
+    # command goes on under its keeper and the repeated step takes its result, C24): which one
+    # depends on the race between the kill and the start. Either way it runs once.
     command = f"sleep 2; echo ran >> {out}"
     with shell_session(sandbox) as session:
         turn = session.turn(command)
@@ -82,14 +84,18 @@ def test_c18_a_bridge_killed_after_the_answer_asks_again_and_the_command_runs_on
         first = next_request(turn, seen)
         turn.approve(first)
         sigkill_bridge(sandbox, session.bridge_id)
-        second = next_request(turn, seen)  # the repeated step asks again, in a new attempt
-        assert second.request_id != first.request_id
-        assert (second.step, second.attempt) == (first.step, first.attempt + 1)
-        assert [r.request_id for r in turn.pending_approvals] == [second.request_id]
-        with pytest.raises(bc.ApprovalExpired):
-            turn.approve(first)  # never applied to the new attempt's request
-        turn.approve(second)
-        seen.extend(turn)
+        asked = []
+        for part in turn:
+            seen.append(part)
+            if isinstance(part, bc.ApprovalRequest):
+                asked.append(part)
+                assert part.request_id != first.request_id
+                assert (part.step, part.attempt) == (first.step, first.attempt + 1)
+                assert [r.request_id for r in turn.pending_approvals] == [part.request_id]
+                with pytest.raises(bc.ApprovalExpired):
+                    turn.approve(first)  # never applied to the new attempt's request
+                turn.approve(part)
+        assert len(asked) <= 1
     assert lines(out) == ["ran"]
     resets = of_type(seen, bc.StepReset)
     assert [(r.step, r.discarded_attempt) for r in resets] == [(first.step, first.attempt)]
