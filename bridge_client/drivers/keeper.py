@@ -5,7 +5,9 @@ A bridge that is SIGKILLed cannot kill its children, and a child in its own sess
 it. So a driver starts a keeper with its first child: a small Python process in its own
 session that reads the process group of every running child from a pipe (``+PGID`` when it
 starts, ``-PGID`` once reaped). When the pipe reaches end of file, that is when the bridge is
-gone, the keeper SIGKILLs every group still listed and exits. A closing driver closes the pipe
+gone, the keeper SIGKILLs every group still listed, and every descendant of their processes
+(stopped first with SIGSTOP, so that none forks meanwhile: a child in a session of its own,
+such as an agent CLI's tool, dies too), and exits. A closing driver closes the pipe
 after ending its children itself (the keeper then has nothing left to do).
 
 Used by the ``shell`` driver (its commands) and the ``acp`` driver (its agent processes).
@@ -34,9 +36,51 @@ for line in sys.stdin:
         groups.add(int(line[1:]))
     elif line[:1] == "-" and line[1:].isdigit():
         groups.discard(int(line[1:]))
+def tree():
+    # The processes of the listed groups and all their descendants (a child that made a
+    # session of its own, as an agent CLI's tool often does, is no longer in its group).
+    parent, group = {}, {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for e in entries:
+        if e.isdigit():
+            try:
+                with open("/proc/" + e + "/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                parent[int(e)], group[int(e)] = int(rest[1]), int(rest[2])
+            except (OSError, ValueError, IndexError):
+                pass
+    found = {p for p, g in group.items() if g in groups}
+    grew = True
+    while grew:
+        grew = False
+        for p, pp in parent.items():
+            if pp in found and p not in found:
+                found.add(p)
+                grew = True
+    found.discard(os.getpid())
+    return found
+stopped = set()
+for _ in range(5):  # stop the tree first, so that nothing forks or is orphaned meanwhile
+    new = tree() - stopped
+    if not new:
+        break
+    for pid in new:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+    stopped |= new
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+for pid in stopped:
+    try:
+        os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
 """
