@@ -5,9 +5,7 @@ A bridge that is SIGKILLed cannot kill its children, and a child in its own sess
 it. So a driver starts a keeper with its first child: a small Python process in its own
 session that reads the process group of every running child from a pipe (``+PGID`` when it
 starts, ``-PGID`` once reaped). When the pipe reaches end of file, that is when the bridge is
-gone, the keeper SIGKILLs every group still listed, and every descendant of their processes
-(stopped first with SIGSTOP, so that none forks meanwhile: a child in a session of its own,
-such as an agent CLI's tool, dies too), and exits. A closing driver closes the pipe
+gone, the keeper SIGKILLs every group still listed and exits. A closing driver closes the pipe
 after ending its children itself (the keeper then has nothing left to do).
 
 Used by the ``shell`` driver (its commands) and the ``acp`` driver (its agent processes).
@@ -84,7 +82,10 @@ for pid in stopped:
     except OSError:
         pass
 """
-"""The keeper's program: the groups listed when its stdin ends are killed (see the module)."""
+"""The keeper's program: the groups listed when its stdin ends are killed (see the module),
+and every descendant of their processes too, stopped first (SIGSTOP) so that none forks or
+is orphaned meanwhile: a child that made a session of its own (an agent CLI's tool often
+does) dies with its parent's group."""
 
 
 class ProcessKeeper:
