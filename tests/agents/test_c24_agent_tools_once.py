@@ -56,7 +56,8 @@ def _turn(cli, sandbox, workspace, model, kill_when):
     """Run a turn; SIGKILL the bridge (by pid) once ``kill_when(part)``; return the parts and
     the file's lines once a first run the death did not stop would have appended its own."""
     opts = options(cli.driver, agent_options=cli.agent_options)
-    with bc.create_session(opts, session_options(sandbox, launch_timeout=60.0, resend_window=30.0)) as session:
+    how = session_options(sandbox, launch_timeout=60.0, resend_window=30.0)
+    with bc.create_session(opts, how) as session:
         turn = session.turn("Append the line to out.txt, please.")
         parts = []
         killed = None
@@ -66,7 +67,8 @@ def _turn(cli, sandbox, workspace, model, kill_when):
                 killed = sigkill_bridge(sandbox, session.bridge_id)
                 model.release()  # the held answer of the killed run
         assert killed is not None, [(p.type, getattr(p, "tool_name", None)) for p in parts]
-        assert bridge_pid(sandbox, session.bridge_id) not in (None, killed), "the turn went on in a new bridge"
+        relaunched = bridge_pid(sandbox, session.bridge_id)
+        assert relaunched not in (None, killed), "the turn went on in a new bridge"
         wait_until(lambda: len(_lines(workspace)) >= 2, timeout=3)  # a survivor's line (sleep 1)
     return parts, _lines(workspace)
 
