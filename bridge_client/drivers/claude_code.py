@@ -64,7 +64,11 @@ has not ended ``interrupt_grace`` seconds later.
 What survives a restart: the session state holds the CLI's session id, so a fresh
 bridge resumes the same Claude Code session (``--resume``). A turn continued after a restart
 with completed steps resumes that session with ``continue_prompt``; one with none runs its
-prompt again.
+prompt again. A tool call of the cut step whose result was logged is not run again: it is
+given back, and one that was running is named (:mod:`bridge_client.drivers.cli_tools_once`).
+When the CLI's own checks refuse a tool while approvals are off, a ``data`` part
+``claude-code-permission-refused`` says which setting refused it
+(:mod:`bridge_client.drivers.claude_stream`).
 
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
@@ -98,16 +102,9 @@ from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
-from .cli_process import (
-    CLIRuns,
-    CLIStartError,
-    Event,
-    JsonLinesProcess,
-    join_text,
-    keep_session_id,
-    resume_point,
-    summarize,
-)
+from .claude_stream import StreamMapper
+from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, summarize
+from .cli_tools_once import resume_turn
 from .stream_control import StreamControl, initialize_request
 from .workspace import workspace_dir
 
@@ -131,130 +128,6 @@ _KEY_HINT = (
     " ANTHROPIC_API_KEY, or CreateSessionOptions(env=...); else from the bridge's own, the"
     " environment it was launched with, which a key exported later does not reach)"
 )
-_RETRY_FIELDS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
-
-
-class _Mapper:
-    """Maps one run's messages onto ``ctx``; keeps the open step's message id and tool names."""
-
-    def __init__(self, driver: "StreamJsonDriver", ctx: TurnContext) -> None:
-        self.driver = driver
-        self.ctx = ctx
-        self.message_id: Optional[str] = None
-        self.step_usage: Any = None
-        self.step_tools = False
-        self.names: Dict[str, str] = {}
-        self.results: List[Dict[str, Any]] = []  # one per CLI turn (a queued message adds one)
-        self.streamed = False  # the open step was opened by a message_start stream event
-
-    def _session_id(self, sid: Any) -> None:
-        keep_session_id(self.ctx, "session_id", sid)
-
-    def _open(self, message_id: Optional[str]) -> None:
-        if self.ctx.step is not None and message_id is not None and message_id == self.message_id:
-            return
-        self.close_step()
-        self.ctx.start_step()
-        self.message_id, self.step_usage, self.step_tools = message_id, None, False
-        self.streamed = False
-
-    def _stream_event(self, event: Any) -> None:
-        # With --include-partial-messages: a model call starts a step, its text and thinking
-        # stream as deltas (the whole blocks of the assistant messages are then skipped).
-        kind = event.get("type") if isinstance(event, dict) else None
-        if kind == "message_start":
-            message = event.get("message")
-            mid = message.get("id") if isinstance(message, dict) else None
-            self._open(mid if isinstance(mid, str) else None)
-            self.streamed = True
-        elif kind == "content_block_delta" and self.streamed and self.ctx.step is not None:
-            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
-            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
-                self.ctx.text(delta["text"])
-            elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
-                self.ctx.reasoning(delta["thinking"])
-
-    def ensure_step(self) -> None:
-        """Open a step when none is open (an approval is asked inside one)."""
-        if self.ctx.step is None:
-            self._open(None)
-
-    def close_step(self) -> None:
-        if self.ctx.step is not None:
-            self.ctx.finish_step("tool-calls" if self.step_tools else "stop", self.step_usage)
-
-    def on_event(self, event: Event) -> bool:
-        """Map one line; return True for the ``result`` message (the run's last)."""
-        ctx, msg = self.ctx, event.obj
-        if msg is None:
-            ctx.data(f"{self.driver.agent_id}-unparsed", {"line": event.line[:2000]})
-            return False
-        kind = msg.get("type")
-        if kind == "system":
-            if msg.get("subtype") == "init":
-                self._session_id(msg.get("session_id"))
-            elif msg.get("subtype") == "api_retry":
-                # A refused key or a wrong base URL: the CLI retries for minutes (10 times,
-                # backing off), printing nothing else; say so, as codex-error does for Codex.
-                ctx.data(f"{self.driver.agent_id}-retry", {k: msg[k] for k in _RETRY_FIELDS if k in msg})
-            return False
-        if kind == "result":
-            self._session_id(msg.get("session_id"))
-            self.close_step()
-            self.results.append(msg)
-            return True
-        if kind == "stream_event":
-            if not msg.get("parent_tool_use_id"):
-                self._stream_event(msg.get("event"))
-            return False
-        message = msg.get("message")
-        if kind not in ("assistant", "user") or not isinstance(message, dict):
-            return False
-        if msg.get("parent_tool_use_id"):
-            if ctx.step is None:
-                self._open(None)
-            ctx.data(f"{self.driver.agent_id}-subagent", msg)
-            return False
-        content = message.get("content")
-        if kind == "assistant":
-            mid = message.get("id") if isinstance(message.get("id"), str) else None
-            if not (self.streamed and ctx.step is not None):  # else: the streamed call's step
-                self._open(mid)
-            if message.get("usage") is not None:
-                self.step_usage = message.get("usage")
-            for block in content if isinstance(content, list) else []:
-                self._assistant_block(block)
-            return False
-        # A user message: tool results for the open step (or a plain echo of input: skipped).
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                if ctx.step is None:
-                    self._open(None)
-                call_id = str(block.get("tool_use_id", ""))
-                ctx.tool_result(
-                    call_id,
-                    self.names.get(call_id, "unknown"),
-                    join_text(block.get("content")),
-                    bool(block.get("is_error")),
-                )
-        return False
-
-    def _assistant_block(self, block: Any) -> None:
-        ctx = self.ctx
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind in ("text", "thinking") and self.streamed:
-            return  # already streamed as deltas
-        if kind == "text" and isinstance(block.get("text"), str):
-            ctx.text(block["text"])
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            ctx.reasoning(block["thinking"])
-        elif kind == "tool_use":
-            call_id, name = str(block.get("id", "")), str(block.get("name", "unknown"))
-            self.names[call_id] = name
-            self.step_tools = True
-            ctx.tool_call(call_id, name, block.get("input"))
-        else:
-            self.ctx.data(f"{self.driver.agent_id}-block", block)
 
 
 class StreamJsonDriver:
@@ -310,6 +183,11 @@ class StreamJsonDriver:
         """Text added to the error of a ``result`` that says ``detail`` (its message)."""
         return ""
 
+    def refusing_setting(self) -> str:
+        """The setting under which the CLI refuses, unasked, a tool that needs approval (for
+        the ``<agent>-permission-refused`` hint)."""
+        return "its default permission mode"
+
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """Run the CLI once for the turn (or resume it after a restart).
 
@@ -317,7 +195,7 @@ class StreamJsonDriver:
             ``stop`` with the result's usage; ``error`` when the CLI reports one, cannot be
             started, or exits before its ``result`` message; ``cancelled`` after a cancel.
         """
-        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
+        session_id, prompt, tools = resume_turn(ctx, "session_id", self.continue_prompt, self.agent_id)
         message = {
             "type": "user",
             "message": {"role": "user", "content": prompt},
@@ -333,7 +211,7 @@ class StreamJsonDriver:
             proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
-        mapper = _Mapper(self, ctx)
+        mapper = StreamMapper(self, ctx, tools)
         control = StreamControl(
             ctx,
             proc,
@@ -370,6 +248,7 @@ class StreamJsonDriver:
             error = early.error(self.label, "its result message", tail) + self.error_hint(tail)
             return TurnResult("error", error=error)
         mapper.close_step()
+        tools.finished()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
         result = mapper.results[-1] if mapper.results else {}
@@ -455,6 +334,13 @@ class ClaudeCodeDriver(StreamJsonDriver):
         if self.contained and bypass and "IS_SANDBOX" not in os.environ:
             return {"IS_SANDBOX": "1"}
         return {}
+
+    def refusing_setting(self) -> str:
+        """``permission_mode X``, or the default's reason (no bypass on a sandbox that is not
+        isolated)."""
+        if self.permission_mode:
+            return f"permission_mode {self.permission_mode}"
+        return "no permission_mode: the default on a sandbox that is not isolated"
 
     def error_hint(self, stderr_tail: str) -> str:
         """The root hint when claude refused ``bypassPermissions`` as root."""

@@ -69,7 +69,8 @@ from .claude_code import DEFAULT_CONTINUE_PROMPT
 from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
-from .cli_process import keep_session_id, resume_point, summarize
+from .cli_process import keep_session_id, summarize
+from .cli_tools_once import CLITools, resume_turn
 from .workspace import workspace_dir
 
 __all__ = ["CodexDriver", "make_driver"]
@@ -80,8 +81,9 @@ _TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search"
 class _Mapper:
     """Maps one run's events onto ``ctx``."""
 
-    def __init__(self, ctx: TurnContext) -> None:
+    def __init__(self, ctx: TurnContext, tools: CLITools) -> None:
         self.ctx = ctx
+        self.tools = tools  # journals each call and result first (.cli_tools_once)
         self.called: Set[str] = set()
         self.usage: Any = None
         self.failed: Optional[str] = None
@@ -126,7 +128,7 @@ class _Mapper:
     def _call(self, item_id: str, name: str, input: Any) -> None:
         if item_id not in self.called:
             self.called.add(item_id)
-            self.ctx.tool_call(item_id, name, input)
+            self.tools.call(item_id, name, input)
 
     def _item(self, kind: str, item: Dict[str, Any]) -> None:
         ctx = self.ctx
@@ -138,7 +140,7 @@ class _Mapper:
             self._call(item_id, name, input)
             if kind == "item.completed":
                 output, is_error = _tool_output(itype, item)
-                ctx.tool_result(item_id, name, output, is_error)
+                self.tools.result(item_id, name, output, is_error)
                 self.close_step("tool-calls")
             return
         if kind != "item.completed" and itype in ("agent_message", "reasoning"):
@@ -246,20 +248,21 @@ class CodexDriver:
             ``stop`` with the turn's usage; ``error`` for ``turn.failed``, a CLI that cannot
             be started, or one that exits before the end of its turn; ``cancelled``.
         """
-        thread_id, prompt = resume_point(ctx, "thread_id", self.continue_prompt)
+        thread_id, prompt, tools = resume_turn(ctx, "thread_id", self.continue_prompt, self.agent_id)
         try:
             proc = JsonLinesProcess(self.argv(thread_id), workspace_dir(), prompt)
         except CLIStartError as exc:
             return TurnResult(
                 "error", error=f"{exc} (is the Codex CLI installed? the codex template installs it)"
             )
-        mapper = _Mapper(ctx)
+        mapper = _Mapper(ctx, tools)
         early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
         if early is not None:
             mapper.close_step("error")
             tail = early.stderr_tail or mapper.last_error or ""
             return TurnResult("error", error=early.error("codex", "the end of its turn", tail))
         mapper.close_step()
+        tools.finished()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
         if mapper.failed is not None:

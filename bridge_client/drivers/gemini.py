@@ -59,7 +59,8 @@ from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
 from .cli_install import find_cli, sandbox_isolated
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess
-from .cli_process import keep_session_id, resume_point, summarize
+from .cli_process import keep_session_id, summarize
+from .cli_tools_once import CLITools, resume_turn
 from .workspace import workspace_dir
 from . import gemini_host, mcp_config
 
@@ -69,8 +70,9 @@ __all__ = ["GeminiDriver", "make_driver"]
 class _Mapper:
     """Maps one run's events onto ``ctx``."""
 
-    def __init__(self, ctx: TurnContext) -> None:
+    def __init__(self, ctx: TurnContext, tools: CLITools) -> None:
         self.ctx = ctx
+        self.tools = tools  # journals each call and result first (.cli_tools_once)
         self.names: Dict[str, str] = {}
         self.after_results = False
         self.step_tools = False
@@ -106,7 +108,7 @@ class _Mapper:
             call_id, name = str(ev.get("tool_id", "")), str(ev.get("tool_name", "unknown"))
             self.names[call_id] = name
             self.step_tools = True
-            ctx.tool_call(call_id, name, ev.get("parameters"))
+            self.tools.call(call_id, name, ev.get("parameters"))
         elif kind == "tool_result":
             self._open(False)
             call_id = str(ev.get("tool_id", ""))
@@ -116,7 +118,7 @@ class _Mapper:
             if output is None and isinstance(error, dict):
                 output = error.get("message")
             name = self.names.get(call_id, "unknown")
-            ctx.tool_result(call_id, name, output if output is not None else "", failed)
+            self.tools.result(call_id, name, output if output is not None else "", failed)
             self.after_results = True
         elif kind == "error":
             self._open(False)
@@ -185,19 +187,20 @@ class GeminiDriver:
             ``stop`` with the run's stats; ``error`` when the CLI reports one, cannot be
             started, or exits before its ``result`` event; ``cancelled`` after a cancel.
         """
-        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
+        session_id, prompt, tools = resume_turn(ctx, "session_id", self.continue_prompt, self.agent_id)
         try:
             argv, env = self.argv(session_id, prompt), gemini_host.settings_env()  # host tools, if any
             proc = JsonLinesProcess(argv, workspace_dir(), env=env)
         except CLIStartError as exc:
             hint = "is the Gemini CLI installed? the gemini template installs it"
             return TurnResult("error", error=f"{exc} ({hint})")
-        mapper = _Mapper(ctx)
+        mapper = _Mapper(ctx, tools)
         early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
         if early is not None:
             mapper.close_step("error")
             return TurnResult("error", error=early.error("gemini", "its result event", early.stderr_tail))
         mapper.close_step()
+        tools.finished()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
         result = mapper.result or {}

@@ -54,13 +54,58 @@ for line in sys.stdin:
         groups.add(int(line[1:]))
     elif line[:1] == "-" and line[1:].isdigit():
         groups.discard(int(line[1:]))
+def tree():
+    # The processes of the listed groups and all their descendants (a child that made a
+    # session of its own, as an agent CLI's tool often does, is no longer in its group).
+    parent, group = {}, {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for e in entries:
+        if e.isdigit():
+            try:
+                with open("/proc/" + e + "/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                parent[int(e)], group[int(e)] = int(rest[1]), int(rest[2])
+            except (OSError, ValueError, IndexError):
+                pass
+    found = {p for p, g in group.items() if g in groups}
+    grew = True
+    while grew:
+        grew = False
+        for p, pp in parent.items():
+            if pp in found and p not in found:
+                found.add(p)
+                grew = True
+    found.discard(os.getpid())
+    return found
+stopped = set()
+for _ in range(5):  # stop the tree first, so that nothing forks or is orphaned meanwhile
+    new = tree() - stopped
+    if not new:
+        break
+    for pid in new:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+    stopped |= new
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
+for pid in stopped:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 """
-"""The keeper's program: the groups listed when its stdin ends are killed (see the module)."""
+"""The keeper's program: the groups listed when its stdin ends are killed (see the module),
+and every descendant of their processes too, stopped first (SIGSTOP) so that none forks or
+is orphaned meanwhile: a child that made a session of its own (an agent CLI's tool often
+does) dies with its parent's group."""
 
 
 class ProcessKeeper:

@@ -61,7 +61,8 @@ from .claude_code import DEFAULT_CONTINUE_PROMPT
 from . import transcripts
 from .cli_install import find_cli
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
-from .cli_process import keep_session_id, resume_point, summarize
+from .cli_process import keep_session_id, summarize
+from .cli_tools_once import CLITools, resume_turn
 from .workspace import workspace_dir
 
 __all__ = ["PiDriver", "make_driver"]
@@ -70,8 +71,9 @@ __all__ = ["PiDriver", "make_driver"]
 class _Mapper:
     """Maps one run's events onto ``ctx``."""
 
-    def __init__(self, ctx: TurnContext) -> None:
+    def __init__(self, ctx: TurnContext, tools: CLITools) -> None:
         self.ctx = ctx
+        self.tools = tools  # journals each call and result first (.cli_tools_once)
         self.called: Set[str] = set()
         self.step_tools = False
         self.error: Optional[str] = None
@@ -124,12 +126,12 @@ class _Mapper:
             if call_id not in self.called:
                 self.called.add(call_id)
                 self.step_tools = True
-                ctx.tool_call(call_id, str(ev.get("toolName", "unknown")), ev.get("args"))
+                self.tools.call(call_id, str(ev.get("toolName", "unknown")), ev.get("args"))
         elif kind == "tool_execution_end":
             self._open()
             result = ev.get("result")
             content = result.get("content") if isinstance(result, dict) else result
-            ctx.tool_result(
+            self.tools.result(
                 str(ev.get("toolCallId", "")), str(ev.get("toolName", "unknown")), join_text(content),
                 bool(ev.get("isError")),
             )
@@ -201,18 +203,19 @@ class PiDriver:
             ``stop`` with the model calls' usage; ``error`` when the model call failed, the
             CLI cannot be started, or it exits before ``agent_end``; ``cancelled``.
         """
-        session_id, prompt = resume_point(ctx, "session_id", self.continue_prompt)
+        session_id, prompt, tools = resume_turn(ctx, "session_id", self.continue_prompt, self.agent_id)
         try:
             proc = JsonLinesProcess(self.argv(session_id), workspace_dir(), prompt)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
-        mapper = _Mapper(ctx)
+        mapper = _Mapper(ctx, tools)
         early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
         if early is not None:
             mapper.close_step()
             tail = early.stderr_tail or mapper.error or ""
             return TurnResult("error", error=early.error("pi", "the end of its run", tail))
         mapper.close_step()
+        tools.finished()
         if ctx.cancelled.is_set():
             return TurnResult("cancelled")
         usage = {"calls": mapper.usage} if mapper.usage else None

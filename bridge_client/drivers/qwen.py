@@ -75,6 +75,13 @@ class QwenDriver(StreamJsonDriver):
             return "default"
         return self.approval_mode
 
+    def refusing_setting(self) -> str:
+        """``approval_mode X``, or the default's reason (no ``yolo`` on a sandbox that is not
+        isolated)."""
+        if self.approval_mode:
+            return f"approval_mode {self.approval_mode}"
+        return "no approval_mode: the default on a sandbox that is not isolated"
+
     def argv(self, session_id: Optional[str], approvals: bool = False) -> List[str]:
         """The command line of one run (``session_id``: the Qwen Code session to resume;
         ``approvals``: approval mode ``default``, so it asks the bridge over stdio)."""
