@@ -198,10 +198,12 @@ class ShellDriver:
         Args:
             ctx: the turn (a step must be open).
             line: the command, run as ``[shell, "-c", line]`` in the workspace.
-            record: its record folder (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a temporary
-                one, nothing survives the bridge).
-            kept: the run an earlier bridge started (:meth:`~bridge_client.drivers.keeper.KeptCommand.adopt`): its output
-                is streamed from its start and its result taken; nothing is started.
+            record: its record folder
+                (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a
+                temporary one, nothing survives the bridge).
+            kept: the run an earlier bridge started
+                (:meth:`~bridge_client.drivers.keeper.KeptCommand.adopt`): its output is
+                streamed from its start and its result taken; nothing is started.
 
         Returns:
             How it ended (``exit_code`` ``None``: interrupted). On timeout or cancel its

@@ -123,7 +123,8 @@ def run_command(
     Args:
         timeout: seconds before the group is killed. cancelled: kills the group when set.
         max_output: characters of output kept. record: its record folder
-            (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a temporary one, removed at once).
+            (:meth:`~bridge_client.drivers.keeper.KeptCommand.folder_for`; ``None``: a
+            temporary one, removed at once).
 
     Returns:
         ``({"exitCode", "output", "timedOut", "cancelled"}, is_error)``; ``is_error`` when the
@@ -138,8 +139,8 @@ def run_command(
 
 def command_result(kept: KeptCommand, cancelled: threading.Event, max_output: int) -> Tuple[Any, bool]:
     """Wait for the kept command (one this bridge started, or one an earlier bridge started
-    and :meth:`~bridge_client.drivers.keeper.KeptCommand.adopt` found) and give its result as :func:`run_command` does; a
-    command whose keeper is gone without its status gives ``{"interrupted": true, "output",
+    and :meth:`~bridge_client.drivers.keeper.KeptCommand.adopt` found) and give its result as
+    :func:`run_command` does; a command whose keeper is gone without its status gives ``{"interrupted": true, "output",
     "message"}`` (an error), one that could not start the message (an error)."""
     try:
         status = kept.wait(cancelled)
