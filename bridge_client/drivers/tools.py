@@ -140,8 +140,9 @@ def run_command(
 def command_result(kept: KeptCommand, cancelled: threading.Event, max_output: int) -> Tuple[Any, bool]:
     """Wait for the kept command (one this bridge started, or one an earlier bridge started
     and :meth:`~bridge_client.drivers.keeper.KeptCommand.adopt` found) and give its result as
-    :func:`run_command` does; a command whose keeper is gone without its status gives ``{"interrupted": true, "output",
-    "message"}`` (an error), one that could not start the message (an error)."""
+    :func:`run_command` does; a command whose keeper is gone without its status gives
+    ``{"interrupted": true, "output", "message"}`` (an error), one that could not start the
+    message (an error)."""
     try:
         status = kept.wait(cancelled)
         output = kept.output_text(max_output)
