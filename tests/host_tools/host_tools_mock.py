@@ -21,12 +21,6 @@ openai_mock.SCENARIOS.update(
     {
         # The model calls the host tool once, then answers.
         "host-lookup": [_call("lookup", '{"key": "alpha"}'), {"body": sse(text_stream("Done."))}],
-        # The same, with the step's call made again by the attempt after a bridge restart.
-        "host-lookup-rerun": [
-            _call("lookup", '{"key": "alpha"}'),
-            _call("lookup", '{"key": "alpha"}'),
-            {"body": sse(text_stream("Done."))},
-        ],
         # The example of docs/host-tools.md.
         "doc-order": [
             _call("lookup_order", '{"order_id": "A-1001"}'),

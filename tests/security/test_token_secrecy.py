@@ -35,7 +35,11 @@ def test_c17_the_token_never_shows_anywhere_in_a_whole_session(sandbox, workspac
     with bc.create_session(opts, session_options(sandbox)) as session:
         env_turn = session.turn("env")
         parts = list(env_turn)
-        turn = session.turn("cat /proc/$PPID/cmdline | tr '\\0' ' '\ncat /proc/$PPID/environ | tr '\\0' ' '")
+        # A command's parent is its keeper, whose parent is the bridge: both are read.
+        turn = session.turn(
+            "G=$(cut -d' ' -f4 /proc/$PPID/stat); cat /proc/$PPID/cmdline /proc/$G/cmdline | tr '\\0' ' '\n"
+            "G=$(cut -d' ' -f4 /proc/$PPID/stat); cat /proc/$PPID/environ /proc/$G/environ | tr '\\0' ' '"
+        )
         parts += list(turn)
         state_dir = identity.state_dir(sandbox.state_root, session.bridge_id)
         listening = identity.parse_listening(
