@@ -87,7 +87,9 @@ def test_c24_agent_tool_result_before_the_steps_end_is_not_run_again(
     calls = [p.tool_call_id for p in parts if p.type == "tool-call"]
     results = [p.tool_call_id for p in parts if p.type == "tool-result"]
     assert len(set(calls)) == 1 and calls[-1:] == results[-1:], "the one call, given back"
-    assert any(isinstance(p, bc.StepReset) for p in parts)
+    after = parts[next(i for i, p in enumerate(parts) if p.type == "tool-result") + 1]
+    if not isinstance(after, bc.StepFinish):  # codex ends its step with its tool's result
+        assert any(isinstance(p, bc.StepReset) for p in parts), "\n".join(repr(p) for p in parts)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
