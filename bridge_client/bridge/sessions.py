@@ -80,8 +80,10 @@ def _check_tools(
     if not tools:
         return tools
     if not getattr(driver, "supports_host_tools", False):
+        why = getattr(driver, "host_tools_refusal", None)  # the driver's reason, with its fix
         raise ToolsUnsupported(
-            f"the {agent_id} agent cannot call host tools: open the session without tools",
+            f"the {agent_id} agent cannot call host tools: "
+            + (f"{why}; or open the session without tools" if why else "open the session without tools"),
             sessionId=session_id,
         )
     own = set(getattr(driver, "tool_names", ()))

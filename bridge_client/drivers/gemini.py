@@ -175,6 +175,11 @@ class GeminiDriver:
         runs as root."""
         return gemini_host.available()
 
+    @property
+    def host_tools_refusal(self) -> Optional[str]:
+        """Why :attr:`supports_host_tools` is false here, with the fix (``None``: it is true)."""
+        return gemini_host.unavailable_reason()
+
     def run_turn(self, ctx: TurnContext) -> TurnResult:
         """:meth:`_run_turn` with the session's host tools' MCP server, if any."""
         with mcp_config.host_mcp(ctx), gemini_host.host_settings():

@@ -30,7 +30,7 @@ from ..bridge.child_process import session_env
 from ..bridge.host_relay import mcp_server_config
 from . import mcp_config
 
-__all__ = ["available", "host_settings", "settings_env", "BASES", "VARIABLE"]
+__all__ = ["available", "unavailable_reason", "host_settings", "settings_env", "BASES", "VARIABLE"]
 
 VARIABLE = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
 """The variable naming the Gemini CLI's system settings file."""
@@ -75,6 +75,26 @@ def available() -> bool:
     """Whether the Gemini CLI would read a system settings file this bridge writes (it runs
     as root, and one of :data:`BASES` is secure)."""
     return _base() is not None
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why this bridge cannot give the Gemini CLI host tools, in plain words with the fix, or
+    ``None`` when it can (:func:`available`)."""
+    if _base() is not None:
+        return None
+    rule = (
+        "the Gemini CLI reads the settings file that names the host tools' server only from a"
+        " folder owned by root and writable by nobody else"
+    )
+    fix = (
+        "run the bridge as root (a container's usual user), or use the Gemini CLI in ACP mode"
+        " (the acp driver, command=gemini, args=[\"--experimental-acp\"]), which takes host tools"
+        " as any user"
+    )
+    euid = os.geteuid() if hasattr(os, "geteuid") else None
+    if euid != 0:
+        return f"{rule}, and this bridge runs as uid {euid}, not root: {fix}"
+    return f"{rule}, and neither {' nor '.join(BASES)} can be made so here: {fix}"
 
 
 def _theirs() -> Dict[str, Any]:

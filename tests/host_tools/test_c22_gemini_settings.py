@@ -58,3 +58,20 @@ def test_c22_gemini_offers_no_host_tools_to_a_bridge_not_running_as_root(monkeyp
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert not gemini_host.available()
     assert driver.supports_host_tools is False, "so the session is refused with ToolsUnsupported"
+
+
+def test_c22_gemini_host_tools_refused_for_a_bridge_not_running_as_root_say_why_and_the_fix(monkeypatch):
+    # The bridge's own check of OpenSession's host tools, with the real driver: the refusal
+    # says that the CLI wants a root-owned settings folder, the bridge's uid, and what to do.
+    from bridge_client.bridge.sessions import _check_tools
+    from bridge_client.drivers.gemini import GeminiDriver
+    from bridge_client.errors import ToolsUnsupported
+
+    driver = GeminiDriver({"executable": "/nowhere/gemini"})
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    tool = {"name": "lookup", "description": "Look up.", "inputSchema": {"type": "object"}}
+    with pytest.raises(ToolsUnsupported) as caught:
+        _check_tools(driver, "gemini", "s1", {"host_tools": [tool]})
+    text = str(caught.value)
+    for words in ("owned by root", "uid 1000", "run the bridge as root", "--experimental-acp"):
+        assert words in text, text
