@@ -396,9 +396,10 @@ class TurnRunner(SessionRegistry):
     def _run(self, turn: Turn, ctx: TurnContext) -> None:
         ctx.bind_thread()
         finished = False
+        ticket: Optional[Ticket] = None
         try:
             reason, usage, error = self._drive(turn, ctx)
-            self._finish_turn(turn, ctx.close(), reason, usage, error)
+            ticket = self._finish_turn(turn, ctx.close(), reason, usage, error)
             finished = True
             log.info("turn %s finished: %s%s", turn.id, reason, f" ({error})" if error else "")
         except _Abandoned:
@@ -420,6 +421,21 @@ class TurnRunner(SessionRegistry):
                         self._finished[turn.id] = None
                     self._running -= 1
                     self._notify_running(self._running)
+        if ticket is not None:
+            self._tell_driver_finished(turn, ticket)
+
+    def _tell_driver_finished(self, turn: Turn, ticket: Ticket) -> None:
+        """Once ``turn``'s ``turn-finish`` (``ticket``) is committed, tell the driver, which
+        may then drop what it kept for a step run again after a restart (its commands'
+        records); never before: until then a bridge death runs the turn's last step again."""
+        hook = getattr(self._driver, "turn_finished", None)
+        if hook is None:
+            return
+        try:
+            self._store.wait(ticket, self._commit_timeout)
+            hook(turn.session_id, turn.id)
+        except Exception:
+            log.warning("turn %s: the driver's turn_finished failed", turn.id, exc_info=True)
 
     def _drive(self, turn: Turn, ctx: TurnContext) -> Tuple[str, Any, Optional[str]]:
         try:
@@ -472,7 +488,7 @@ class TurnRunner(SessionRegistry):
             self.cancel_grace,
             f", process groups {killed} killed" if killed else "",
         )
-        self._store.wait(ticket, self._commit_timeout)
+        self._tell_driver_finished(turn, ticket)  # waits for the commit first
 
     def _notify_running(self, count: int) -> None:
         if self._on_running is not None:

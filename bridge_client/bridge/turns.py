@@ -203,6 +203,7 @@ class TurnManager(TurnRunner):
             status = turn.reported_status
         if ticket is not None:
             self._store.wait(ticket, self._commit_timeout)
+            self._tell_driver_finished(turn, ticket)
         return {"turnId": turn_id, "status": status}
 
     def answer_approval(

@@ -12,8 +12,9 @@ session outlives it. Two kinds of children, two policies, one module:
   ``run_command``) run at most once: a :class:`KeptCommand` runs each under a keeper of its
   own, a small Python process in its own session that is the command's parent, so the command
   goes on to its end when the bridge dies, and its output and exit status are recorded in a
-  folder of the bridge's state directory (``commands/<hash>/``: ``output``, then
-  ``status.json`` written atomically once it ended). The driver's step that is run again in
+  folder of the bridge's state directory (``commands/<turn hash>/<hash>/``: ``output``,
+  then ``status.json`` written atomically once it ended; the turn's folders are removed once
+  its ``turn-finish`` is committed, :meth:`KeptCommand.forget_turn`). The driver's step that is run again in
   the next bridge finds the folder (:meth:`KeptCommand.adopt`, by the session, turn, tool call
   and command) and takes that command's result instead of starting it again: it waits for a
   command still running, reads the output of one that ended, and reports one whose keeper is
@@ -25,6 +26,7 @@ session outlives it. Two kinds of children, two policies, one module:
 from __future__ import annotations
 
 import codecs
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -277,8 +279,9 @@ class KeptCommand:
 
         if not STATE_DIR:
             return None
-        key = "\0".join((session_id, turn_id, call_id, command)).encode("utf-8", "surrogatepass")
-        return os.path.join(STATE_DIR, "commands", hashlib.sha256(key).hexdigest()[:32])
+        key = "\0".join((call_id, command)).encode("utf-8", "surrogatepass")
+        name = hashlib.sha256(key).hexdigest()[:32]
+        return os.path.join(STATE_DIR, "commands", _turn_key(session_id, turn_id), name)
 
     @classmethod
     def start(
@@ -453,16 +456,31 @@ class KeptCommand:
         return text + f"\n[... {', '.join(cut)}]" if cut else text
 
     def discard(self) -> None:
-        """Remove a temporary record (the driver calls :meth:`remove` for others once the step
-        that used it is complete)."""
+        """Remove a temporary record (the others go with their turn: :meth:`forget_turn`)."""
         if self._temporary:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     @staticmethod
-    def remove(folder: Optional[str]) -> None:
-        """Remove the record ``folder`` (its step is complete: it is never asked for again)."""
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+    def forget_turn(session_id: str, turn_id: str) -> None:
+        """Remove the records of a turn whose ``turn-finish`` is committed, but those whose
+        keeper still runs (never earlier: until a step's end is committed, a bridge death runs
+        the step again, which takes its record's result)."""
+        from . import STATE_DIR
+
+        if not STATE_DIR:
+            return
+        folder = os.path.join(STATE_DIR, "commands", _turn_key(session_id, turn_id))
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            if _lock_free(os.path.join(folder, name)):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        with contextlib.suppress(OSError):  # a keeper may still run in it
+            os.rmdir(folder)
+
+
+def _turn_key(session_id: str, turn_id: str) -> str:
+    """The name of a turn's folder of records (below ``commands/``)."""
+    key = "\0".join((session_id, turn_id)).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(key).hexdigest()[:32]
 
 
 def _lock_free(folder: str) -> bool:

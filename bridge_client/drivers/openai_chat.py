@@ -141,6 +141,10 @@ class OpenAIChatDriver:
             self.request_timeout,
         )
 
+    def turn_finished(self, session_id: str, turn_id: str) -> None:
+        """The turn's ``turn-finish`` is committed: its commands' records go."""
+        KeptCommand.forget_turn(session_id, turn_id)
+
     def initial_state(self) -> Any:
         """A new session's data: ``{"messages": []}`` (the conversation, without the system prompt)."""
         return {"messages": []}
@@ -195,9 +199,8 @@ class OpenAIChatDriver:
                     note_step(journal, ctx.step, assistant, finish_reason, usage)
             _add_usage(total, usage)
             messages.append(assistant)
-            records: List[Optional[str]] = []
             for cid, name, args in calls:
-                output, is_error = self._tool(ctx, journal, replay is not None, cid, name, args, records)
+                output, is_error = self._tool(ctx, journal, replay is not None, cid, name, args)
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
                 messages.append({"role": "tool", "tool_call_id": cid, "content": content})
                 if ctx.cancelled.is_set():
@@ -208,8 +211,6 @@ class OpenAIChatDriver:
             messages += later
             ctx.set_state({"messages": messages})  # checkpointed by finish_step: a restart continues from it
             ctx.finish_step(finish_reason, usage)
-            for folder in records:  # the step is complete: its commands are never asked for again
-                KeptCommand.remove(folder)
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled", total or None)
             if not calls and not later:
@@ -225,11 +226,12 @@ class OpenAIChatDriver:
         cid: str,
         name: str,
         args: str,
-        records: List[Optional[str]],
     ) -> Tuple[Any, bool]:
         """Emit one tool call of the open step, run it (or take the result an earlier run of
         the step had: :mod:`.openai_resume`), journal its result and emit it. Returns
-        ``(output, is_error)``; the record folder of a ``run_command`` is added to ``records``."""
+        ``(output, is_error)``. The keeper's record names the call by its step and id (a
+        model may give the calls of two steps the same ids; a turn's records stay until it
+        ends)."""
         try:
             parsed = json.loads(args) if args.strip() else {}
         except ValueError as exc:
@@ -240,10 +242,9 @@ class OpenAIChatDriver:
         ctx.tool_call(cid, name, parsed)
         command = parsed.get("command") if isinstance(parsed, dict) and name == "run_command" else None
         # (a host tool may not take a built-in tool's name: this is the workspace's)
-        folder = None
+        folder, key = None, f"{ctx.step}:{cid}"
         if isinstance(command, str):
-            folder = KeptCommand.folder_for(ctx.session_id, ctx.turn_id, cid, command)
-        records.append(folder)
+            folder = KeptCommand.folder_for(ctx.session_id, ctx.turn_id, key, command)
         done = earlier_result(journal, cid) if replaying else None
         kept = KeptCommand.adopt(folder) if replaying and done is None else None
         if done is not None:

@@ -146,7 +146,6 @@ class ShellDriver:
             except _CannotRun as exc:
                 ctx.tool_result(call_id, "shell", {"error": str(exc)}, is_error=True)
                 ctx.finish_step("error")
-                KeptCommand.remove(record)
                 done += 0 if source else 1
                 if self.keep_going:
                     continue
@@ -156,7 +155,6 @@ class ShellDriver:
                 output: Dict[str, Any] = {"interrupted": True, "message": interrupted_message()}
                 ctx.tool_result(call_id, "shell", output, is_error=True)
                 ctx.finish_step("error")
-                KeptCommand.remove(record)
                 ran += 1
                 done += 0 if source else 1
                 if self.keep_going:
@@ -168,11 +166,9 @@ class ShellDriver:
             ctx.tool_result(call_id, "shell", output, is_error=result.exit_code != 0)
             if result.cancelled and (ctx.cancelled.is_set() or not kept):
                 ctx.finish_step("cancelled")
-                KeptCommand.remove(record)
                 break
             # (an adopted command that a stopping bridge cancelled: a failed command, below)
             ctx.finish_step("stop" if result.exit_code == 0 else "error")
-            KeptCommand.remove(record)  # the step is complete: never asked for again
             done += 0 if source else 1
             if result.exit_code != 0 and not self.keep_going:
                 if result.timed_out:
@@ -246,6 +242,10 @@ class ShellDriver:
             return CommandResult(None, False, False)
         timed_out, cancelled = bool(status.get("timedOut")), bool(status.get("cancelled"))
         return CommandResult(int(status["exitCode"]), timed_out, cancelled)
+
+    def turn_finished(self, session_id: str, turn_id: str) -> None:
+        """The turn's ``turn-finish`` is committed: its commands' records go."""
+        KeptCommand.forget_turn(session_id, turn_id)
 
     def close(self) -> None:
         """Kill every running command's process group (the bridge is shutting down): each is
