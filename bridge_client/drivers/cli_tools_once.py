@@ -62,8 +62,9 @@ class CLITools:
         self.ctx.tool_result(call_id, name, output, is_error)
 
     def finished(self) -> None:
-        """The run ended normally (its last step is complete): the journal is not needed."""
-        self.journal.discard()
+        """The run ended normally. The journal stays: until the turn's end is committed, a
+        bridge death runs the turn's last steps again, which need it. The next turn of the
+        session replaces it (a journal of another turn is never read)."""
 
 
 def _input(journal: ToolJournal, call_id: str) -> Any:

@@ -11,9 +11,10 @@ PATH) and driven by files in ``$FAKE_CLI_DIR``:
 
 A run: ``{"lines": [...], "exit": 0, "stderr": "...", "wait": "interrupt" | "signal" | "eof"}``.
 ``lines`` are printed one per line (objects as JSON, strings as they are, so a malformed line
-is a string). ``wait``: after the lines, block (at most 20 s) until claude's interrupt
-control request arrives on stdin (then print an error result), until SIGINT (then exit 130),
-or until stdin ends.
+is a string); a line ``{"__wait_file__": NAME}`` is not printed: the run waits there (at most
+20 s) until the file NAME exists in ``$FAKE_CLI_DIR``. ``wait``: after the lines, block (at
+most 20 s) until claude's interrupt control request arrives on stdin (then print an error
+result), until SIGINT (then exit 130), or until stdin ends.
 """
 
 import json
@@ -44,6 +45,12 @@ def main() -> int:
     with open(log, "a") as f:
         f.write(json.dumps({"program": program, "argv": argv, "stdin": stdin}) + "\n")
     for line in run.get("lines", []):
+        if isinstance(line, dict) and "__wait_file__" in line:  # pause until the test says go
+            go = os.path.join(folder, line["__wait_file__"])
+            stop = time.monotonic() + 20
+            while not os.path.exists(go) and time.monotonic() < stop:
+                time.sleep(0.01)
+            continue
         sys.stdout.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
         sys.stdout.flush()
     if run.get("stderr"):
