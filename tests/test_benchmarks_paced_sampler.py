@@ -1,4 +1,4 @@
-"""The paced rows' measurement (issue 15, round 7): the CPU of the measured process is read from
+"""The paced rows' measurement: the CPU of the measured process is read from
 a sampler process of its own, ended threads included, and a window whose premise breaks is
 marked or fails the row instead of reporting nonsense. Nothing here is timed."""
 from __future__ import annotations

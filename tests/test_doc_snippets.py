@@ -1,4 +1,4 @@
-"""The Python snippets of the guides as a stranger pastes them (fourth round of issue 15): each
+"""The Python snippets of the guides as a user pastes them: each
 compiles, and the self-contained ones run as written, each in a fresh folder outside the
 repository, against real bridges of this package. The web service page has its own test
 (tests/host/test_services.py)."""

@@ -1,4 +1,4 @@
-"""A Chunk of deltas decoded straight into parts (issue 15, the per-part path): ``delta_chunk``
+"""A Chunk of deltas decoded straight into parts (the per-part path): ``delta_chunk``
 gives exactly the parts that ``parse_frame`` + ``part_from_dict`` give, or ``None`` (the
 general path then decodes the frame and raises its usual errors); it never raises."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parts built a batch at a time (issue 15, the per-part path): ``parts_from_dicts`` gives the
+"""Parts built a batch at a time (the per-part path): ``parts_from_dicts`` gives the
 same parts and the same errors as ``part_from_dict`` on each value."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Light part objects (issue 15): slots instead of a ``__dict__``, and dataclasses-json only
+"""Light part objects: slots instead of a ``__dict__``, and dataclasses-json only
 when a schema is asked for."""
 from __future__ import annotations
 

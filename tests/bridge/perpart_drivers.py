@@ -1,4 +1,4 @@
-"""Drivers for tests/bridge/test_perpart_path.py (issue 15's per-part path: one ``ctx.text``
+"""Drivers for tests/bridge/test_perpart_path.py (the per-part path: one ``ctx.text``
 per delta, as fast as it goes).
 
 - ``perpart_drivers:make_fast``: ``steps`` steps of ``count`` deltas each (``delta(step, i)``,

@@ -1,4 +1,4 @@
-"""The bridge's hot path (issue 15): a lone part committed in the thread that emits it, the
+"""The bridge's hot path: a lone part committed in the thread that emits it, the
 readers poked in the committing thread, group commit when parts come faster (B03, C09)."""
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ class _CountingStore:
 
 def test_b03_a_paced_stream_that_falls_behind_commits_inline_again_after_two_parts(tmp_path, monkeypatch):
     # 5 ms apart, then one delta late (two at once), then 5 ms apart again: only the two
-    # that came together (and the one right after them) go to the writer; before issue 15's
+    # that came together (and the one right after them) go to the writer; before the
     # fix the next 50 ms of deltas did. A burst keeps going to the writer.
     from bridge_client.bridge import turn_sink
     from bridge_client.bridge.turn_log import Turn

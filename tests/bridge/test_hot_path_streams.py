@@ -1,6 +1,6 @@
 """A ReadTurn stream (the server's ``_ReadStream``) stopped while another thread sends its
 Chunk: the thread that holds the stream must end it (Exit Failure[Interrupt], forgotten by its
-connection), whatever thread that is (issue 15's streams without a thread of their own)."""
+connection), whatever thread that is (streams without a thread of their own)."""
 from __future__ import annotations
 
 import threading

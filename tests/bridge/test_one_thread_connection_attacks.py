@@ -21,7 +21,7 @@ from raw_ws import Peer
 
 pytestmark = pytest.mark.timeout(90)
 
-COUNTER = "breaker_drivers:make_counter"
+COUNTER = "hot_path_drivers:make_counter"
 MIB = 1024 * 1024
 
 

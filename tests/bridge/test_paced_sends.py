@@ -1,4 +1,4 @@
-"""A paced stream's Chunks, sent at once by the thread that committed or acked (issue 15): the
+"""A paced stream's Chunks, sent at once by the thread that committed or acked: the
 bridge asks the kernel what waits in the socket only when the frames the host has not acked
 could fill the bound of a send at once, over real sockets, with a real websocket-client host."""
 from __future__ import annotations

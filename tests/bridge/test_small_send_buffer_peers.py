@@ -22,7 +22,7 @@ from raw_ws import Peer
 
 pytestmark = pytest.mark.timeout(90)
 
-COUNTER = "breaker_drivers:make_counter"
+COUNTER = "hot_path_drivers:make_counter"
 SEND_TIMEOUT = 4.0
 
 
@@ -109,7 +109,7 @@ def test_b09_the_exit_after_a_turn_finish_sent_at_once_waits_on_no_blocked_conne
     # in a pong's sendall (the window between the two sends, widened here: the committing
     # thread waits until that is so before it goes on to the Exit). The Exit must not wait
     # for that lock in the committing thread: every turn of the bridge would wait with it.
-    import breaker_drivers
+    import hot_path_drivers
     import inproc_server
     from bridge_harness import TOKEN
 
@@ -136,7 +136,7 @@ def test_b09_the_exit_after_a_turn_finish_sent_at_once_waits_on_no_blocked_conne
     monkeypatch.setattr(Connection, "try_send", try_send)
     monkeypatch.setattr(inproc_server, "TOKEN", TOKEN)  # the raw peers' token
     count = 200
-    driver = breaker_drivers.make_counter({"count": count, "delay": 0.01, "steps": 1})
+    driver = hot_path_drivers.make_counter({"count": count, "delay": 0.01, "steps": 1})
     store = str(tmp_path / "bridge.sqlite3")
     with inproc_server.serving(store, driver, send_timeout=SEND_TIMEOUT) as (_, port):
         peer = SmallWindowPeer(port, 300)

@@ -1,5 +1,5 @@
 """The openai driver hands the text deltas of chunks that arrived together to the bridge as one
-batch (``ctx.texts``), the same parts in the stream's order (issue 15)."""
+batch (``ctx.texts``), the same parts in the stream's order."""
 from __future__ import annotations
 
 from typing import Any, List, Tuple

@@ -3,7 +3,7 @@ release says what is known of the cancel.
 
 The real command's function with the turn it reaches replaced, so the interrupt lands exactly
 at one step (a real SIGINT lands where the scheduler puts it: the end-to-end test in
-test_cli_stranger_r4.py). Under load the real one landed between two narrower handlers, and
+test_cli_bad_input.py). Under load the real one landed between two narrower handlers, and
 the command printed only "interrupted"."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reader's handling of a frame of several messages (issue 15, seventh round): our bridge
+"""The reader's handling of a frame of several messages: our bridge
 answers a turn's StartTurn and ReadTurn in one frame (StartTurn's Exit, the stream's Chunk,
 often the stream's Exit). The reader routes the whole frame, then wakes the caller once, then
 sends the Acks, and sends none for a stream whose Exit came in the same frame.

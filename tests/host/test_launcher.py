@@ -103,7 +103,7 @@ def test_c17_wrong_token_is_unauthorized_at_once_and_never_retried(sandbox):
         # A host with a wrong token for this live bridge's own state directory: the bridge it
         # launches loses the lock to the live one, whose port refuses the token: Unauthorized.
         # (A 401 from a stale file's port is no longer final: tests/resilience/
-        # test_resilience_hostile.py, breaker finding 3.)
+        # test_resilience_stale_files_and_handshakes.py.)
         plan = dataclasses.replace(good._plan, token=bc.Redacted("wrong-token"))
         with pytest.raises(bc.Unauthorized):
             launcher.connect(plan)

@@ -1,5 +1,5 @@
-"""A direct ws:// connection's own upgrade and frames (client/plain_ws.py, issue 15 sixth
-round) behave as websocket-client's did on that path (C04): the upgrade checked, frames masked
+"""A direct ws:// connection's own upgrade and frames (client/plain_ws.py) behave as
+websocket-client's did on that path (C04): the upgrade checked, frames masked
 and of every length form, a message in fragments joined, pings answered, a close echoed, and
 what websocket-client refuses refused. Real sockets against a scripted peer."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The host's pool of random bytes (client/randoms.py, issue 15 sixth round): every byte
+"""The host's pool of random bytes (client/randoms.py): every byte
 handed out once, ids in uuid4's form, and a forked child never hands out its parent's
 bytes (session and turn ids come from it: a child that repeated them would share sessions)."""
 from __future__ import annotations

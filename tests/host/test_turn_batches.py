@@ -1,4 +1,4 @@
-"""The turn's conversion of a batch (issue 15, the per-part path): deltas in order go in
+"""The turn's conversion of a batch (the per-part path): deltas in order go in
 whole segments, anything else part by part; a resend that overlaps keeps each part once."""
 from __future__ import annotations
 

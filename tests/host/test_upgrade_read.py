@@ -1,5 +1,5 @@
 """A direct connection's socket reads what the kernel has and serves websocket-client's small
-reads from it (C04, issue 15 fifth round): the upgrade's head to its one-byte reads without a
+reads from it (C04): the upgrade's head to its one-byte reads without a
 system call each, a head that comes in pieces whole, and every byte in order, once: the frame
 that follows the head in the same segment is the reader's."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Deltas built into parts by the connection's reader (issue 15, fourth round, the per-part
+"""Deltas built into parts by the connection's reader (the per-part
 path): a turn's ReadTurn stream gets text deltas as parts, each once, acked as before; other
 streams and other forms get JSON objects as before; a real bridge's Chunks take the path."""
 from __future__ import annotations

@@ -162,7 +162,7 @@ def test_b08_garbage_from_the_bridge_is_a_protocol_error(fake, answer, match):
 def test_b08_a_defect_ends_the_connection_and_its_requests_are_lost_not_failed(fake, answer):
     # A Defect is not pinned on a request: it ends the connection's state, and what was pending
     # fails with ConnectionLost, which a session sends again over a new connection (C08;
-    # docs/protocol.md). tests/resilience/test_resilience_breaker.py reads a turn through one.
+    # docs/protocol.md). tests/resilience/test_resilience_host_read_loop.py reads a turn through one.
     server = fake(lambda ws, message: ws.send(answer))
     conn = _connect(server)
     try:

@@ -1,4 +1,4 @@
-"""A full disk under the bridge's state directory (issue 15, round 5): a real tmpfs filled
+"""A full disk under the bridge's state directory: a real tmpfs filled
 to its last block (or all but a few), real bridge processes.
 
 What is promised (docs/resilience.md, "A full disk"): the reader gets

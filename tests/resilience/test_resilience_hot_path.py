@@ -1,4 +1,4 @@
-"""Drops at random moments of issue 15's hot path: while the first Chunk of a ReadTurn goes
+"""Drops at random moments of hot path: while the first Chunk of a ReadTurn goes
 out from the connection's thread, and while a fast stream sends from the committing or its
 own thread; every part is yielded once and ``Turn.text()`` is the joined deltas (C09)."""
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_c09_c13_keyboard_interrupts_and_a_step_reset_keep_text_exact(sandbox, s
     # Turn.text() keeps strings by slice assignment and rebuilds them at a step-reset: with
     # KeyboardInterrupts at any delivery point of the read and the bridge SIGKILLed in the
     # middle of a step (its attempt discarded, delivered again), no text is lost or doubled.
-    from test_resilience_breaker import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
+    from test_resilience_host_read_loop import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
 
     steps, chunks = 4, 30
     prompt = "abcdefghij"

@@ -1,5 +1,5 @@
-"""Attacks on the batch answer to StartTurn with its ReadTurn behind it (issue 15, third
-round): the bridge SIGKILLed around StartTurn's commit and its batch write. What the reader
+"""Attacks on the batch answer to StartTurn with its ReadTurn behind it: the bridge
+SIGKILLed around StartTurn's commit and its batch write. What the reader
 got before the kill is in the log after the restart, at the same offsets (B03); the turn
 goes on from there (B05). Real bridge processes, killed by their own driver."""
 from __future__ import annotations
@@ -47,14 +47,14 @@ def test_b03_b05_a_bridge_killed_around_the_batch_answer_kept_what_the_reader_sa
 ):
     state = str(tmp_path / "state")
     options = {"marker": str(tmp_path / "marker"), "delay": delay, "deltas": 5}
-    bridge = make_bridge(driver="r3_breaker_drivers:make_kill", agent_id="kill", options=options, state=state)
+    bridge = make_bridge(driver="self_kill_drivers:make_kill", agent_id="kill", options=options, state=state)
     with bridge.connect() as client:
         client.open(sid)
         _send_pair(client, sid, tid)
         seen = _read_until_gone(client)
     bridge.wait(10)
     assert [p["index"] for p in seen] == list(range(len(seen)))
-    again = make_bridge(driver="r3_breaker_drivers:make_kill", agent_id="kill", options=options, state=state)
+    again = make_bridge(driver="self_kill_drivers:make_kill", agent_id="kill", options=options, state=state)
     with again.connect() as client:
         client.open(sid)
         status = client.start(sid, tid, "p")

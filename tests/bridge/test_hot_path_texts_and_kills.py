@@ -1,4 +1,4 @@
-"""Breaking issue 15's hot path with real bridge processes: odd text through the cached
+"""Breaking the hot path with real bridge processes: odd text through the cached
 JSON head/tail of ``ctx.text`` (the wire JSON stays valid and decodes to the same text), the
 bridge killed at random moments of a fast and of a paced stream (every part a reader saw is
 in the store at its offset after the restart: B03), and a reader that acks nothing (the
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bridge_harness import text_of
-from breaker_drivers import ODD
+from hot_path_drivers import ODD
 
 from bridge_client.wire import frames
 
@@ -40,7 +40,7 @@ def _raw_read(client, session, turn, offset=0, after_step=0):
 
 
 def test_b03_odd_text_through_ctx_text_reaches_the_reader_and_the_store_unchanged(make_bridge):
-    bridge = make_bridge("breaker_drivers:make_odd")
+    bridge = make_bridge("hot_path_drivers:make_odd")
     with bridge.connect() as client:
         client.open("s")
         client.start("s", "t", "go")
@@ -89,7 +89,7 @@ def test_b03_b05_sigkill_at_random_moments_loses_nothing_a_reader_saw(
     options = {"count": count, "delay": delay, "steps": 3}
     for run in range(5):
         state = str(tmp_path / f"kill-{run}")
-        bridge = make_bridge("breaker_drivers:make_counter", options=options, state=state)
+        bridge = make_bridge("hot_path_drivers:make_counter", options=options, state=state)
         seen = []
         with bridge.connect() as client:
             client.open("s")
@@ -109,7 +109,7 @@ def test_b03_b05_sigkill_at_random_moments_loses_nothing_a_reader_saw(
         for value in seen:
             assert by_index[value["index"]] == value, f"run {run}: part {value['index']} differs"
         # Restart on the same state: the turn is continued (B05) and reads whole, offsets kept.
-        again = make_bridge("breaker_drivers:make_counter", options=options, state=state)
+        again = make_bridge("hot_path_drivers:make_counter", options=options, state=state)
         with again.connect() as client:
             client.open("s")
             client.start("s", "t", "go")
@@ -135,7 +135,7 @@ def test_b03_b05_sigkill_at_random_moments_loses_nothing_a_reader_saw(
 def test_b04_a_stream_whose_chunk_is_never_acked_does_not_hold_up_its_connection(make_bridge):
     # Two ReadTurns on one connection: the first is never acked; the second, and a plain RPC,
     # go on to their ends on that same connection, and another connection is served too.
-    bridge = make_bridge("breaker_drivers:make_counter", options={"count": 2000, "delay": 0, "steps": 2})
+    bridge = make_bridge("hot_path_drivers:make_counter", options={"count": 2000, "delay": 0, "steps": 2})
     with bridge.connect() as client:
         client.open("s")
         client.start("s", "a", "go")
@@ -167,7 +167,7 @@ def test_b04_a_host_that_stops_reading_its_socket_does_not_stall_other_connectio
     # The connection's own thread now sends a stream's first Chunk: a peer whose socket is full
     # may hold that thread, but never the accept loop nor another connection's reads.
     bridge = make_bridge(
-        "breaker_drivers:make_counter",
+        "hot_path_drivers:make_counter",
         options={"count": 20000, "delay": 0, "steps": 1},
         args=["--send-timeout", "30"],
     )
@@ -196,7 +196,7 @@ def test_b04_a_deaf_reader_of_a_running_turn_does_not_stall_the_commits_of_other
     # turn's streams only what goes into the socket at once: a reader that stopped reading its
     # socket must not hold that thread (and so every turn's commits) for the send timeout.
     bridge = make_bridge(
-        "breaker_drivers:make_counter",
+        "hot_path_drivers:make_counter",
         options={"count": count, "delay": delay, "steps": 1, "size": 20_000},
         args=["--send-timeout", "60"],
     )

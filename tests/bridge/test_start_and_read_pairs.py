@@ -1,4 +1,4 @@
-"""Breaker attacks (issue 15, fourth round) on StartTurn and ReadTurn in one frame, against a
+"""Attacks on StartTurn and ReadTurn in one frame, against a
 real bridge process: many pairs in one array, garbage between the two, a pair for a turn that
 is over, the same pair sent again. Every stream gets every part of its turn once, in order,
 and the connection serves on."""

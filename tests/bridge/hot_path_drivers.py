@@ -1,4 +1,4 @@
-"""Drivers for tests/bridge/test_hot_path_breaker.py: ``breaker_drivers:make_odd`` emits odd
+"""Drivers for tests/bridge/test_hot_path_texts_and_kills.py: ``hot_path_drivers:make_odd`` emits odd
 strings through ``ctx.text`` (the cached head/tail path); ``make_counter`` emits numbered
 deltas, paced by ``options["delay"]`` seconds (0: as fast as it can)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A fuzz of the batch answer to StartTurn (issue 15, third round) over one connection of a
+"""A fuzz of the batch answer to StartTurn over one connection of a
 real bridge: random writes of StartTurn+ReadTurn pairs (one batch frame or two frames, an
 Interrupt of the read in the same batch), StartTurns of existing turns, reads at other
 offsets, Pings, bad JSON, binary frames and Hellos, each write in one socket write. Checked:

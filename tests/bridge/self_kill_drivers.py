@@ -1,4 +1,4 @@
-"""Drivers for tests/bridge/test_r3_breaker_batch.py (``r3_breaker_drivers:make_kill``; the
+"""Drivers for tests/bridge/test_start_turn_batch_kills.py (``self_kill_drivers:make_kill``; the
 harness puts this folder on PYTHONPATH).
 
 ``make_kill``: on its first run (no file ``options["marker"]`` yet) it makes the file and

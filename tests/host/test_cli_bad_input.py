@@ -1,4 +1,4 @@
-"""What tripped a stranger trying the installed package (fourth round of issue 15): bad input a
+"""The installed package's command line: bad input a
 user gives the command line. Real processes, real files."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""C19 as a stranger meets it (fourth round of issue 15): the openai driver's missing key,
+"""C19 as a user meets it: the openai driver's missing key,
 set in the host's shell after the bridge was launched. A real bridge in a LocalSandbox."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An SSH sandbox as a stranger writes it (fourth round of issue 15): key and known_hosts files
+"""An SSH sandbox as a user writes it: key and known_hosts files
 named with ``~`` (as the scaling guide's example does), or that are missing. A real test sshd."""
 from __future__ import annotations
 

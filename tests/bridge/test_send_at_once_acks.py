@@ -1,4 +1,4 @@
-"""Attacks on the send at once and the batch answer (issue 15, third round): a host that
+"""Attacks on the send at once and the batch answer: a host that
 acks without reading, or that stopped reading before a wide (non-ASCII) part, must not make
 a committing thread wait on its socket; an Ack sent before the stream's first Chunk must not
 send a Chunk ahead of StartTurn's batch answer. Real sockets, a real bridge server in this

@@ -1,4 +1,4 @@
-"""What tripped a stranger trying the installed package (third round of issue 15): the
+"""The installed package's command line: the
 command printed to continue a suspended ``run --json`` keeps ``--json``. Real processes,
 a real bridge, real files."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The perf breaker's findings against issue 15's host changes (StartTurn and ReadTurn sent
+"""The host's pipelined requests (StartTurn and ReadTurn sent
 together, the one idle watcher), each pinned by a test against a real bridge."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Attacks on the per-step text appender behind ``ctx.text``/``ctx.reasoning`` (issue 15,
-third round): odd strings go into the durable log as JSON that ``part_from_dict`` reads back
+"""Attacks on the per-step text appender behind ``ctx.text``/``ctx.reasoning``:
+odd strings go into the durable log as JSON that ``part_from_dict`` reads back
 to the same text after the store is closed and opened again; refused input (a lone surrogate,
 a non-str) raises, writes nothing and leaves the context usable."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile surroundings (breaker findings 3, 4, 7 and the orphaned shell command): a stale
+"""Hostile surroundings (and the orphaned shell command): a stale
 listening file whose port is now another bridge's (401), half-sent handshakes that would use
 up the bridge's threads and files (B08), a prompt that is not UTF-8, and a shell command left
 running by a SIGKILLed bridge."""

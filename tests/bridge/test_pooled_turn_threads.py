@@ -1,4 +1,4 @@
-"""The perf breaker's checks of the reused turn threads against a real bridge process: a
+"""Checks of the reused turn threads against a real bridge process: a
 SIGTERM while several pooled threads wait idle for a turn ends the bridge at once (B09), and a
 driver that fails at once still gets its turn-start committed before StartTurn answers (B03)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The perf breaker's checks of issue 15's per-part path and Chunk bounds against a real
+"""Checks of per-part path and Chunk bounds against a real
 bridge: a part over a Chunk's byte bound among thousands of small ones, read through a
 KeyboardInterrupt at any bytecode of the read (the pipelined StartTurn/ReadTurn included),
 yields every part once and ``Turn.text()`` exactly."""
@@ -11,7 +11,7 @@ import pytest
 
 import bridge_client as bc
 from host_support import options, session_options, wait_until
-from test_resilience_breaker import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
+from test_resilience_host_read_loop import READ_FILES, _InterruptAtBytecodes, _read_through_interrupts
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""What a stranger meets with a real agent CLI set up wrong (fourth round of issue 15): the real
+"""A real agent CLI set up wrong: the real
 Claude Code CLI through a real bridge, offline, with a base URL where nothing listens."""
 from __future__ import annotations
 

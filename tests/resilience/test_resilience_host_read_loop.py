@@ -1,4 +1,4 @@
-"""The adversarial tester's findings against the host's core, each pinned by a deterministic test
+"""The host's read loop against hostile timing, each pinned by a deterministic test
 (docs/resilience.md, docs/threads-and-processes.md):
 
 - a ``KeyboardInterrupt`` at any bytecode of the read loses no part and repeats none (C09, C11):
