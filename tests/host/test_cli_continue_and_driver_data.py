@@ -1,8 +1,8 @@
 """The command line's continue and driver data: a continue command that names its sandbox and
 refuses to re-run a turn in another one, driver data shown, OSErrors that name the state
-directory, MODULE:CALLABLE agents loaded in the sandbox folder, every error on one ``bridge-
-client: error:`` line, SIGTERM suspends, ``stop`` of a stopped bridge is not bad input, ``stop
---all``, ``python -m bridge_client``. Real processes, real bridges, real files."""
+directory, MODULE:CALLABLE agents loaded in the sandbox folder, every error on one
+``bridge-client: error:`` line, SIGTERM suspends, ``stop`` of a stopped bridge is not bad
+input, ``stop --all``, ``python -m bridge_client``. Real processes, real bridges, real files."""
 from __future__ import annotations
 
 import json
