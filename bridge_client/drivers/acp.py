@@ -188,6 +188,8 @@ class AcpDriver:
         done, interrupted = journal.cut(logged)
         try:
             agent = self._agent(ctx, slot)
+            if agent.relay is not None:  # a host tool's call opens the step, if none is open
+                agent.relay.bind(ctx, mapper.ensure_step)
             loaded = self._open_session(ctx, agent)
             prompt = self.continue_prompt if ctx.completed_steps or done else ctx.prompt
             if done or interrupted:  # a restart cut a step with tool calls: give them back

@@ -21,7 +21,7 @@ or the host's approval flow with approvals on.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config
@@ -36,9 +36,20 @@ class AgentRelay(HostRelay):
     turn at a time). A call that comes between turns gets an error result (the last turn is
     over)."""
 
-    def bind(self, ctx: Any) -> None:
-        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`)."""
+    _before: Optional[Callable[[], None]] = None
+
+    def bind(self, ctx: Any, before: Optional[Callable[[], None]] = None) -> None:
+        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`);
+        ``before()`` runs before each call is made (it opens the turn's step: an agent may
+        call an MCP tool before it announces the call, as OpenCode does)."""
         self._ctx = ctx
+        self._before = before
+
+    def _answer(self, request: Any) -> Dict[str, Any]:
+        before = self._before
+        if before is not None and isinstance(request, dict) and request.get("op") == "call":
+            before()
+        return super()._answer(request)
 
 
 def open_relay(ctx: Any) -> Optional[AgentRelay]:
