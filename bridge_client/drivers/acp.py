@@ -417,7 +417,9 @@ class AcpDriver:
         """With approvals on, ask the host; else the ``permission`` policy chooses."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
-        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title")):
+        call = params.get("toolCall")
+        raw = call.get("rawInput") if isinstance(call, dict) else None
+        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title"), raw):
             return policy_permission(ctx, tool, options, "allow")  # a host tool: runs unasked
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
