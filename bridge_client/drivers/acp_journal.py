@@ -143,7 +143,8 @@ def completed_calls(steps: Any) -> List[Dict[str, Any]]:
     for step in steps:
         for part in step:
             if isinstance(part, ToolCall):
-                calls[part.tool_call_id] = {"id": part.tool_call_id, "name": part.tool_name, "input": part.input}
+                call = {"id": part.tool_call_id, "name": part.tool_name, "input": part.input}
+                calls[part.tool_call_id] = call
             elif isinstance(part, ToolResult) and part.tool_call_id in calls:
                 calls[part.tool_call_id].update(output=part.output, is_error=part.is_error)
     return [c for c in calls.values() if "output" in c]

@@ -392,7 +392,8 @@ class CLIRuns:
         try:
             if interrupt is None:
                 interrupt = lambda: proc.signal_group(signal.SIGINT)  # noqa: E731
-            how = proc.pump(cancelled, on_event, with_tools(proc.proc.pid, interrupt, tools), grace, idle=idle)
+            interrupt = with_tools(proc.proc.pid, interrupt, tools)
+            how = proc.pump(cancelled, on_event, interrupt, grace, idle=idle)
             if how == "done":
                 proc.finish(grace)
             elif how == "eof":
