@@ -125,12 +125,34 @@ AGENT_HELP = """agents and their --option keys:
           fs=false (do not serve the client file methods), continue_prompt=TEXT,
           interrupt_grace=SECONDS (5), start_timeout=SECONDS (60), auth_method=ID,
           mcp_servers=[...], max_agents=N (8)
+  opencode  OpenCode in its ACP mode (opencode acp), on the acp driver.
+          executable=PATH, base_url=URL (an OpenAI-compatible server; needs model),
+          model=NAME, api_key_env=VAR (default OPENAI_API_KEY), extra_args=[...],
+          permission=reject|allow|allow_always, continue_prompt=TEXT,
+          interrupt_grace=SECONDS, start_timeout=SECONDS, max_agents=N
+  copilot the GitHub Copilot CLI in its ACP mode (copilot --acp), on the acp driver.
+          executable=PATH, base_url=URL, provider_type=openai|azure|anthropic, model=NAME,
+          extra_args=[...], and the acp options of opencode (permission=... to max_agents=N)
+  codex-acp  Zed's codex-acp (Codex over ACP), on the acp driver.
+          executable=PATH, base_url=URL, model=NAME, api_key_env=VAR,
+          sandbox=read-only|workspace-write|danger-full-access, extra_args=[...], and the
+          acp options of opencode
+  cline   the Cline CLI in its ACP mode (cline --acp), on the acp driver.
+          executable=PATH, base_url=URL, model=NAME (default gpt-4o), api_key_env=VAR,
+          extra_args=[...], and the acp options of opencode
+  vibe    Mistral Vibe (vibe-acp), on the acp driver.
+          executable=PATH, base_url=URL (needs model), model=NAME, api_key_env=VAR,
+          extra_args=[...], and the acp options of opencode
+  aider   Aider, run once per turn; its tool is its edit blocks (no shell tool).
+          executable=PATH, model=NAME (openai/ID with base_url), base_url=URL,
+          api_key_env=VAR, edit_format=FORMAT (diff), extra_args=[...],
+          continue_prompt=TEXT, interrupt_grace=SECONDS (5)
   MODULE:CALLABLE  your own driver factory, called with the options as a dict; loaded by
           the bridge's Python in the sandbox folder, like the bridge does
-  claude-code, codex, gemini, qwen and pi install their CLI from npm when the sandbox lacks it
-  and no executable is given: for a local folder into a private prefix under its state
-  root, never npm install -g (said on stderr first). The Drivers guides of the docs have a
-  page per agent.
+  The named agents install their CLI (from npm, or into a private venv for vibe and aider)
+  when the sandbox lacks it and no executable is given: for a local folder into a private
+  prefix under its state root, never npm install -g (said on stderr first). The Drivers
+  guides of the docs have a page per agent.
 """
 
 

@@ -90,7 +90,7 @@ from ..wire.parts import ToolCall
 from ..driver_options import check_agent_options
 from .acp_parts import UpdateMapper, ask_permission, policy_permission, taken_messages
 from .acp_fs import serve_fs
-from .acp_journal import ToolJournal
+from .acp_journal import ToolJournal, completed_calls, recap
 from .acp_stop import POLITE_GRACE, stop_agent
 from . import acp_host
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AgentExited, RpcError
@@ -188,10 +188,14 @@ class AcpDriver:
         done, interrupted = journal.cut(logged)
         try:
             agent = self._agent(ctx, slot)
+            if agent.relay is not None:  # a host tool's call opens the step, if none is open
+                agent.relay.bind(ctx, mapper.ensure_step)
             loaded = self._open_session(ctx, agent)
             prompt = self.continue_prompt if ctx.completed_steps or done else ctx.prompt
             if done or interrupted:  # a restart cut a step with tool calls: give them back
                 prompt = mapper.given_back(ctx.prompt if not loaded else prompt, done, interrupted)
+            told = completed_calls(ctx.steps) if loaded and ctx.completed_steps else []
+            prompt = f"{prompt}\n\n{recap(told, [])}" if told else prompt
             result = self._prompt(ctx, agent, mapper, prompt)
             # ACP takes no prompt while one runs: the user's messages sent meanwhile are the
             # next prompt of the same turn, once the agent ended this one.
@@ -415,7 +419,9 @@ class AcpDriver:
         """With approvals on, ask the host; else the ``permission`` policy chooses."""
         tool = mapper.asked(params.get("toolCall"))
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
-        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title")):
+        call = params.get("toolCall")
+        raw = call.get("rawInput") if isinstance(call, dict) else None
+        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title"), raw):
             return policy_permission(ctx, tool, options, "allow")  # a host tool: runs unasked
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)

@@ -14,14 +14,16 @@ false: a later protocol's form) cannot call host tools: :func:`check_stdio` refu
 
 A permission the agent asks for a call of a host tool (``session/request_permission`` whose
 ``toolCall`` title names it as ``mcp__host__NAME``, the name Claude Code gives it, or as
-``NAME (host MCP Server)``, the Gemini CLI's form) is allowed by the driver when the tool is
+``NAME (host MCP Server)``, the Gemini CLI's form, or whose ``rawInput`` names the server
+``host`` and the tool, codex-acp's form) is allowed by the driver when the tool is
 not marked ``approve=True`` (:func:`host_tool_asked`), as the ``claude-code`` driver allows
 its host tools; a tool marked ``approve=True`` goes through the driver's permission policy,
 or the host's approval flow with approvals on.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Callable, Dict, List, Optional
 
 from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config
@@ -36,9 +38,20 @@ class AgentRelay(HostRelay):
     turn at a time). A call that comes between turns gets an error result (the last turn is
     over)."""
 
-    def bind(self, ctx: Any) -> None:
-        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`)."""
+    _before: Optional[Callable[[], None]] = None
+
+    def bind(self, ctx: Any, before: Optional[Callable[[], None]] = None) -> None:
+        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`);
+        ``before()`` runs before each call is made (it opens the turn's step: an agent may
+        call an MCP tool before it announces the call, as OpenCode does)."""
         self._ctx = ctx
+        self._before = before
+
+    def _answer(self, request: Any) -> Dict[str, Any]:
+        before = self._before
+        if before is not None and isinstance(request, dict) and request.get("op") == "call":
+            before()
+        return super()._answer(request)
 
 
 def open_relay(ctx: Any) -> Optional[AgentRelay]:
@@ -67,16 +80,27 @@ def check_stdio(capabilities: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def host_tool_asked(ctx: Any, title: Any) -> bool:
-    """Whether a permission request titled ``title`` is for a host tool that runs without
-    asking (one not marked ``approve=True``)."""
-    if not isinstance(title, str):
-        return False
+def host_tool_asked(ctx: Any, title: Any, raw_input: Any = None) -> bool:
+    """Whether a permission request titled ``title`` (its tool call's ``rawInput``:
+    ``raw_input``) is for a host tool that runs without asking (one not marked
+    ``approve=True``)."""
+    name = _asked_name(title, raw_input)
+    return name is not None and any(t["name"] == name and not t.get("approve") for t in host_tools(ctx))
+
+
+_CODEX_ASK = re.compile(r'run tool "([^"]+)"')
+
+
+def _asked_name(title: Any, raw_input: Any) -> Optional[str]:
     prefix, suffix = f"mcp__{SERVER_NAME}__", f" ({SERVER_NAME} MCP Server)"
-    if title.startswith(prefix):
-        name = title[len(prefix):]
-    elif title.endswith(suffix):
-        name = title[: -len(suffix)]
-    else:
-        return False
-    return any(t["name"] == name and not t.get("approve") for t in host_tools(ctx))
+    if isinstance(title, str) and title.startswith(prefix):
+        return title[len(prefix):]
+    if isinstance(title, str) and title.endswith(suffix):
+        return title[: -len(suffix)]
+    # codex-acp: {"server_name": "host", "request": {"message": 'Allow ... run tool "NAME"?'}}
+    if isinstance(raw_input, dict) and raw_input.get("server_name") == SERVER_NAME:
+        request = raw_input.get("request")
+        message = request.get("message") if isinstance(request, dict) else None
+        found = _CODEX_ASK.search(message) if isinstance(message, str) else None
+        return found.group(1) if found else None
+    return None

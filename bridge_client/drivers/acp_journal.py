@@ -21,7 +21,7 @@ import os
 import tempfile
 from typing import Any, Dict, List, Optional
 
-__all__ = ["ToolJournal"]
+__all__ = ["ToolJournal", "completed_calls", "recap"]
 
 log = logging.getLogger("bridge_client.drivers.acp")
 
@@ -129,3 +129,22 @@ def recap(done: List[Dict[str, Any]], interrupted: List[Dict[str, Any]]) -> str:
         for c in interrupted:
             lines.append(f"- {c.get('name')} {json.dumps(c.get('input'))}")
     return "\n".join(lines)
+
+
+def completed_calls(steps: Any) -> List[Dict[str, Any]]:
+    """The tool calls of a turn's completed ``steps`` (lists of parts) that have a result:
+    ``{"id", "name", "input", "output", "is_error"}``, in order. A continued agent is told of
+    them even when it loaded its session: an agent may not have stored the result of its last
+    completed step before the bridge died (GitHub Copilot, Claude Code then mark the call
+    "interrupted, outcome unknown" and may run it again)."""
+    from ..wire.parts import ToolCall, ToolResult
+
+    calls: Dict[str, Dict[str, Any]] = {}
+    for step in steps:
+        for part in step:
+            if isinstance(part, ToolCall):
+                call = {"id": part.tool_call_id, "name": part.tool_name, "input": part.input}
+                calls[part.tool_call_id] = call
+            elif isinstance(part, ToolResult) and part.tool_call_id in calls:
+                calls[part.tool_call_id].update(output=part.output, is_error=part.is_error)
+    return [c for c in calls.values() if "output" in c]

@@ -25,6 +25,7 @@ call of the open step has ended.
 """
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -78,6 +79,7 @@ class UpdateMapper:
         self.journal = journal  # a ToolJournal (acp_journal), or None
         self.tools: Dict[str, _Tool] = {}
         self._step_tools: List[_Tool] = []
+        self._step_lock = threading.RLock()
 
     def given_back(
         self, prompt: str, calls: Sequence[Dict[str, Any]], interrupted: Sequence[Dict[str, Any]]
@@ -105,16 +107,19 @@ class UpdateMapper:
         """Open a step for model output: the first, or the next once the open step's tool
         calls have all ended."""
         ctx = self.ctx
-        if ctx.step is not None and self._step_tools and all(t.ended for t in self._step_tools):
-            ctx.finish_step("tool-calls")
-        if ctx.step is None:
-            ctx.start_step()
-            self._step_tools = []
+        with self._step_lock:
+            if ctx.step is not None and self._step_tools and all(t.ended for t in self._step_tools):
+                ctx.finish_step("tool-calls")
+            if ctx.step is None:
+                ctx.start_step()
+                self._step_tools = []
 
     def ensure_step(self) -> None:
-        """Open a step when none is open (a permission is asked inside one)."""
-        if self.ctx.step is None:
-            self._model_output()
+        """Open a step when none is open (a permission is asked inside one, a host tool is
+        called inside one: from the host relay's thread, hence the lock)."""
+        with self._step_lock:
+            if self.ctx.step is None:
+                self._model_output()
 
     def close(self, finish_reason: str, note: str = "the turn ended before the tool call did") -> None:
         """End the open step (if any) with ``finish_reason``; a tool call still open gets an

@@ -15,8 +15,10 @@ driver* page, :doc:`drivers/acp`); with approvals off the ``permission`` policy 
 ``allow`` by default in an isolated sandbox (a container, as the template records),
 ``reject`` elsewhere (a ``LocalSandbox``: the agent's commands would run as you).
 
-Host tools are not offered yet: the ``acp`` driver passes no MCP server of the bridge's to
-``session/new`` (a session with tools is refused with ``ToolsUnsupported``).
+Host tools: the ``acp`` driver passes the MCP server named ``host`` in ``session/new``; a
+preset offers them where its CLI was shown to call them (``supports_host_tools``: opencode and
+codex-acp); the others refuse a session with tools (``ToolsUnsupported``; why, in the
+*Host tools* guide's table).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class AcpPreset(AcpDriver):
     program = ""
     package = ""
     version = ""
-    supports_host_tools = False  # not yet proven with each named CLI (the acp driver offers them)
+    supports_host_tools = False  # a preset whose CLI was shown to call them says True
 
     def __init__(self, options: Dict[str, Any]) -> None:
         self.executable: str = find_cli(self.program, self.package, self.version, options.get("executable"))

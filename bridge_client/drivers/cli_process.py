@@ -33,6 +33,7 @@ from typing import IO, Any, Callable, Deque, Dict, List, NamedTuple, Optional, S
 
 from ..bridge.driver import TurnContext, child_environ, process_group_ended, process_group_started
 from .keeper import ProcessKeeper
+from .tool_groups import kill_groups, with_tools
 
 __all__ = [
     "JsonLinesProcess",
@@ -387,9 +388,11 @@ class CLIRuns:
         """
         with self._lock:
             self._running.add(proc)
+        tools: Set[int] = set()  # the process groups of the CLI's tools when it was cancelled
         try:
             if interrupt is None:
                 interrupt = lambda: proc.signal_group(signal.SIGINT)  # noqa: E731
+            interrupt = with_tools(proc.proc.pid, interrupt, tools)
             how = proc.pump(cancelled, on_event, interrupt, grace, idle=idle)
             if how == "done":
                 proc.finish(grace)
@@ -403,6 +406,7 @@ class CLIRuns:
             proc.stop()
             raise
         finally:
+            kill_groups(tools)
             with self._lock:
                 self._running.discard(proc)
 

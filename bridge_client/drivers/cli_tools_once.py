@@ -20,8 +20,9 @@ model again from before the cut step's tool call. So a later run of the same tur
   finished or not, and the agent is told to check before it runs it again. With approvals
   on, running it again asks the user anew.
 
-When the run cannot resume the CLI session that holds the turn's completed steps (no session
-id in the session state), the prompt also recaps the tool calls of those steps.
+The prompt also recaps the tool calls of the turn's completed steps (with their outputs), also
+when the run resumes the CLI session that holds them: a CLI may not have written the result of
+its last completed step to its session before the bridge died.
 """
 from __future__ import annotations
 
@@ -120,7 +121,10 @@ def resume_turn(
             ctx.tool_call(str(call["id"]), name, call.get("input"))
             ctx.tool_result(str(call["id"]), name, call.get("output"), bool(call.get("is_error")))
         ctx.finish_step("tool-calls")
-    told: List[Dict[str, Any]] = [] if session_id else [c for c in logged.values() if "output" in c]
+    # Told even when the CLI session is resumed: a CLI may not have written a result of a
+    # completed step to its session yet when its bridge died (Claude Code then resumes with
+    # the call marked "interrupted, outcome unknown"), and would run the call again.
+    told: List[Dict[str, Any]] = [c for c in logged.values() if "output" in c]
     text = recap(told + done, interrupted)
     if text:
         prompt = f"{prompt}\n\n{text}"

@@ -59,6 +59,7 @@ class CodexAcpDriver(AcpPreset):
     program = "codex-acp"
     package = "@zed-industries/codex-acp"
     version = "0.16.0"
+    supports_host_tools = True  # the MCP server named host of session/new (tests/agents/test_conformance.py)
 
     def agent_args(self, options: Dict[str, Any]) -> List[str]:
         """The ``-c`` overrides (see the module docstring)."""

@@ -50,6 +50,7 @@ class OpenCodeDriver(AcpPreset):
     program = "opencode"
     package = "opencode-ai"
     version = "1.18.33"
+    supports_host_tools = True  # the MCP server named host of session/new (tests/agents/test_conformance.py)
 
     def agent_args(self, options: Dict[str, Any]) -> List[str]:
         """``["acp"]``."""

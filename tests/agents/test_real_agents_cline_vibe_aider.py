@@ -245,30 +245,6 @@ def test_real_cline_vibe_cancel_ends_the_turn_and_the_session_goes_on(driver, re
     assert "after the cancel" in after.text(), after.text()
 
 
-@pytest.mark.parametrize("driver", ACP_DRIVERS)
-def test_c18_real_cline_vibe_take_a_message_as_the_next_prompt_of_the_turn(driver, real, model, sandbox):
-    opts, env = real(driver)
-    model.script(hang(text("Working on it", chunks=1)), text("Noted the message", chunks=2))
-    with _session(sandbox, opts, env) as session:
-        turn = session.turn("A task")
-        parts = []
-        reader = threading.Thread(target=lambda: parts.extend(turn), daemon=True)
-        reader.start()
-        assert model.hanging.wait(90), "the first answer is held open"
-        message_id = turn.say("Also mention the message")
-        assert wait_until(lambda: any(p.type == "user-message" for p in list(parts)), timeout=30)
-        model.release()
-        reader.join(120)
-        assert not reader.is_alive()
-    assert parts[-1].finish_reason == "stop", parts[-1]
-    (said,) = _of(parts, "user-message")
-    assert said.message_id == message_id
-    assert turn.text().endswith("Noted the message"), turn.text()
-    requests = model.agent_requests()
-    assert len(requests) == 2 and "Also mention the message" in requests[1].text()
-    _check_clean(model)
-
-
 # ----------------------------------------------------------------------------- aider
 
 EDIT = "I will create the file.\n\nproof.txt\n```\n<<<<<<< SEARCH\n=======\nran-42\n>>>>>>> REPLACE\n```\n"
