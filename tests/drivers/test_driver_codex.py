@@ -228,4 +228,6 @@ def test_b05_codex_continues_after_a_restart_by_resuming_its_thread(sandbox, fak
     assert [(r.step, r.discarded_attempt) for r in parts if isinstance(r, bc.StepReset)] == [(1, 1)]
     assert turn.text() == "All green."
     calls = fake_cli.calls("codex")
-    assert calls[1]["argv"][-3:] == ["resume", TID, "-"] and calls[1]["stdin"] == DEFAULT_CONTINUE_PROMPT
+    assert calls[1]["argv"][-3:] == ["resume", TID, "-"]
+    assert calls[1]["stdin"].startswith(DEFAULT_CONTINUE_PROMPT)
+    assert "already ran to the end" in calls[1]["stdin"], "the completed step's call is named"
