@@ -21,11 +21,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from typing import Optional
 
 from .errors import UntrustedFile
 
-__all__ = ["check_stat", "check_folder", "open_private", "read_private", "MAX_STATE_FILE"]
+__all__ = ["check_stat", "check_folder", "open_private", "read_private", "write_whole", "MAX_STATE_FILE"]
 
 MAX_STATE_FILE = 1 << 20
 """Bytes at most read from one small state file (secret, token, listening or launch file)."""
@@ -134,3 +135,28 @@ def read_private(path: str, *, private: bool = True, limit: Optional[int] = MAX_
     if limit is not None and len(data) > limit:
         raise UntrustedFile(f"{path} is longer than {limit} bytes; it is not a state file", path)
     return data
+
+
+def write_whole(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` (bytes) at ``path`` whole: a temporary file of ``mode`` in the same
+    folder, flushed to disk, then renamed over ``path``. Readers see the old file or the new
+    one, never half of one; a failure at any point leaves ``path`` as it was and removes the
+    temporary file. The folder must exist.
+
+    Raises:
+        OSError: the folder cannot be written (``FileNotFoundError`` when it does not exist).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

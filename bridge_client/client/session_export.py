@@ -3,9 +3,9 @@ atomically, and read back and checked (see :doc:`portable-sessions`)."""
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Dict
 
+from ..private_files import write_whole
 from ..wire import portable
 
 __all__ = ["write_export", "read_export"]
@@ -25,19 +25,7 @@ def write_export(path: "str | os.PathLike[str]", body: Dict[str, Any]) -> str:
     target = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(target)
     data = portable.encode_export(body)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_whole(target, data)
     try:
         dir_fd = os.open(folder, os.O_RDONLY)
     except OSError:

@@ -21,9 +21,9 @@ import glob
 import json
 import os
 import re
-import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..private_files import write_whole
 from .workspace import workspace_dir
 
 __all__ = [
@@ -84,19 +84,7 @@ def _write_whole(path: str, text: str) -> None:
     """
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_whole(path, text.encode("utf-8"))
 
 
 def export_claude(data: Any, cwd: Optional[str] = None) -> List[Dict[str, str]]:

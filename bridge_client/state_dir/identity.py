@@ -12,12 +12,11 @@ import hmac
 import json
 import os
 import posixpath
-import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence
 
 from ..errors import ProtocolError
-from ..private_files import check_folder, read_private
+from ..private_files import check_folder, read_private, write_whole
 
 if TYPE_CHECKING:
     from ..redacted import Redacted
@@ -315,20 +314,7 @@ def secure_write(path: str, data: bytes, mode: int = 0o600, root: Optional[str] 
     """
     folder = os.path.dirname(path) or "."
     make_private_dirs(folder, root)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_whole(path, data, mode)
 
 
 def optional_read(path: str) -> Optional[bytes]:
