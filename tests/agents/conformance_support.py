@@ -177,7 +177,7 @@ def make_agent(driver: str, model: ModelServer, home: str, programs: Callable[[s
             bridge finds their transcripts under it.
         cli_prefix: the prefix of the main npm lock (``agent_clis``).
     """
-    from conftest import SETUPS  # tests/agents/conftest.py: the five CLIs' offline setups
+    from cli_setups import SETUPS  # the five CLIs' offline set-ups
 
     os.makedirs(home, exist_ok=True)
     executable = programs(driver)
