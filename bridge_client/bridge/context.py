@@ -23,6 +23,27 @@ _ALLOW_ONCE = Decision("allow-once", None, "policy")
 _IDLE, _IN_STEP, _CLOSED = step_moves.IDLE, step_moves.IN_STEP, step_moves.CLOSED
 
 
+class _OpenStep:
+    """The open step: its number and attempt, the tool-call ids of the attempt (for
+    ``reset_step``), and the sink's per-delta appenders for it (``None`` when the sink has
+    none)."""
+
+    __slots__ = ("step", "attempt", "call_ids", "append_text", "append_reasoning")
+
+    def __init__(self, step: int, attempt: int, sink: TurnSink) -> None:
+        self.step = step
+        self.attempt = attempt
+        self.call_ids: List[str] = []
+        appender: Optional[Callable[[str, int, int], Callable[[str], int]]] = getattr(
+            sink, "text_appender", None
+        )
+        self.append_text: Optional[Callable[[str], int]] = None
+        self.append_reasoning: Optional[Callable[[str], int]] = None
+        if appender is not None:
+            self.append_text = appender("text-delta", step, attempt)
+            self.append_reasoning = appender("reasoning-delta", step, attempt)
+
+
 class TurnContext:
     """What a turn runs with: its prompt, the session state, the steps already complete, a
     cancel event, and the methods that emit parts (see :doc:`protocol`, "Values").
@@ -76,19 +97,14 @@ class TurnContext:
         self._emit_texts: Optional[Callable[[str, int, int, Sequence[str]], int]] = getattr(
             sink, "emit_texts", None
         )
-        # The sink's per-delta appender of text-deltas, for the open step (None outside one).
-        self._text_appender: Optional[Callable[[str, int, int], Callable[[str], int]]] = getattr(
-            sink, "text_appender", None
-        )
-        self._append_text: Optional[Callable[[str], int]] = None
-        self._append_reasoning: Optional[Callable[[str], int]] = None
         self._lock = threading.Lock()
         self._state = state
+        # The step machine's state (step_moves), and the open step's own data: ``_open`` is
+        # set exactly while ``_phase`` is IN_STEP; only _move() changes either.
         self._phase = _IDLE
+        self._open: Optional[_OpenStep] = None
         self._next_step = completed_steps
-        self._step: Optional[int] = None
-        self._attempt = 1
-        self._call_ids: List[str] = []  # tool-call ids of the open attempt, for reset_step()
+        self._last_attempt = 1
         # Process groups the driver reported from this turn's thread (process_group_started).
         self._groups = ProcessGroups()
 
@@ -131,23 +147,41 @@ class TurnContext:
     @property
     def step(self) -> Optional[int]:
         """The number of the open step, or ``None`` outside a step."""
-        return self._step
+        open_step = self._open
+        return open_step.step if open_step is not None else None
 
     @property
     def attempt(self) -> int:
         """The attempt of the open (or last) step, 1 or more when a step is run again."""
-        return self._attempt
+        open_step = self._open
+        return open_step.attempt if open_step is not None else self._last_attempt
 
     # ------------------------------------------------------------------ the state machine
 
-    def _move(self, action: str, name: str) -> None:
-        """Check and apply one transition (:mod:`~bridge_client.bridge.step_moves`); the
-        caller holds ``self._lock``."""
-        self._phase = step_moves.move(self._phase, action, name, self._step)
+    def _move(self, action: str, name: str, opened: Optional[_OpenStep] = None) -> None:
+        """Check and apply one transition (:mod:`~bridge_client.bridge.step_moves`), with the
+        step it opens (``start_step``); the caller holds ``self._lock``."""
+        phase = step_moves.move(self._phase, action, name, self.step)
+        if phase != self._phase:
+            if self._open is not None:
+                self._last_attempt = self._open.attempt
+            self._open = opened if phase == _IN_STEP else None
+            self._phase = phase
 
-    def _check(self, action: str, name: str) -> None:
-        """Raise like :meth:`_move` would, without moving (used before a write that may fail)."""
-        step_moves.check(self._phase, action, name, self._step)
+    def _check(self, action: str, name: str) -> Optional[_OpenStep]:
+        """Raise like :meth:`_move` would, without moving (used before a write that may fail).
+
+        Returns:
+            The open step, or ``None`` outside a step (for an action allowed there)."""
+        step_moves.check(self._phase, action, name, self.step)
+        return self._open
+
+    def _in_step(self, name: str, action: str = "part") -> _OpenStep:
+        """:meth:`_check` for an action the table allows only inside a step: the open step."""
+        step_moves.check(self._phase, action, name, self.step)
+        open_step = self._open
+        assert open_step is not None  # the table moves these actions from IN_STEP only
+        return open_step
 
     # ------------------------------------------------------------------ emitting
 
@@ -166,19 +200,16 @@ class TurnContext:
             step = self._next_step
             attempt = self._sink.next_attempt(step)
             self._sink.emit("step-start", step, attempt, {})
-            self._move("start_step", "start_step")
-            self._step, self._attempt = step, attempt
+            self._move("start_step", "start_step", _OpenStep(step, attempt, self._sink))
             self._next_step = step + 1
-            self._call_ids = []
-            if self._text_appender is not None:
-                self._append_text = self._text_appender("text-delta", step, attempt)
-                self._append_reasoning = self._text_appender("reasoning-delta", step, attempt)
             return step
 
     def _part(self, name: str, kind: str, fields: Dict[str, Any]) -> None:
         with self._lock:
-            self._check("part", name)
-            self._sink.emit(kind, self._step, self._attempt, fields)
+            open_step = self._in_step(name)
+            self._sink.emit(kind, open_step.step, open_step.attempt, fields)
+            if kind == "tool-call":
+                open_step.call_ids.append(fields["toolCallId"])
 
     def text(self, s: str) -> None:
         """Emit a ``text-delta`` (model text) in the open step.
@@ -192,13 +223,15 @@ class TurnContext:
         lock = self._lock
         lock.acquire()  # not ``with``: its __exit__ call is a good part of this path's cost
         try:
-            append = self._append_text  # set only while a step is open
+            open_step = self._open
+            if open_step is None:
+                self._move("part", "text")  # raises
+                return
+            append = open_step.append_text
             if append is not None:
                 append(s)
                 return
-            if self._phase != _IN_STEP:
-                self._move("part", "text")  # raises
-            self._sink.emit("text-delta", self._step, self._attempt, {"text": s})
+            self._sink.emit("text-delta", open_step.step, open_step.attempt, {"text": s})
         finally:
             lock.release()
 
@@ -222,16 +255,14 @@ class TurnContext:
             if type(c) is not str and not isinstance(c, str):
                 raise TypeError(f"texts() takes str values, got {type(c).__name__}")
         with self._lock:
-            if self._phase != _IN_STEP:
-                self._move("part", "texts")  # raises
+            open_step = self._in_step("texts")
             if not items:
                 return
-            assert self._step is not None
             if self._emit_texts is not None:
-                self._emit_texts("text-delta", self._step, self._attempt, items)
+                self._emit_texts("text-delta", open_step.step, open_step.attempt, items)
                 return
             for c in items:
-                self._sink.emit("text-delta", self._step, self._attempt, {"text": c})
+                self._sink.emit("text-delta", open_step.step, open_step.attempt, {"text": c})
 
     def reasoning(self, s: str) -> None:
         """Emit a ``reasoning-delta`` in the open step.
@@ -245,12 +276,12 @@ class TurnContext:
         lock = self._lock
         lock.acquire()  # text()'s path, for reasoning-delta
         try:
-            append = self._append_reasoning  # set only while a step is open
+            open_step = self._in_step("reasoning")
+            append = open_step.append_reasoning
             if append is not None:
                 append(s)
                 return
-            self._check("part", "reasoning")
-            self._sink.emit("reasoning-delta", self._step, self._attempt, {"text": s})
+            self._sink.emit("reasoning-delta", open_step.step, open_step.attempt, {"text": s})
         finally:
             lock.release()
 
@@ -268,7 +299,6 @@ class TurnContext:
         _need_str(tool_call_id=tool_call_id, tool_name=tool_name)
         fields = {"toolCallId": tool_call_id, "toolName": tool_name, "input": input}
         self._part("tool_call", "tool-call", fields)
-        self._call_ids.append(tool_call_id)
 
     def tool_result(self, tool_call_id: str, tool_name: str, output: Any, is_error: bool = False) -> None:
         """Emit a ``tool-result`` in the open step.
@@ -292,11 +322,11 @@ class TurnContext:
         """
         _need_str(name=name)
         with self._lock:
-            self._check("data", "data")
+            open_step = self._check("data", "data")
             self._sink.emit(
                 "data",
-                self._step,
-                self._attempt if self._step is not None else 1,
+                open_step.step if open_step is not None else None,
+                open_step.attempt if open_step is not None else 1,
                 {"name": name, "data": value},
             )
 
@@ -314,12 +344,9 @@ class TurnContext:
         """
         _need_str(finish_reason=finish_reason)
         with self._lock:
-            self._check("finish_step", "finish_step")
-            assert self._step is not None
-            self._sink.finish_step(self._step, self._attempt, finish_reason, usage)
+            open_step = self._in_step("finish_step", "finish_step")
+            self._sink.finish_step(open_step.step, open_step.attempt, finish_reason, usage)
             self._move("finish_step", "finish_step")
-            self._step = None
-            self._append_text = self._append_reasoning = None
 
     def reset_step(self, reason: str) -> None:
         """Abandon the open attempt of the step: emit ``step-reset`` (:doc:`protocol`, "Values"), so
@@ -338,20 +365,17 @@ class TurnContext:
         """
         _need_str(reason=reason)
         with self._lock:
-            self._check("reset_step", "reset_step")
-            assert self._step is not None
+            open_step = self._in_step("reset_step", "reset_step")
             fields = {
-                "discardedAttempt": self._attempt,
+                "discardedAttempt": open_step.attempt,
                 "reason": reason,
-                "toolCallIds": list(self._call_ids),
+                "toolCallIds": list(open_step.call_ids),
             }
-            self._sink.emit("step-reset", self._step, self._attempt, fields)
+            self._sink.emit("step-reset", open_step.step, open_step.attempt, fields)
             self._move("reset_step", "reset_step")
             if self._interactive is not None:
-                self._interactive.step_reset(self._step, self._attempt)
-            self._next_step = self._step
-            self._step = None
-            self._append_text = self._append_reasoning = None
+                self._interactive.step_reset(open_step.step, open_step.attempt)
+            self._next_step = open_step.step
 
     # ------------------------------------------------------------------ interactive turns
 
@@ -397,13 +421,11 @@ class TurnContext:
         if not offered or any(c not in APPROVAL_CHOICES for c in offered):
             raise ValueError(f"choices must be a non-empty subset of {', '.join(APPROVAL_CHOICES)}")
         with self._lock:
-            self._check("part", "ask_approval")
-            step, attempt = self._step, self._attempt
+            open_step = self._in_step("ask_approval")
         sink = self._interactive
         if sink is None or not sink.approvals:
             return _ALLOW_ONCE
-        assert step is not None
-        return sink.ask(step, attempt, tool_call_id, tool_name, input, offered, title)
+        return sink.ask(open_step.step, open_step.attempt, tool_call_id, tool_name, input, offered, title)
 
     def take_messages(self) -> List[UserMessage]:
         """The user messages added to this turn that this run has not taken yet, in the order
@@ -445,9 +467,11 @@ class TurnContext:
             RuntimeError: the turn is over.
         """
         with self._lock:
-            self._check("set_state", "set_state")
-            step = self._step
-            state = self._sink.set_state(data, step, self._attempt if step is not None else 1)
+            open_step = self._check("set_state", "set_state")
+            if open_step is None:
+                state = self._sink.set_state(data, None, 1)
+            else:
+                state = self._sink.set_state(data, open_step.step, open_step.attempt)
             self._state = state
             return state
 
@@ -471,10 +495,9 @@ class TurnContext:
             ``None``. Every later call on the context raises ``RuntimeError``.
         """
         with self._lock:
-            open_step = (self._step, self._attempt) if self._step is not None else None
-            self._phase = _CLOSED
-            self._append_text = self._append_reasoning = None
-            return open_step
+            open_step = self._open
+            self._phase, self._open = _CLOSED, None
+            return (open_step.step, open_step.attempt) if open_step is not None else None
 
 
 

@@ -330,9 +330,8 @@ def call_host_tool(ctx: Any, tool_call_id: str, tool_name: str, input: Any) -> T
         RuntimeError: no step is open, or the turn is over. TypeError: ``input`` is not JSON.
     """
     with ctx._lock:
-        ctx._check("part", "call_host_tool")
-        step, attempt = ctx._step, ctx._attempt
+        open_step = ctx._in_step("call_host_tool")
     sink = ctx._interactive
-    if not isinstance(sink, TurnInteraction) or step is None:
+    if not isinstance(sink, TurnInteraction):
         raise RuntimeError("call_host_tool() needs a turn run by the bridge")
-    return calls_of(sink).call(step, attempt, tool_call_id, tool_name, input)
+    return calls_of(sink).call(open_step.step, open_step.attempt, tool_call_id, tool_name, input)
