@@ -15,33 +15,13 @@ from ..wire.parts import APPROVAL_CHOICES, Part, SessionState, UserMessage
 from . import step_moves
 from .child_process import ProcessGroups, ReadOnlyEnv, bind_groups, bound_env, child_environ
 from .driver_types import Decision, InteractiveSink, TurnSink
+from .open_step import OpenStep
 
 __all__ = ["TurnContext"]
 
 _ALLOW_ONCE = Decision("allow-once", None, "policy")
 
 _IDLE, _IN_STEP, _CLOSED = step_moves.IDLE, step_moves.IN_STEP, step_moves.CLOSED
-
-
-class _OpenStep:
-    """The open step: its number and attempt, the tool-call ids of the attempt (for
-    ``reset_step``), and the sink's per-delta appenders for it (``None`` when the sink has
-    none)."""
-
-    __slots__ = ("step", "attempt", "call_ids", "append_text", "append_reasoning")
-
-    def __init__(self, step: int, attempt: int, sink: TurnSink) -> None:
-        self.step = step
-        self.attempt = attempt
-        self.call_ids: List[str] = []
-        appender: Optional[Callable[[str, int, int], Callable[[str], int]]] = getattr(
-            sink, "text_appender", None
-        )
-        self.append_text: Optional[Callable[[str], int]] = None
-        self.append_reasoning: Optional[Callable[[str], int]] = None
-        if appender is not None:
-            self.append_text = appender("text-delta", step, attempt)
-            self.append_reasoning = appender("reasoning-delta", step, attempt)
 
 
 class TurnContext:
@@ -102,7 +82,7 @@ class TurnContext:
         # The step machine's state (step_moves), and the open step's own data: ``_open`` is
         # set exactly while ``_phase`` is IN_STEP; only _move() changes either.
         self._phase = _IDLE
-        self._open: Optional[_OpenStep] = None
+        self._open: Optional[OpenStep] = None
         self._next_step = completed_steps
         self._last_attempt = 1
         # Process groups the driver reported from this turn's thread (process_group_started).
@@ -158,7 +138,7 @@ class TurnContext:
 
     # ------------------------------------------------------------------ the state machine
 
-    def _move(self, action: str, name: str, opened: Optional[_OpenStep] = None) -> None:
+    def _move(self, action: str, name: str, opened: Optional[OpenStep] = None) -> None:
         """Check and apply one transition (:mod:`~bridge_client.bridge.step_moves`), with the
         step it opens (``start_step``); the caller holds ``self._lock``."""
         phase = step_moves.move(self._phase, action, name, self.step)
@@ -168,7 +148,7 @@ class TurnContext:
             self._open = opened if phase == _IN_STEP else None
             self._phase = phase
 
-    def _check(self, action: str, name: str) -> Optional[_OpenStep]:
+    def _check(self, action: str, name: str) -> Optional[OpenStep]:
         """Raise like :meth:`_move` would, without moving (used before a write that may fail).
 
         Returns:
@@ -176,7 +156,7 @@ class TurnContext:
         step_moves.check(self._phase, action, name, self.step)
         return self._open
 
-    def _in_step(self, name: str, action: str = "part") -> _OpenStep:
+    def _in_step(self, name: str, action: str = "part") -> OpenStep:
         """:meth:`_check` for an action the table allows only inside a step: the open step."""
         step_moves.check(self._phase, action, name, self.step)
         open_step = self._open
@@ -200,7 +180,7 @@ class TurnContext:
             step = self._next_step
             attempt = self._sink.next_attempt(step)
             self._sink.emit("step-start", step, attempt, {})
-            self._move("start_step", "start_step", _OpenStep(step, attempt, self._sink))
+            self._move("start_step", "start_step", OpenStep(step, attempt, self._sink))
             self._next_step = step + 1
             return step
 
@@ -498,7 +478,6 @@ class TurnContext:
             open_step = self._open
             self._phase, self._open = _CLOSED, None
             return (open_step.step, open_step.attempt) if open_step is not None else None
-
 
 
 def _need_str(**values: Any) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 from ..wire.frames import Failure, Interrupted, RequestId, Success, encode_chunk_raw
 from .dispatch import die
 from .turns import Turn
 
-__all__ = ["ReadStream", "StreamConnection"]
+__all__ = ["ReadStream", "StreamConnection", "MOVES"]
 
 log = logging.getLogger("bridge_client.bridge.server")  # one logger for all the server's modules
 
@@ -44,6 +44,39 @@ class StreamConnection(Protocol):
         """As :meth:`send_exit`, only if it goes at once (``try_send``); ``None`` when not."""
 
 
+
+# Who sends for a stream, as one table (as h11 keys its readers by state): a thread that
+# finds work takes the stream (IDLE -> SENDING) and alone moves its position; work that comes
+# while it sends marks AGAIN, so it makes one more pass; ENDED is for good.
+IDLE = "idle"
+SENDING = "sending"
+AGAIN = "sending, more to do"
+ENDED = "ended"
+
+# (state, event) -> (next state, whether the calling thread now acts: sends, or ends it).
+#   work: an Ack, or new parts with no Chunk in flight. stop: Interrupt or the socket closed.
+#   rest: the sender's pass found nothing more it may send (or a Chunk awaits its Ack).
+#   more: the sender's pass ends with work that came meanwhile and no Chunk in flight.
+#   end: the sender ends the stream (turn-finish sent, stopped, or failed).
+MOVES: Dict[Tuple[str, str], Tuple[str, bool]] = {
+    (IDLE, "work"): (SENDING, True),
+    (SENDING, "work"): (AGAIN, False),
+    (AGAIN, "work"): (AGAIN, False),
+    (ENDED, "work"): (ENDED, False),
+    (IDLE, "stop"): (ENDED, True),
+    (SENDING, "stop"): (SENDING, False),  # the sender sees the reason and ends it
+    (AGAIN, "stop"): (AGAIN, False),
+    (ENDED, "stop"): (ENDED, False),
+    (SENDING, "rest"): (IDLE, False),
+    (AGAIN, "rest"): (IDLE, False),  # the Ack of the Chunk in flight brings the rest
+    (AGAIN, "more"): (SENDING, True),
+    (SENDING, "end"): (ENDED, True),
+    (AGAIN, "end"): (ENDED, True),
+    (ENDED, "end"): (ENDED, False),  # ended already (a failure raced it): nothing more
+}
+
+_PUMP = object()  # handed to the stream's own thread: go on sending (else: an Exit's value)
+
 class ReadStream:
     """One ReadTurn: sends the turn's committed parts from ``offset`` as Chunks, one Chunk and
     then the host's Ack before the next, and ends with Exit right after ``turn-finish``.
@@ -58,10 +91,9 @@ class ReadStream:
     Exit goes the same way: at once from such a thread, else from the stream's own (a thread
     that holds the store's commit must never wait on a peer, not even for the last frame).
 
-    State, under ``_lock``: ``_busy`` (a thread is sending for the stream: it alone moves
-    ``position``), ``_again`` (work came while busy), ``_inflight`` (a Chunk awaits its Ack),
-    ``_handoff`` (the stream's thread should take over), ``_ended`` (the end is under way),
-    ``_final`` (the Exit's value, when the stream's thread is to send it).
+    State, under ``_lock``: ``_state`` (who sends: a key of :data:`MOVES`), ``_inflight`` (a
+    Chunk awaits its Ack: the one-Chunk window), ``_stop_reason``, and ``_handed`` (what the
+    stream's own thread is to do next: go on sending, or send the Exit it holds).
     """
 
     def __init__(
@@ -75,14 +107,19 @@ class ReadStream:
         self.position = offset
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._busy = True  # start() sends the first Chunks (from the offset)
-        self._again = False
+        self._state = SENDING  # start() sends the first Chunks (from the offset)
         self._inflight = False
-        self._handoff = False
-        self._ended = False
         self._stop_reason: Optional[str] = None
-        self._final: Any = None
+        self._handed: Any = None
         self._thread: Optional[threading.Thread] = None
+
+    def _on(self, event: str) -> bool:
+        """Apply ``event`` to the state (the caller holds ``_lock``); True when the calling
+        thread now acts (sends, or ends the stream)."""
+        self._state, acts = MOVES[(self._state, event)]
+        if self._state is ENDED:
+            self._cond.notify_all()
+        return acts
 
     def start(self) -> None:
         """Start streaming: send what is committed from the offset (in the calling thread,
@@ -100,23 +137,17 @@ class ReadStream:
         """The host took the last Chunk: send the next one now, if parts wait."""
         with self._lock:
             self._inflight = False
-            if self._busy:
-                self._again = True
+            if not self._on("work"):
                 return
-            if self._stop_reason is not None or self._ended:
-                return
-            self._busy = True
         self._guarded(True)
 
     def poke(self) -> None:
         """New parts are committed (see :class:`~bridge_client.bridge.turns.Reader`)."""
         with self._lock:
-            if self._busy:
-                self._again = True
+            if self._inflight and self._state is IDLE:
+                return  # the Ack of the Chunk in flight sends them
+            if not self._on("work"):
                 return
-            if self._inflight or self._stop_reason is not None or self._ended:
-                return
-            self._busy = True
         self._guarded(True)
 
     def stop(self, reason: str) -> None:
@@ -126,9 +157,8 @@ class ReadStream:
             if self._stop_reason is None:
                 self._stop_reason = reason
             self._cond.notify_all()
-            if self._busy or self._ended:
+            if not self._on("stop"):
                 return
-            self._busy = self._ended = True
         self._stopped()
 
     def _guarded(self, inline: bool) -> None:
@@ -138,15 +168,16 @@ class ReadStream:
         except Exception as exc:
             log.exception("connection %d: ReadTurn %r failed", self.conn.number, self.request_id)
             with self._lock:
-                self._ended = True
+                self._state = ENDED
                 self._cond.notify_all()
             self.turn.remove_reader(self)
             self.conn.forget(self)
             self._finish(die(f"{type(exc).__name__}: {exc}"), inline)
 
     def _pump(self, inline: bool) -> None:
-        """Send what the host may get now; the caller set ``_busy`` (which this clears, or
-        hands to the stream's thread). ``inline``: a thread that must not wait on the socket."""
+        """Send what the host may get now; the calling thread holds the stream (SENDING), and
+        gives it up here, or hands it to the stream's thread. ``inline``: a thread that must
+        not wait on the socket."""
         turn = self.turn
         while True:
             if self._stop_reason is not None:
@@ -160,7 +191,7 @@ class ReadStream:
                 if sent is None:  # not at once: the stream's own thread sends it
                     with self._lock:
                         self._inflight = False
-                    if self._hand_off():
+                    if self._hand_off(_PUMP):
                         return
                     sent = self.conn.send(frame)  # no thread to be had: send it here
                     with self._lock:
@@ -175,26 +206,22 @@ class ReadStream:
             with self._lock:
                 if self._stop_reason is not None:
                     continue  # a stop came while this thread held the stream: it ends it (above)
-                if self._again and not self._inflight:
-                    self._again = False
+                if self._state is AGAIN and not self._inflight:
+                    self._on("more")
                     continue
-                self._again = False
-                self._busy = False
+                self._on("rest")
                 return
-        with self._lock:  # stopped: this thread ends the stream
-            self._busy = True
-            ended, self._ended = self._ended, True
-            self._cond.notify_all()
-        if not ended:
+        with self._lock:  # stopped: this thread ends the stream, unless it has ended already
+            ends = self._on("end")
+        if ends:
             self._stopped(inline)
 
-    def _hand_off(self, final: Any = None) -> bool:
-        """Give the stream (``_busy`` and all) to its own thread, started now if it has none;
-        with ``final``, the thread only answers the request with it (the Exit).
-        False when no thread can be started (the caller sends itself)."""
+    def _hand_off(self, task: Any) -> bool:
+        """Give the stream to its own thread, started now if it has none: ``_PUMP`` (it goes
+        on sending, holding the stream), or an Exit's value (it only answers the request).
+        False when no thread can be started (the caller goes on itself)."""
         with self._lock:
-            self._handoff = True
-            self._final = final
+            self._handed = task
             self._cond.notify_all()
             if self._thread is not None:
                 return True
@@ -208,22 +235,20 @@ class ReadStream:
             log.warning("connection %d: cannot start a stream's thread (%s)", self.conn.number, exc)
             with self._lock:
                 self._thread = None
-                self._handoff = False
-                self._final = None
+                self._handed = None
             return False
         return True
 
     def _end(self, inline: bool) -> None:
         """``turn-finish`` is sent: answer Exit Success."""
         with self._lock:
-            self._ended = True
-            self._cond.notify_all()
+            self._on("end")
         self.turn.remove_reader(self)
         self.conn.forget(self)
         self._finish(Success(None), inline)
 
     def _stopped(self, inline: bool = False) -> None:
-        """The end after :meth:`stop`, once (whoever set ``_ended``)."""
+        """The end after :meth:`stop`, once (by the thread that moved the stream to ENDED)."""
         self.turn.remove_reader(self)
         self.conn.forget(self)
         if self._stop_reason == "interrupt":
@@ -244,15 +269,14 @@ class ReadStream:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._handoff and not self._ended:
+                while self._handed is None and self._state is not ENDED:
                     self._cond.wait()
-                if not self._handoff:
+                if self._handed is None:
                     # Gone under the lock: an Exit handed off after this starts a new thread.
                     self._thread = None
                     return
-                self._handoff = False
-                final, self._final = self._final, None
-            if final is not None:
-                self.conn.send_exit(self.request_id, final)
+                task, self._handed = self._handed, None
+            if task is not _PUMP:
+                self.conn.send_exit(self.request_id, task)
                 return
             self._guarded(False)
