@@ -149,7 +149,7 @@ def _with_fields(session_options: CreateSessionOptions, fields: Dict[str, Any]) 
     return dataclasses.replace(session_options, **fields)
 
 
-NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "copilot", "cline", "vibe", "aider"))
+NO_HOST_TOOLS = frozenset(("pi", "echo", "shell", "vibe", "aider"))
 """The built-in drivers that cannot offer host tools to their agent (yet)."""
 
 

@@ -88,7 +88,8 @@ from typing import Any, Dict, List, Optional
 from ..bridge.driver import TurnContext, TurnResult
 from ..wire.parts import ToolCall
 from ..driver_options import check_agent_options
-from .acp_parts import UpdateMapper, ask_permission, policy_permission, taken_messages
+from .acp_parts import UpdateMapper, ask_permission, policy_permission, prompt_end, stop_reason
+from .acp_parts import taken_messages
 from .acp_fs import serve_fs
 from .acp_journal import ToolJournal, completed_calls, recap
 from .acp_stop import POLITE_GRACE, stop_agent
@@ -111,15 +112,6 @@ DEFAULT_CONTINUE_PROMPT = (
 
 REPLAY_QUIET = 0.5
 """Seconds of silence after ``session/load``'s answer that end the replayed history."""
-
-_STOP_REASONS = {
-    "end_turn": ("stop", "stop"),
-    "max_tokens": ("stop", "max-tokens"),
-    "max_turn_requests": ("max-steps", "max-steps"),
-    "cancelled": ("cancelled", "cancelled"),
-    "refusal": ("error", "refusal"),
-}
-"""ACP ``stopReason`` → (the turn's finish reason, the last step's finish reason)."""
 
 log = logging.getLogger("bridge_client.drivers.acp")
 
@@ -199,7 +191,7 @@ class AcpDriver:
             result = self._prompt(ctx, agent, mapper, prompt)
             # ACP takes no prompt while one runs: the user's messages sent meanwhile are the
             # next prompt of the same turn, once the agent ended this one.
-            while _stop_reason(result) == "end_turn" and not ctx.cancelled.is_set():
+            while stop_reason(result) == "end_turn" and not ctx.cancelled.is_set():
                 later = taken_messages(ctx)
                 if not later:
                     break
@@ -221,14 +213,9 @@ class AcpDriver:
             if ctx.cancelled.is_set():
                 return TurnResult("cancelled")
             return TurnResult("error", None, f"the ACP agent answered session/prompt with an error: {exc}")
-        stop = result.get("stopReason") if isinstance(result, dict) else None
-        turn_reason, step_reason = _STOP_REASONS.get(str(stop), ("stop", str(stop or "stop")))
+        turn_reason, step_reason, usage, error = prompt_end(result)
         mapper.close(step_reason)
-        usage = result.get("usage") if isinstance(result, dict) else None
-        usage = usage if isinstance(usage, dict) else None
-        if turn_reason == "error":
-            return TurnResult("error", usage, f"the ACP agent stopped the turn: stopReason {stop}")
-        return TurnResult(turn_reason, usage)
+        return TurnResult(turn_reason, usage, error)
 
     # ------------------------------------------------------------------ the agent process
 
@@ -248,13 +235,17 @@ class AcpDriver:
                 log.info("session %s: its environment changed, starting its ACP agent again", ctx.session_id)
             self._stop(slot)
         self._make_room()
+        relay = acp_host.open_relay(ctx)  # the host tools' relay, for the agent's life
         try:
-            proc = JsonLinesProcess(self.argv, workspace_dir(), keep_stdin=True, env=env)
-        except CLIStartError as exc:
-            raise _Failed(f"cannot start the ACP agent: {exc}") from None
-        agent = slot.agent = AgentProcess(proc, env)
+            proc = JsonLinesProcess(self.agent_command(relay), workspace_dir(), keep_stdin=True, env=env)
+        except BaseException as exc:
+            if relay is not None:
+                relay.close()
+            if isinstance(exc, CLIStartError):
+                raise _Failed(f"cannot start the ACP agent: {exc}") from None
+            raise
+        agent = slot.agent = AgentProcess(proc, env, relay)
         try:
-            agent.relay = acp_host.open_relay(ctx)  # the host tools' relay, for the agent's life
             self._initialize(ctx, agent)
         except BaseException:
             self._stop(slot)
@@ -321,7 +312,7 @@ class AcpDriver:
         wanted = wanted if isinstance(wanted, str) and wanted else None
         if agent.session_id is not None and agent.session_id == wanted:
             return True
-        cwd, servers = workspace_dir(), self.mcp_servers + acp_host.mcp_servers(agent.relay)
+        cwd, servers = workspace_dir(), self.mcp_servers + self.session_mcp_servers(agent.relay)
         if wanted is not None:
             if agent.capabilities.get("loadSession") is True:
                 try:
@@ -417,11 +408,13 @@ class AcpDriver:
 
     def _permission(self, ctx: TurnContext, mapper: UpdateMapper, params: Dict[str, Any]) -> Dict[str, Any]:
         """With approvals on, ask the host; else the ``permission`` policy chooses."""
-        tool = mapper.asked(params.get("toolCall"))
-        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         call = params.get("toolCall")
+        known = mapper.tools.get(str(call.get("toolCallId"))) if isinstance(call, dict) else None
+        announced = known.fields.get("title") if known is not None else None  # before the ask's
+        tool = mapper.asked(call)
+        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         raw = call.get("rawInput") if isinstance(call, dict) else None
-        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title"), raw):
+        if tool is not None and acp_host.host_tool_asked(ctx, tool.fields.get("title"), raw, announced):
             return policy_permission(ctx, tool, options, "allow")  # a host tool: runs unasked
         if ctx.approvals:
             return ask_permission(ctx, mapper, tool, options)
@@ -438,6 +431,15 @@ class AcpDriver:
         self._stop(slot)
         status = f"status {code}" if code is not None else "still running"
         return f"the ACP agent exited ({status}) before the turn ended" + (f": {tail}" if tail else "")
+
+    def agent_command(self, relay: Optional[acp_host.AgentRelay]) -> List[str]:
+        """The agent's command line, naming the ``host`` server where the agent takes it so
+        (default: ``argv`` as it is; the server goes in ``session/new``)."""
+        return self.argv
+
+    def session_mcp_servers(self, relay: Optional[acp_host.AgentRelay]) -> List[Dict[str, Any]]:
+        """The ``host`` MCP server for ``session/new`` and ``session/load``."""
+        return acp_host.mcp_servers(relay)
 
     def _stop(self, slot: Slot, polite: float = POLITE_GRACE) -> None:
         """End the slot's agent and its process group (see :func:`stop_agent`)."""
@@ -483,10 +485,6 @@ class AcpDriver:
             slots = list(self._slots.values())
         for slot in slots:
             self._stop(slot)
-
-
-def _stop_reason(result: Any) -> Any:
-    return result.get("stopReason") if isinstance(result, dict) else None
 
 
 def make_driver(options: Any) -> AcpDriver:

@@ -15,13 +15,16 @@ false: a later protocol's form) cannot call host tools: :func:`check_stdio` refu
 A permission the agent asks for a call of a host tool (``session/request_permission`` whose
 ``toolCall`` title names it as ``mcp__host__NAME``, the name Claude Code gives it, or as
 ``NAME (host MCP Server)``, the Gemini CLI's form, or whose ``rawInput`` names the server
-``host`` and the tool, codex-acp's form) is allowed by the driver when the tool is
+``host`` and the tool, codex-acp's form, or titled ``host__NAME: INPUT``, Cline's, or
+whose call was announced as ``host-NAME``, Copilot's) is allowed by the driver when the tool is
 not marked ``approve=True`` (:func:`host_tool_asked`), as the ``claude-code`` driver allows
 its host tools; a tool marked ``approve=True`` goes through the driver's permission policy,
 or the host's approval flow with approvals on.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
@@ -29,7 +32,9 @@ from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config
 from .mcp_config import SERVER_NAME
 
-__all__ = ["AgentRelay", "open_relay", "mcp_servers", "check_stdio", "host_tool_asked"]
+__all__ = [
+    "AgentRelay", "open_relay", "mcp_servers", "check_stdio", "host_tool_asked", "write_private_json"
+]
 
 
 class AgentRelay(HostRelay):
@@ -69,6 +74,16 @@ def mcp_servers(relay: Optional[AgentRelay]) -> List[Dict[str, Any]]:
     return [{"name": SERVER_NAME, "command": config["command"], "args": config["args"], "env": env}]
 
 
+def write_private_json(relay: AgentRelay, name: str, value: Any) -> str:
+    """Write ``value`` as the JSON file ``name`` (mode 0600) in the relay's private folder, for
+    an agent that reads its MCP servers from a file; returns the file's path."""
+    path = os.path.join(os.path.dirname(relay.path), name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    return path
+
+
 def check_stdio(capabilities: Dict[str, Any]) -> Optional[str]:
     """Why an agent of these ``agentCapabilities`` cannot call host tools, or ``None``."""
     mcp = capabilities.get("mcpCapabilities")
@@ -80,11 +95,13 @@ def check_stdio(capabilities: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def host_tool_asked(ctx: Any, title: Any, raw_input: Any = None) -> bool:
+def host_tool_asked(ctx: Any, title: Any, raw_input: Any = None, announced: Any = None) -> bool:
     """Whether a permission request titled ``title`` (its tool call's ``rawInput``:
-    ``raw_input``) is for a host tool that runs without asking (one not marked
-    ``approve=True``)."""
+    ``raw_input``; the title the call was announced with before: ``announced``) is for a host
+    tool that runs without asking (one not marked ``approve=True``)."""
     name = _asked_name(title, raw_input)
+    if name is None and isinstance(announced, str) and announced.startswith(f"{SERVER_NAME}-"):
+        name = announced[len(SERVER_NAME) + 1:]  # Copilot: "host-NAME", then asked as "NAME"
     return name is not None and any(t["name"] == name and not t.get("approve") for t in host_tools(ctx))
 
 
@@ -97,6 +114,8 @@ def _asked_name(title: Any, raw_input: Any) -> Optional[str]:
         return title[len(prefix):]
     if isinstance(title, str) and title.endswith(suffix):
         return title[: -len(suffix)]
+    if isinstance(title, str) and title.startswith(f"{SERVER_NAME}__"):  # Cline: 'host__NAME: {...}'
+        return title[len(SERVER_NAME) + 2:].split(":", 1)[0]
     # codex-acp: {"server_name": "host", "request": {"message": 'Allow ... run tool "NAME"?'}}
     if isinstance(raw_input, dict) and raw_input.get("server_name") == SERVER_NAME:
         request = raw_input.get("request")

@@ -27,13 +27,41 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..bridge.driver import TurnContext
 from .acp_journal import recap
 from .stream_control import approval_title
 
-__all__ = ["UpdateMapper", "tool_output", "ask_permission", "policy_permission", "taken_messages"]
+__all__ = [
+    "UpdateMapper", "tool_output", "ask_permission", "policy_permission", "taken_messages", "stop_reason",
+    "prompt_end",
+]
+
+_STOP_REASONS = {
+    "end_turn": ("stop", "stop"),
+    "max_tokens": ("stop", "max-tokens"),
+    "max_turn_requests": ("max-steps", "max-steps"),
+    "cancelled": ("cancelled", "cancelled"),
+    "refusal": ("error", "refusal"),
+}
+"""ACP ``stopReason`` → (the turn's finish reason, the last step's finish reason)."""
+
+
+def stop_reason(result: Any) -> Any:
+    """The ``stopReason`` of a ``session/prompt`` answer (``None`` when it has none)."""
+    return result.get("stopReason") if isinstance(result, dict) else None
+
+
+def prompt_end(result: Any) -> Tuple[str, str, Optional[Dict[str, Any]], Optional[str]]:
+    """How a ``session/prompt`` answer ends the turn: ``(the turn's finish reason, the last
+    step's, the answer's usage or None, the error message or None)``."""
+    stop = stop_reason(result)
+    turn_reason, step_reason = _STOP_REASONS.get(str(stop), ("stop", str(stop or "stop")))
+    usage = result.get("usage") if isinstance(result, dict) else None
+    usage = usage if isinstance(usage, dict) else None
+    error = f"the ACP agent stopped the turn: stopReason {stop}" if turn_reason == "error" else None
+    return turn_reason, step_reason, usage, error
 
 _ENDED = ("completed", "failed")
 _STARTED = ("in_progress",) + _ENDED

@@ -16,9 +16,11 @@ driver* page, :doc:`drivers/acp`); with approvals off the ``permission`` policy 
 ``reject`` elsewhere (a ``LocalSandbox``: the agent's commands would run as you).
 
 Host tools: the ``acp`` driver passes the MCP server named ``host`` in ``session/new``; a
-preset offers them where its CLI was shown to call them (``supports_host_tools``: opencode and
-codex-acp); the others refuse a session with tools (``ToolsUnsupported``; why, in the
-*Host tools* guide's table).
+preset whose CLI ignores those names it in the CLI's own way (``agent_command``: copilot's
+``--additional-mcp-config``, cline's MCP settings file). A preset offers them where its CLI
+was shown to call them (``supports_host_tools``: opencode, codex-acp, copilot, cline); the
+others refuse a session with tools (``ToolsUnsupported``; why, in the *Host tools* guide's
+table).
 """
 
 from __future__ import annotations

@@ -18,14 +18,16 @@ class AgentProcess:
     its connection, the environment it was started with, its ``initialize`` answer, its open
     ACP session, and the host tools' relay it was given (``None`` without host tools)."""
 
-    def __init__(self, proc: JsonLinesProcess, env: Dict[str, str]) -> None:
+    def __init__(
+        self, proc: JsonLinesProcess, env: Dict[str, str], relay: Optional[AgentRelay] = None
+    ) -> None:
         self.proc = proc
         self.conn = AcpConnection(proc)
         self.env = env
         self.capabilities: Dict[str, Any] = {}
         self.auth_methods: List[Any] = []
         self.session_id: Optional[str] = None
-        self.relay: Optional[AgentRelay] = None
+        self.relay = relay
         self.last_used = time.monotonic()
 
     @property

@@ -45,10 +45,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
+from ..bridge.host_relay import mcp_server_config
 from ..driver_options import check_agent_options
+from .acp_host import AgentRelay, write_private_json
 from .acp_preset import AcpPreset
+from .mcp_config import SERVER_NAME
 
 __all__ = ["ClineDriver", "make_driver"]
 
@@ -62,6 +65,7 @@ class ClineDriver(AcpPreset):
     program = "cline"
     package = "cline"
     version = "3.0.65"
+    supports_host_tools = True  # through its MCP settings file (tests/agents/test_conformance.py)
 
     def __init__(self, options: Dict[str, Any]) -> None:
         super().__init__(options)
@@ -74,6 +78,20 @@ class ClineDriver(AcpPreset):
             launch += ["--key-env", options.get("api_key_env") or "OPENAI_API_KEY"]
             launch += ["--data-root", os.path.join(root, "cline")]
         self.argv = [*launch, "--", *self.argv]
+
+    def agent_command(self, relay: Optional[AgentRelay]) -> List[str]:
+        """``argv``, with the launcher's ``--mcp-settings FILE`` naming the ``host`` server
+        when the session has host tools."""
+        if relay is None:
+            return self.argv
+        server = {**mcp_server_config(relay), "disabled": False}
+        path = write_private_json(relay, "cline_mcp_settings.json", {"mcpServers": {SERVER_NAME: server}})
+        split = self.argv.index("--")
+        return [*self.argv[:split], "--mcp-settings", path, *self.argv[split:]]
+
+    def session_mcp_servers(self, relay: Optional[AgentRelay]) -> List[Dict[str, Any]]:
+        """None: Cline has the ``host`` server from its MCP settings file."""
+        return []
 
     def agent_args(self, options: Dict[str, Any]) -> List[str]:
         """``["--acp"]``."""

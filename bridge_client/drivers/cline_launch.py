@@ -100,6 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--model", default="gpt-4o")
     parser.add_argument("--key-env", default="OPENAI_API_KEY")
     parser.add_argument("--data-root")
+    parser.add_argument("--mcp-settings")
     parser.add_argument("cline", nargs=argparse.REMAINDER)
     parser.add_argument("--watch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -121,6 +122,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         write_provider_settings(data_dir, args.base_url, args.model, key)
         # Cline's ACP mode wants CLINE_API_KEY set before session/new, and sends it as the key.
         env["CLINE_API_KEY"] = key or env.get("CLINE_API_KEY") or "none"
+    if args.mcp_settings:  # the host tools' MCP server (Cline reads no other way in ACP mode)
+        env["CLINE_MCP_SETTINGS_PATH"] = args.mcp_settings
     watchdog = _watchdog(port)
     try:
         child = subprocess.Popen(command, env=env)

@@ -18,6 +18,13 @@ a long one. Without ``base_url`` the CLI uses its GitHub login (``COPILOT_GITHUB
 ``GH_TOKEN`` or ``GITHUB_TOKEN`` in the session's environment). ``model`` is
 ``COPILOT_MODEL`` either way.
 
+Host tools (the session's ``tools``): ``copilot --acp`` offers the model no tool of the MCP
+servers ``session/new`` names, so the MCP server named ``host`` is given on the command line
+instead: ``--additional-mcp-config @FILE``, a file (mode 0600, in the relay's private folder)
+holding ``{"mcpServers": {"host": {"type": "local", ..., "tools": ["*"]}}}``. The model sees
+the tools as ``host-NAME``; Copilot asks before each call, and the driver allows a call of a
+tool not marked ``approve=True`` (:mod:`bridge_client.drivers.acp_host`).
+
 Options (``agent_options``, a JSON object or null):
     executable: the CLI program; given, it is run as is and never installed. Default:
         ``copilot`` on ``PATH``, else the copy the template installed.
@@ -32,10 +39,13 @@ Options (``agent_options``, a JSON object or null):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
+from ..bridge.host_relay import mcp_server_config
 from ..driver_options import check_agent_options
+from .acp_host import AgentRelay, write_private_json
 from .acp_preset import AcpPreset
+from .mcp_config import SERVER_NAME
 
 __all__ = ["CopilotDriver", "make_driver"]
 
@@ -47,6 +57,7 @@ class CopilotDriver(AcpPreset):
     program = "copilot"
     package = "@github/copilot"
     version = "1.0.102"
+    supports_host_tools = True  # through --additional-mcp-config (tests/agents/test_conformance.py)
 
     def agent_args(self, options: Dict[str, Any]) -> List[str]:
         """``["--acp", "--no-auto-update"]``."""
@@ -62,6 +73,19 @@ class CopilotDriver(AcpPreset):
         if options.get("model"):
             env["COPILOT_MODEL"] = options["model"]
         return env
+
+    def agent_command(self, relay: Optional[AgentRelay]) -> List[str]:
+        """``argv``, with ``--additional-mcp-config @FILE`` naming the ``host`` server when
+        the session has host tools."""
+        if relay is None:
+            return self.argv
+        server = {"type": "local", **mcp_server_config(relay), "tools": ["*"]}
+        path = write_private_json(relay, "copilot-mcp.json", {"mcpServers": {SERVER_NAME: server}})
+        return [*self.argv, "--additional-mcp-config", "@" + path]
+
+    def session_mcp_servers(self, relay: Optional[AgentRelay]) -> List[Dict[str, Any]]:
+        """None: Copilot has the ``host`` server from its command line."""
+        return []
 
 
 def make_driver(options: Any) -> CopilotDriver:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import threading
 
@@ -49,8 +50,6 @@ NO_APPROVALS = {"codex": "codex exec never asks", "gemini": "headless, it cannot
 NO_MESSAGES = ("codex", "gemini", "qwen", "pi", "aider")
 NO_HOST_TOOLS = {
     "pi": "pi has no MCP client", "aider": "Aider has no MCP client",
-    "copilot": "copilot --acp offers the model no tool of session/new's MCP servers",
-    "cline": "cline --acp offers the model no tool of session/new's MCP servers",
     "vibe": "vibe-acp offers MCP tools only behind its search_tool_functions tool",
 }
 NO_SHELL = {"aider": "Aider has no shell tool: the model's edit blocks are its only tool"}
@@ -420,6 +419,43 @@ def test_c22_conformance_a_host_tool_runs_once_in_this_process(driver, conform, 
     named = [p.tool_name for p in parts if isinstance(p, bc.ToolCall) and "lookup" in p.tool_name]
     cells.passed("host-tool", f"called as {named[0]}" if named else "")
     _check_clean(model)
+
+
+@pytest.mark.parametrize("driver", ["opencode", "copilot", "codex-acp", "cline"])
+def test_c22_conformance_a_bridge_sigkill_mid_host_call_still_runs_it_once(driver, conform, model, sandbox):
+    """The ACP presets with host tools: the bridge dies while the host function runs; the
+    relaunched bridge starts the agent again, whose model calls the tool again, and gets the
+    recorded result, not a second run."""
+    agent, _ = conform(driver)
+    calls, holder = [], {}
+
+    def lookup(key: str) -> dict:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        calls.append(key)
+        if len(calls) == 1:
+            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
+        return {"key": key, "value": 7}
+
+    call = host_call("lookup", {"key": "alpha"}, driver)
+    agent.script(model, call, call, text_quoting_last_tool_output("Got: "))
+    with agent.session(sandbox, tools=[lookup]) as session:
+        holder["session"] = session
+        first, parts = None, []
+        turn = session.turn("Look alpha up")
+        for part in turn:
+            parts.append(part)
+            first = first or session._hello.pid
+        assert session._hello.pid != first, "the bridge was launched again"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "the function ran once across the bridge's death"
+    results = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert [r.output for r in results] == [{"key": "alpha", "value": 7}], "one recorded result"
+    seen = [out for request in model.agent_requests() for out in request.tool_outputs()]
+    assert any("7" in out for out in seen), "the model was given the recorded result"
 
 
 # ----------------------------------------------------------------------------- restore

@@ -359,8 +359,8 @@ def test_c18_aider_refuses_approvals_and_messages_with_their_typed_errors(real, 
     assert parts[-1].finish_reason == "stop", parts[-1]
 
 
-@pytest.mark.parametrize("driver", ["cline", "vibe", "aider"])
-def test_c22_cline_vibe_aider_refuse_host_tools(driver, sandbox):
+@pytest.mark.parametrize("driver", ["vibe", "aider"])
+def test_c22_vibe_aider_refuse_host_tools(driver, sandbox):
     def lookup(word: str) -> str:
         """Look a word up."""
         return word

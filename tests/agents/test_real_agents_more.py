@@ -200,24 +200,14 @@ def test_real_acp_preset_cancel_ends_the_turn_and_the_session_goes_on(driver, re
     assert "after the cancel" in after.text(), after.text()
 
 
-@pytest.mark.parametrize("driver", ["copilot"])
-def test_c22_acp_presets_whose_cli_offers_no_mcp_tool_refuse_host_tools(driver, sandbox):
-    """copilot (and cline, vibe: test_real_agents_cline_vibe_aider.py) refuse host tools when
-    the session is created; opencode and codex-acp call them (test_conformance.py)."""
-    def lookup(word: str) -> str:
-        """Look a word up."""
-        return word
-
-    opts = options(driver, agent_options={"executable": "/nonexistent/agent"})
-    with pytest.raises(bc.ToolsUnsupported, match=f"the {driver} agent cannot call host tools"):
-        bc.create_session(opts, session_options(sandbox), tools=[lookup])
-
-
-@pytest.mark.parametrize("driver", ["opencode", "codex-acp"])
+@pytest.mark.parametrize("driver", ["opencode", "codex-acp", "copilot", "cline"])
 def test_c22_acp_presets_whose_cli_calls_mcp_tools_accept_host_tools(driver):
+    """They call them through the real CLIs in test_conformance.py; vibe, aider refuse them
+    (test_real_agents_cline_vibe_aider.py)."""
     from bridge_client.agent import NO_HOST_TOOLS
-    from bridge_client.drivers import codex_acp, opencode
+    from bridge_client.drivers import cline, codex_acp, copilot, opencode
 
     assert driver not in NO_HOST_TOOLS
-    made = {"opencode": opencode, "codex-acp": codex_acp}[driver].make_driver({"executable": "/bin/true"})
+    module = {"opencode": opencode, "codex-acp": codex_acp, "copilot": copilot, "cline": cline}[driver]
+    made = module.make_driver({"executable": "/bin/true"})
     assert made.supports_host_tools is True
