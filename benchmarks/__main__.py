@@ -166,6 +166,9 @@ def details(rows: Sequence[Row]) -> str:
                     f"(base {s['host_rss_base_bytes'] / 2**20:.1f}), "
                     f"{s['rss_per_session_bytes'] / 2**10:.0f} KiB per session"
                 )
+        if r.name.startswith("warm-agent") and "first_turn_ms" in r.extra:
+            first = _num(r.extra["first_turn_ms"])
+            out.append(f"{r.name}: the session's first turn (the agent starts) {first} ms")
         if r.skipped:
             out.append(f"{r.name}: {r.skipped}")
     out.extend(issue15_details(rows))
@@ -238,6 +241,10 @@ def _one(name: str, env: BenchEnv, sizes: Sizes, done: Dict[str, Row]) -> Union[
         from .durability import durability
 
         return durability(env, sizes)
+    if name == "warm-agent":
+        from .warm_agents import warm_agents
+
+        return warm_agents(env, sizes)
     return peer.swe_rex(env, sizes)
 
 

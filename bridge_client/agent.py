@@ -215,8 +215,10 @@ def bridge_options(
     running bridge at once (see the *Concepts* guide, ``concepts``, "Session environment").
 
     Args:
-        driver: ``"echo"``, ``"shell"``, ``"openai"``, ``"claude-code"``, ``"codex"``,
-            ``"gemini"``, ``"qwen"``, ``"pi"``, ``"acp"`` or ``"module:callable"`` (a driver factory).
+        driver: a built-in driver (``"echo"``, ``"shell"``, ``"openai"``, ``"acp"``, or an
+            agent CLI's: ``"claude-code"``, ``"codex"``, ``"gemini"``, ``"qwen"``, ``"pi"``,
+            ``"opencode"``, ``"copilot"``, ``"codex-acp"``, ``"cline"``, ``"vibe"``,
+            ``"aider"``) or ``"module:callable"`` (a driver factory).
             The template installs the bridge program, and the agent's CLI for the CLI
             drivers when the sandbox lacks it and no ``executable`` is given (npm; for a
             ``LocalSandbox`` into a private prefix, see the *Drivers* page,

@@ -261,6 +261,7 @@ _ACP_OPTIONS = (
     "auth_method",
     "mcp_servers",
     "max_agents",
+    "agent_idle_timeout",
 )
 
 ACP_PERMISSIONS = ("reject", "allow", "allow_always")
@@ -283,6 +284,7 @@ def _acp(options: Any) -> Dict[str, Any]:
     number_option(opts, "acp", "interrupt_grace", minimum=0, allow_none=False)
     number_option(opts, "acp", "start_timeout", minimum=0, exclusive=True, allow_none=False)
     number_option(opts, "acp", "max_agents", minimum=1, integer=True, allow_none=False)
+    number_option(opts, "acp", "agent_idle_timeout", minimum=0, exclusive=True)
     servers = opts.get("mcp_servers")
     if servers is not None and not (isinstance(servers, list) and all(isinstance(s, dict) for s in servers)):
         raise ValueError(f"acp option 'mcp_servers' must be a list of MCP server objects, got {servers!r}")
@@ -299,6 +301,7 @@ _ACP_PRESET_OPTIONS = (
     "interrupt_grace",
     "start_timeout",
     "max_agents",
+    "agent_idle_timeout",
 )
 
 
@@ -314,6 +317,7 @@ def _acp_preset(driver: str, options: Any, extra: Sequence[str] = ()) -> Dict[st
     number_option(opts, driver, "interrupt_grace", minimum=0, allow_none=False)
     number_option(opts, driver, "start_timeout", minimum=0, exclusive=True, allow_none=False)
     number_option(opts, driver, "max_agents", minimum=1, integer=True, allow_none=False)
+    number_option(opts, driver, "agent_idle_timeout", minimum=0, exclusive=True)
     base = opts.get("base_url")
     if base is not None and not base.startswith(("http://", "https://")):
         raise ValueError(f"{driver} option 'base_url' must be an http:// or https:// URL, got {base!r}")

@@ -34,7 +34,10 @@ MULTI_ROW = {
 }
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in MULTI_ROW and n != "wheel-cold-start"])
+APART = ("wheel-cold-start", "warm-agent")  # tested on their own
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MULTI_ROW and n not in APART])
 def test_each_benchmark_runs_once_at_a_tiny_size(name):
     (row,) = run([name], Sizes.tiny(), log=lambda _: None)
     assert not (row.skipped or "").startswith("failed:"), row.skipped
@@ -50,6 +53,18 @@ def test_each_benchmark_runs_once_at_a_tiny_size(name):
         assert result["sessions"] == 2 and result["total_parts"] == 2 * (20 + 7)
         assert result["host_threads_peak"] > result["host_threads_base"]
     assert name in table([row]) or row.name in table([row])
+
+
+def test_the_warm_agent_rows_run_each_cached_cli_or_say_it_is_not_cached():
+    rows = run(["warm-agent"], Sizes.tiny(), log=lambda _: None)
+    assert [r.name for r in rows] == ["warm-agent opencode", "warm-agent copilot"]
+    for row in rows:
+        if row.skipped:
+            assert row.skipped.startswith("skipped: ") and "cache" in row.skipped, row.skipped
+            continue
+        assert row.product is not None and row.baseline is not None, row
+        assert row.product.median > 0 and row.baseline.median > 0 and row.ratio is not None
+        assert row.extra["first_turn_ms"] > 0
 
 
 def test_main_writes_the_json_and_prints_the_table(tmp_path, capsys):

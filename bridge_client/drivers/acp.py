@@ -1,10 +1,9 @@
 """The ``acp`` driver: any agent that speaks the Agent Client Protocol (ACP) on its stdio runs
 behind a bridge. See the *ACP driver* page (:doc:`drivers/acp`).
 
-Where the protocol comes from: the ACP specification and schema, protocol version 1
-(the ``zed-industries/agent-client-protocol`` repository: its protocol pages on
-initialization, session setup, the prompt turn and the file system, and its JSON schema):
-JSON-RPC 2.0, one message per line, over the agent's stdin and stdout.
+Where the protocol comes from: the ACP specification and JSON schema, protocol version 1
+(``zed-industries/agent-client-protocol``: initialization, session setup, the prompt turn, the
+file system): JSON-RPC 2.0, one message per line, over the agent's stdin and stdout.
 
 The driver is the ACP *client*. For each bridge session it starts the agent (``command`` and
 ``args``, in the workspace, with the session's environment over the bridge's), sends
@@ -57,10 +56,10 @@ starts the agent again and loads that session (``session/load``) when the agent 
 cut by the restart is continued there with ``continue_prompt`` when it had completed steps,
 and runs its prompt again when it had none. An agent without ``loadSession`` starts a new
 ACP session (a ``data`` part ``acp-session-lost`` says so). Tool calls the cut step completed
-are given back, not run again (:mod:`bridge_client.drivers.acp_journal`). The agents run in process groups
-of their own, listed with a keeper process (as every CLI of
-:mod:`bridge_client.drivers.cli_process`; see :mod:`bridge_client.drivers.keeper`), so a
-SIGKILLed bridge leaves none running.
+are given back, not run again (:mod:`bridge_client.drivers.acp_journal`). The agents run in
+process groups of their own, listed with a keeper process (as every CLI of
+:mod:`bridge_client.drivers.cli_process`; :mod:`bridge_client.drivers.keeper`): a SIGKILLed
+bridge leaves none running. An agent unused ``agent_idle_timeout`` seconds is stopped.
 
 Options (``agent_options``, a JSON object):
     command: the agent program (required), looked up on ``PATH``.
@@ -77,6 +76,8 @@ Options (``agent_options``, a JSON object):
     mcp_servers: a list of MCP server objects passed to ``session/new``/``load`` (default []).
     max_agents: agent processes kept at once, one per session (default 8); the least
         recently used idle one is stopped to start another.
+    agent_idle_timeout: seconds > 0 an agent process may stay unused before it is stopped
+        (default 600), or null: kept until the session closes or the bridge exits.
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ from .acp_journal import ToolJournal, completed_calls, recap
 from .acp_stop import POLITE_GRACE, stop_agent
 from . import acp_host
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AgentExited, RpcError
-from .acp_slot import AgentProcess, Slot
+from .acp_slot import AgentProcess, IdleReaper, Slot, stop_least_used
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 from .workspace import workspace_dir
 
@@ -109,6 +110,9 @@ DEFAULT_CONTINUE_PROMPT = (
     "Continue the task where you left off."
 )
 """What a turn continued after a restart sends to the loaded ACP session."""
+
+DEFAULT_IDLE_TIMEOUT = 600.0
+"""Seconds an agent process may stay unused before it is stopped (``agent_idle_timeout``)."""
 
 REPLAY_QUIET = 0.5
 """Seconds of silence after ``session/load``'s answer that end the replayed history."""
@@ -147,6 +151,8 @@ class AcpDriver:
         self.auth_method: Optional[str] = options.get("auth_method")
         self.mcp_servers: List[Any] = list(options.get("mcp_servers") or [])
         self.max_agents: int = options.get("max_agents", 8)
+        timeout = options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT)
+        self.reaper = IdleReaper(timeout, self._running_slots, self._stop)
         self._lock = threading.Lock()
         self._slots: Dict[str, Slot] = {}
         self._closed = False
@@ -245,6 +251,7 @@ class AcpDriver:
                 raise _Failed(f"cannot start the ACP agent: {exc}") from None
             raise
         agent = slot.agent = AgentProcess(proc, env, relay)
+        self.reaper.start()
         try:
             self._initialize(ctx, agent)
         except BaseException:
@@ -450,17 +457,13 @@ class AcpDriver:
         if agent.relay is not None:
             agent.relay.close()
 
+    def _running_slots(self) -> List[Slot]:
+        with self._lock:
+            return [s for s in self._slots.values() if s.agent is not None]
+
     def _make_room(self) -> None:
         """Stop the least recently used idle agents while ``max_agents`` are running."""
-        with self._lock:
-            slots = [s for s in self._slots.values() if s.agent is not None]
-        slots.sort(key=lambda s: s.agent.last_used if s.agent is not None else 0.0)
-        for slot in slots[: max(0, len(slots) - self.max_agents + 1)]:
-            if slot.lock.acquire(blocking=False):
-                try:
-                    self._stop(slot)
-                finally:
-                    slot.lock.release()
+        stop_least_used(self._running_slots(), self.max_agents - 1, self._stop)
 
     def session_closed(self, session_id: str) -> None:
         """Stop the session's agent process (now, or when its running turn ends). A later
@@ -480,6 +483,7 @@ class AcpDriver:
 
     def close(self) -> None:
         """Stop every agent process (the bridge is shutting down)."""
+        self.reaper.close()
         with self._lock:
             self._closed = True
             slots = list(self._slots.values())

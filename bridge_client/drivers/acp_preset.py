@@ -32,7 +32,9 @@ from .cli_install import find_cli, sandbox_isolated
 
 __all__ = ["AcpPreset", "PASSED_OPTIONS"]
 
-PASSED_OPTIONS = ("permission", "continue_prompt", "interrupt_grace", "start_timeout", "max_agents")
+PASSED_OPTIONS = (
+    "permission", "continue_prompt", "interrupt_grace", "start_timeout", "max_agents", "agent_idle_timeout"
+)
 """The options a preset passes to the ``acp`` driver as they are (their meaning is its)."""
 
 

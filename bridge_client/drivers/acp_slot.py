@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .acp_host import AgentRelay
 from .acp_rpc import AcpConnection
 from .cli_process import JsonLinesProcess
 
-__all__ = ["AgentProcess", "Slot"]
+__all__ = ["AgentProcess", "Slot", "IdleReaper", "stop_least_used"]
 
 
 class AgentProcess:
@@ -43,3 +43,76 @@ class Slot:
         self.lock = threading.Lock()
         self.agent: Optional[AgentProcess] = None
         self.closed = False  # the session was closed while a turn ran: stop the agent after it
+
+
+def stop_least_used(slots: List[Slot], keep: int, stop: Callable[[Slot], None]) -> None:
+    """Stop the agents of the least recently used of ``slots`` (slots with an agent) until at
+    most ``keep`` run; a slot whose session runs a turn is skipped (its lock is held)."""
+    slots = sorted(slots, key=lambda s: s.agent.last_used if s.agent is not None else 0.0)
+    for slot in slots[: max(0, len(slots) - keep)]:
+        if slot.lock.acquire(blocking=False):
+            try:
+                stop(slot)
+            finally:
+                slot.lock.release()
+
+
+class IdleReaper:
+    """Stops agent processes left unused ``timeout`` seconds (the ``agent_idle_timeout``
+    option): a daemon thread, started with the first agent, that looks every
+    ``min(timeout / 4, 30)`` seconds. An agent whose session runs a turn is never stopped (its
+    slot's lock is held); the session's next turn starts the agent again, as after a restart.
+
+    Args:
+        timeout: seconds > 0, or ``None``: never stop an idle agent.
+        slots: returns the driver's slots now. stop: ends a slot's agent (called with the
+            slot's lock held).
+    """
+
+    def __init__(
+        self, timeout: Optional[float], slots: Callable[[], List[Slot]], stop: Callable[[Slot], None]
+    ) -> None:
+        self.timeout = timeout
+        self._slots, self._stop = slots, stop
+        self._closed = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the thread (once; nothing without a timeout or after :meth:`close`)."""
+        with self._lock:
+            if self.timeout is None or self._thread is not None or self._closed.is_set():
+                return
+            self._thread = threading.Thread(target=self._run, name="acp-idle-reaper", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """End the thread (the driver is closing); returns at once."""
+        self._closed.set()
+
+    def reap(self, now: Optional[float] = None) -> int:
+        """Stop every agent unused ``timeout`` seconds as of ``now`` (``time.monotonic()``);
+        returns how many were stopped."""
+        if self.timeout is None:
+            return 0
+        now = time.monotonic() if now is None else now
+        stopped = 0
+        for slot in self._slots():
+            agent = slot.agent
+            if agent is None or now - agent.last_used < self.timeout:
+                continue
+            if slot.lock.acquire(blocking=False):  # else a turn of its session runs
+                try:
+                    agent = slot.agent
+                    if agent is not None and now - agent.last_used >= self.timeout:
+                        self._stop(slot)
+                        stopped += 1
+                finally:
+                    slot.lock.release()
+        return stopped
+
+    def _run(self) -> None:
+        assert self.timeout is not None
+        tick = min(self.timeout / 4, 30.0)
+        while not self._closed.wait(tick):
+            self.reap()

@@ -36,7 +36,8 @@ Options (``agent_options``, a JSON object or null):
     model: ``CLINE_MODEL`` (default ``gpt-4o``, Cline's for that provider).
     api_key_env: the session's variable holding the key (default ``OPENAI_API_KEY``).
     extra_args: further arguments after ``--acp``.
-    permission, continue_prompt, interrupt_grace, start_timeout, max_agents: as for the
+    permission, continue_prompt, interrupt_grace, start_timeout, max_agents,
+        agent_idle_timeout: as for the
         ``acp`` driver (``permission`` defaults as :mod:`.acp_preset` says).
 """
 

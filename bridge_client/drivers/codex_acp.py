@@ -32,7 +32,8 @@ Options (``agent_options``, a JSON object or null):
         ``OPENAI_API_KEY``; give it in the session's environment).
     sandbox: ``read-only``, ``workspace-write`` or ``danger-full-access`` (see above).
     extra_args: further arguments (more ``-c key=value`` overrides).
-    permission, continue_prompt, interrupt_grace, start_timeout, max_agents: as for the
+    permission, continue_prompt, interrupt_grace, start_timeout, max_agents,
+        agent_idle_timeout: as for the
         ``acp`` driver (``permission`` defaults as :mod:`.acp_preset` says).
 """
 

@@ -33,7 +33,8 @@ Options (``agent_options``, a JSON object or null):
         ``anthropic``.
     model: ``COPILOT_MODEL``.
     extra_args: further arguments after ``--no-auto-update``.
-    permission, continue_prompt, interrupt_grace, start_timeout, max_agents: as for the
+    permission, continue_prompt, interrupt_grace, start_timeout, max_agents,
+        agent_idle_timeout: as for the
         ``acp`` driver (``permission`` defaults as :mod:`.acp_preset` says).
 """
 

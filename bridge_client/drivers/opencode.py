@@ -28,7 +28,8 @@ Options (``agent_options``, a JSON object or null):
     api_key_env: the variable that holds the key for ``base_url`` (default
         ``OPENAI_API_KEY``; give it in the session's environment).
     extra_args: further arguments after ``acp``.
-    permission, continue_prompt, interrupt_grace, start_timeout, max_agents: as for the
+    permission, continue_prompt, interrupt_grace, start_timeout, max_agents,
+        agent_idle_timeout: as for the
         ``acp`` driver (``permission`` defaults as :mod:`.acp_preset` says).
 """
 

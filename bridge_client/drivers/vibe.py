@@ -23,7 +23,8 @@ Options (``agent_options``, a JSON object or null):
     model: the model's id at that server (required with ``base_url``).
     api_key_env: the session's variable holding the key (default ``OPENAI_API_KEY``).
     extra_args: further arguments.
-    permission, continue_prompt, interrupt_grace, start_timeout, max_agents: as for the
+    permission, continue_prompt, interrupt_grace, start_timeout, max_agents,
+        agent_idle_timeout: as for the
         ``acp`` driver (``permission`` defaults as :mod:`.acp_preset` says).
 """
 
