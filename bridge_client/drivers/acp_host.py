@@ -23,8 +23,6 @@ or the host's approval flow with approvals on.
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
@@ -32,9 +30,7 @@ from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config
 from .mcp_config import SERVER_NAME
 
-__all__ = [
-    "AgentRelay", "open_relay", "mcp_servers", "check_stdio", "host_tool_asked", "write_private_json"
-]
+__all__ = ["AgentRelay", "open_relay", "mcp_servers", "check_stdio", "host_tool_asked"]
 
 
 class AgentRelay(HostRelay):
@@ -72,16 +68,6 @@ def mcp_servers(relay: Optional[AgentRelay]) -> List[Dict[str, Any]]:
     config = mcp_server_config(relay)
     env = [{"name": k, "value": v} for k, v in config["env"].items()]
     return [{"name": SERVER_NAME, "command": config["command"], "args": config["args"], "env": env}]
-
-
-def write_private_json(relay: AgentRelay, name: str, value: Any) -> str:
-    """Write ``value`` as the JSON file ``name`` (mode 0600) in the relay's private folder, for
-    an agent that reads its MCP servers from a file; returns the file's path."""
-    path = os.path.join(os.path.dirname(relay.path), name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(value, f)
-    return path
 
 
 def check_stdio(capabilities: Dict[str, Any]) -> Optional[str]:

@@ -60,8 +60,9 @@ def stop_least_used(slots: List[Slot], keep: int, stop: Callable[[Slot], None]) 
 class IdleReaper:
     """Stops agent processes left unused ``timeout`` seconds (the ``agent_idle_timeout``
     option): a daemon thread, started with the first agent, that looks every
-    ``min(timeout / 4, 30)`` seconds. An agent whose session runs a turn is never stopped (its
-    slot's lock is held); the session's next turn starts the agent again, as after a restart.
+    ``min(timeout / 4, 30)`` seconds (at least 0.05). An agent whose session runs a turn is
+    never stopped (its slot's lock is held); the session's next turn starts the agent again,
+    as after a restart.
 
     Args:
         timeout: seconds > 0, or ``None``: never stop an idle agent.
@@ -102,9 +103,9 @@ class IdleReaper:
             if agent is None or now - agent.last_used < self.timeout:
                 continue
             if slot.lock.acquire(blocking=False):  # else a turn of its session runs
-                try:
+                try:  # closed meanwhile: its session_closed found the lock held (by us)
                     agent = slot.agent
-                    if agent is not None and now - agent.last_used >= self.timeout:
+                    if agent is not None and (slot.closed or now - agent.last_used >= self.timeout):
                         self._stop(slot)
                         stopped += 1
                 finally:
@@ -113,6 +114,6 @@ class IdleReaper:
 
     def _run(self) -> None:
         assert self.timeout is not None
-        tick = min(self.timeout / 4, 30.0)
+        tick = max(0.05, min(self.timeout / 4, 30.0))  # a tiny timeout is no busy loop
         while not self._closed.wait(tick):
             self.reap()

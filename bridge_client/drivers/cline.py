@@ -50,9 +50,9 @@ from typing import Any, Dict, List, Optional
 
 from ..bridge.host_relay import mcp_server_config
 from ..driver_options import check_agent_options
-from .acp_host import AgentRelay, write_private_json
+from .acp_host import AgentRelay
 from .acp_preset import AcpPreset
-from .mcp_config import SERVER_NAME
+from .mcp_config import SERVER_NAME, write_private_json
 
 __all__ = ["ClineDriver", "make_driver"]
 

@@ -31,7 +31,8 @@ from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config, start_relay
 
 __all__ = [
-    "host_mcp", "current", "claude_args", "claude_allowed", "codex_args", "settings_env", "SERVER_NAME"
+    "host_mcp", "current", "claude_args", "claude_allowed", "codex_args", "settings_env", "SERVER_NAME",
+    "write_private_json",
 ]
 
 SERVER_NAME = "host"
@@ -78,11 +79,8 @@ def claude_args() -> List[str]:
     relay = current()
     if relay is None:
         return []
-    path = os.path.join(os.path.dirname(relay.path), "mcp.json")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"mcpServers": {SERVER_NAME: {"type": "stdio", **mcp_server_config(relay)}}}, f)
-    return ["--mcp-config", path]
+    config = {"mcpServers": {SERVER_NAME: {"type": "stdio", **mcp_server_config(relay)}}}
+    return ["--mcp-config", write_private_json(relay, "mcp.json", config)]
 
 
 def _toml(value: Any) -> str:
@@ -117,8 +115,15 @@ def settings_env(variable: str) -> Dict[str, str]:
     relay = current()
     if relay is None:
         return {}
-    path = os.path.join(os.path.dirname(relay.path), "settings.json")
+    config = {"mcpServers": {SERVER_NAME: {**mcp_server_config(relay), "trust": True}}}
+    return {variable: write_private_json(relay, "settings.json", config)}
+
+
+def write_private_json(relay: HostRelay, name: str, value: Any) -> str:
+    """Write ``value`` as the JSON file ``name`` (mode 0600) in the relay's private folder,
+    for a CLI that reads its MCP servers from a file; returns the file's path."""
+    path = os.path.join(os.path.dirname(relay.path), name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"mcpServers": {SERVER_NAME: {**mcp_server_config(relay), "trust": True}}}, f)
-    return {variable: path}
+        json.dump(value, f)
+    return path
