@@ -1,5 +1,6 @@
-"""The ``warm-agent`` rows: a real ACP agent CLI's text-only turn through the bridge, on the
-warm agent process the ``acp`` driver keeps for a session, against the same CLI run directly
+"""The ``warm-agent`` rows: a real agent CLI's text-only turn through the bridge, on the warm
+agent process its driver keeps for a session (Claude Code's stream-json process, an ACP
+agent's process), against the same CLI run directly
 with its usual one-shot command, both against the scripted model server of the agent tests
 (``tests/agents/model_server.py``, on 127.0.0.1), in the same run. One row per CLI found in the
 agent tests' cache (``~/.cache/bridge-client``: run ``pytest tests/agents`` once to fill it).
@@ -7,8 +8,8 @@ agent tests' cache (``~/.cache/bridge-client``: run ``pytest tests/agents`` once
 - The product: turns 2 to ``runs + 1`` of one session (the first turn starts the agent and is
   reported apart, as the first-turn figure in the row's detail), create_session to the
   turn's finish part, in milliseconds.
-- The baseline: ``runs`` one-shot runs of the CLI (``opencode run``, ``copilot -p``), each in
-  the same private HOME, process start to exit.
+- The baseline: ``runs`` one-shot runs of the CLI (``claude -p``, ``opencode run``,
+  ``copilot -p``), each in the same private HOME, process start to exit.
 
 The ratio is direct / warm (above 1: the bridge is faster); the target is a warm turn at most a
 quarter of the direct run (ratio >= 4).
@@ -72,7 +73,17 @@ def _copilot(program: str, model_url: str) -> Setup:
     return argv, {**env, "COPILOT_PROVIDER_API_KEY": KEY}, opts
 
 
+def _claude(program: str, model_url: str) -> Setup:
+    # As tests/agents/cli_setups.py sets it up; the same variables reach the bridge's CLI
+    # through the session's environment.
+    env = {"ANTHROPIC_BASE_URL": model_url, "ANTHROPIC_API_KEY": KEY,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
+    argv = ["-p", PROMPT, "--output-format", "json", "--permission-mode", "bypassPermissions"]
+    return argv, env, {"permission_mode": "bypassPermissions"}
+
+
 CLIS: Dict[str, Tuple[str, Tuple[str, ...], str, str, Callable[[str, str], Setup]]] = {
+    "claude-code": ("", ("package-lock.json",), "agents", "claude", _claude),
     "opencode": ("", ("package-lock.json",), "agents", "opencode", _opencode),
     "copilot": ("npm-more", ("package.json", "package-lock.json"), "agents-more", "copilot", _copilot),
 }
@@ -120,9 +131,11 @@ def _one_cli(env: BenchEnv, driver: str, program: str, runs: int) -> Row:
         for _ in range(runs):
             model.script(text("Hello."))
             direct.append(_direct(program, argv, {**variables, **homes}, workspace))
-        agent = {**opts, "executable": program, "permission": "allow"}
+        agent = {**opts, "executable": program}
+        if driver != "claude-code":
+            agent["permission"] = "allow"
         options = bc.bridge_options(driver, agent_options=agent)
-        session_env = {**homes, "FAKE_KEY": KEY, "COPILOT_PROVIDER_API_KEY": KEY}
+        session_env = {**homes, **variables}
         where = bc.Workspace(bc.LocalSandbox(workspace))
         warm: List[float] = []
         first = 0.0

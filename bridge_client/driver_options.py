@@ -210,6 +210,7 @@ _CLAUDE_CODE_OPTIONS = (
     "continue_prompt",
     "interrupt_grace",
     "include_partial_messages",
+    "agent_idle_timeout",
 )
 
 
@@ -224,6 +225,7 @@ def _claude_code(options: Any) -> Dict[str, Any]:
     number_option(opts, "claude-code", "max_turns", minimum=1, integer=True)
     number_option(opts, "claude-code", "interrupt_grace", minimum=0)
     bool_option(opts, "claude-code", "include_partial_messages")
+    number_option(opts, "claude-code", "agent_idle_timeout", minimum=0, exclusive=True)
     return opts
 
 

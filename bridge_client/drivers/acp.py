@@ -96,7 +96,8 @@ from .acp_journal import ToolJournal, completed_calls, recap
 from .acp_stop import POLITE_GRACE, stop_agent
 from . import acp_host
 from .acp_rpc import AUTH_REQUIRED, METHOD_NOT_FOUND, AgentExited, RpcError
-from .acp_slot import AgentProcess, IdleReaper, Slot, stop_least_used
+from .acp_slot import AgentProcess, Slot, reap_idle, stop_least_used
+from .idle_reaper import DEFAULT_IDLE_TIMEOUT, IdleReaper
 from .cli_process import CLIStartError, JsonLinesProcess, summarize
 from .workspace import workspace_dir
 
@@ -110,9 +111,6 @@ DEFAULT_CONTINUE_PROMPT = (
     "Continue the task where you left off."
 )
 """What a turn continued after a restart sends to the loaded ACP session."""
-
-DEFAULT_IDLE_TIMEOUT = 600.0
-"""Seconds an agent process may stay unused before it is stopped (``agent_idle_timeout``)."""
 
 REPLAY_QUIET = 0.5
 """Seconds of silence after ``session/load``'s answer that end the replayed history."""
@@ -152,7 +150,8 @@ class AcpDriver:
         self.mcp_servers: List[Any] = list(options.get("mcp_servers") or [])
         self.max_agents: int = options.get("max_agents", 8)
         timeout = options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT)
-        self.reaper = IdleReaper(timeout, self._running_slots, self._stop)
+        reap = lambda now: reap_idle(self._running_slots(), timeout, self._stop, now)  # noqa: E731
+        self.reaper = IdleReaper(timeout, reap)
         self._lock = threading.Lock()
         self._slots: Dict[str, Slot] = {}
         self._closed = False

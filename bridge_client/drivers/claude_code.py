@@ -9,7 +9,11 @@ Each turn runs::
            [EXTRA_ARGS...]
 
 in the workspace, writes the prompt to stdin as one stream-json user message, and keeps stdin
-open for control messages until the ``result`` message arrives.
+open for control messages. After the ``result`` message the process is kept warm
+(:mod:`bridge_client.drivers.warm_cli`): the session's next turn writes its prompt to the same
+process. A turn after a cancelled or failed one, after a restart, with another environment or
+approvals, or of a session with host tools (their MCP server lives for one run) starts a new
+process with ``--resume``.
 
 Where the format comes from: the message shapes parsed by the Claude Agent SDK,
 ``anthropics/claude-agent-sdk-python``, ``src/claude_agent_sdk/_internal/message_parser.py``
@@ -90,22 +94,27 @@ Options (``agent_options``, a JSON object or null):
     extra_args: a list of further arguments.
     continue_prompt: the prompt that continues a turn cut by a restart.
     interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
+    agent_idle_timeout: seconds > 0 a warm CLI process may stay unused before it is stopped
+        (default 600), or null: kept until the session closes or the bridge exits.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Hashable, List, Optional
 
-from ..bridge.driver import TurnContext, TurnResult
+from ..bridge.driver import TurnContext, TurnResult, process_group_started
+from ..bridge.host_calls import host_tools
 from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
 from .claude_stream import StreamMapper
 from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, summarize
 from .cli_tools_once import resume_turn
+from .idle_reaper import DEFAULT_IDLE_TIMEOUT
 from .stream_control import StreamControl, initialize_request
+from .warm_cli import WarmPool
 from .workspace import workspace_dir
 
 __all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
@@ -161,6 +170,7 @@ class StreamJsonDriver:
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
         self.partial: bool = options.get("include_partial_messages", True)
         self._runs = CLIRuns()
+        self.warm: Optional[WarmPool] = None  # a driver whose CLI takes its next turn warm sets one
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no CLI session yet)."""
@@ -203,12 +213,18 @@ class StreamJsonDriver:
             "session_id": session_id or "default",
         }
         approvals = ctx.approvals
+        key = self._warm_key(ctx, approvals)
+        proc = self.warm.take(ctx.session_id, key, session_id) if key is not None and self.warm else None
         try:
             stdin = json.dumps(message) + "\n"
-            if approvals and self.initialize_for_approvals:
-                stdin = initialize_request() + stdin
-            argv, env = self.argv(session_id, approvals), self.env(approvals)
-            proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
+            if proc is not None:  # a warm process: the prompt is its next turn
+                process_group_started(proc.proc.pid)  # this turn's group: killed if it is abandoned
+                proc.write(stdin)
+            else:
+                if approvals and self.initialize_for_approvals:
+                    stdin = initialize_request() + stdin
+                argv, env = self.argv(session_id, approvals), self.env(approvals)
+                proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
         mapper = StreamMapper(self, ctx, tools)
@@ -241,7 +257,11 @@ class StreamJsonDriver:
             self.interrupt_grace,
             interrupt=lambda: proc.write(json.dumps(interrupt) + "\n"),
             idle=control.idle if self.supports_messages else None,
+            keep=key is not None,
         )
+        kept = key is not None and self._keep(ctx, key, proc, early is None and bool(mapper.results))
+        if key is not None and not kept:
+            proc.stop()
         if early is not None:
             mapper.close_step()
             tail = early.stderr_tail
@@ -258,8 +278,34 @@ class StreamJsonDriver:
             return TurnResult("error", usage or None, f"{self.label}: {detail}{self.result_hint(detail)}")
         return TurnResult("stop", usage or None)
 
+    def _warm_key(self, ctx: TurnContext, approvals: bool) -> Optional[Hashable]:
+        """What a warm process of this turn must have been started with (``None``: this
+        driver keeps none, or the session has host tools, whose server lives for one run)."""
+        if self.warm is None or host_tools(ctx):
+            return None
+        env = tuple(sorted({**ctx.env, **self.env(approvals)}.items()))
+        return (tuple(self.argv(None, approvals)), env)
+
+    def _keep(self, ctx: TurnContext, key: Hashable, proc: JsonLinesProcess, clean: bool) -> bool:
+        """Keep ``proc`` warm for the session's next turn when this one ended cleanly (its
+        result came, no cancel, the process runs); True when kept."""
+        result = self.warm is not None and clean and not ctx.cancelled.is_set() and proc.proc.poll() is None
+        if self.warm is None or not result:
+            return False
+        data = ctx.state.data
+        cli_session = data.get("session_id") if isinstance(data, dict) else None
+        self.warm.keep(ctx.session_id, key, cli_session, proc)
+        return True
+
+    def session_closed(self, session_id: str) -> None:
+        """Stop the session's warm process, if it has one."""
+        if self.warm is not None:
+            self.warm.drop(session_id)
+
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
+        if self.warm is not None:
+            self.warm.close()
         self._runs.stop_all()
 
 
@@ -286,6 +332,7 @@ class ClaudeCodeDriver(StreamJsonDriver):
         self.permission_mode: Optional[str] = options.get("permission_mode", default_mode)
         self.max_turns: Optional[int] = options.get("max_turns")
         self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
+        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     export_files, import_files = transcripts.claude_export_files, transcripts.claude_import_files
 

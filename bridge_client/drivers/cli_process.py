@@ -375,12 +375,14 @@ class CLIRuns:
         *,
         interrupt: Optional[Callable[[], object]] = None,
         idle: Optional[Callable[[], bool]] = None,
+        keep: bool = False,
     ) -> Optional[EarlyExit]:
         """Pump ``proc``'s events to ``on_event`` (see :meth:`JsonLinesProcess.pump`), then end
-        the CLI: after its final event it gets ``grace`` seconds to exit; a CLI whose output
-        ended first is stopped. Anything raised (the bridge stopping) stops it too.
-        ``interrupt`` is the CLI's own way to stop on a cancel (default: SIGINT to its
-        process group, as Ctrl-C would).
+        the CLI: after its final event it gets ``grace`` seconds to exit (with ``keep``, it is
+        left running: a warm process for the next turn); a CLI whose output ended first is
+        stopped. Anything raised (the bridge stopping) stops it too. ``interrupt`` is the
+        CLI's own way to stop on a cancel (default: SIGINT to its process group, as Ctrl-C
+        would).
 
         Returns:
             ``None`` when the run ended with its final event or a cancel; an
@@ -394,7 +396,7 @@ class CLIRuns:
                 interrupt = lambda: proc.signal_group(signal.SIGINT)  # noqa: E731
             interrupt = with_tools(proc.proc.pid, interrupt, tools)
             how = proc.pump(cancelled, on_event, interrupt, grace, idle=idle)
-            if how == "done":
+            if how == "done" and not keep:
                 proc.finish(grace)
             elif how == "eof":
                 code = proc.wait(grace)

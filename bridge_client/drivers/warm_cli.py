@@ -1,0 +1,114 @@
+"""Warm CLI processes: a session's agent CLI process kept between its turns, for a CLI that
+takes its next prompt on a running process (Claude Code's stream-json input: a user message
+written after its ``result`` message starts the next turn of the same conversation).
+
+A :class:`WarmPool` holds, per bridge session, the process its last turn left when that turn
+ended cleanly (its ``result``, no cancel, the process running), with the key of what the
+process was started with (its command line without the resumed session, its variables) and
+the CLI session it holds. The session's next turn takes it when the key and the CLI session
+are the same, and writes its prompt to it; otherwise the pool's process is stopped and the turn
+starts a new one, with the CLI's own resume. A process left unused ``agent_idle_timeout``
+seconds is stopped (:mod:`.idle_reaper`), as is the session's process when the session closes
+and every process when the bridge exits. A bridge that restarts starts cold.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Dict, Hashable, List, NamedTuple, Optional
+
+from .cli_process import JsonLinesProcess
+from .idle_reaper import IdleReaper
+
+__all__ = ["WarmPool"]
+
+
+class _Warm(NamedTuple):
+    proc: JsonLinesProcess
+    key: Hashable
+    cli_session: Optional[str]
+    since: float  # time.monotonic() when its turn ended
+
+
+class WarmPool:
+    """The idle warm processes of one driver, one per bridge session (see the module
+    docstring). Every method may be called from any thread.
+
+    Args:
+        idle_timeout: seconds > 0 a process may stay unused, or ``None``: until the session
+            closes or the bridge exits.
+    """
+
+    def __init__(self, idle_timeout: Optional[float]) -> None:
+        self._lock = threading.Lock()
+        self._idle: Dict[str, _Warm] = {}
+        self._closed = False
+        self.reaper = IdleReaper(idle_timeout, self._reap)
+
+    def take(self, session_id: str, key: Hashable, cli_session: Optional[str]) -> Optional[JsonLinesProcess]:
+        """The session's warm process, when it was started with ``key``, holds the CLI session
+        ``cli_session`` and still runs (its output since its last turn is dropped); else
+        ``None`` (a process that does not fit is stopped)."""
+        with self._lock:
+            warm = self._idle.pop(session_id, None)
+        if warm is None:
+            return None
+        if warm.key == key and warm.cli_session == cli_session and _drained(warm.proc):
+            return warm.proc
+        warm.proc.stop()
+        return None
+
+    def keep(
+        self, session_id: str, key: Hashable, cli_session: Optional[str], proc: JsonLinesProcess
+    ) -> None:
+        """Keep ``proc`` (its turn just ended cleanly) for the session's next turn."""
+        with self._lock:
+            old = None if self._closed else self._idle.get(session_id)
+            if not self._closed:
+                self._idle[session_id] = _Warm(proc, key, cli_session, time.monotonic())
+        if old is not None:
+            old.proc.stop()
+        if self._closed:
+            proc.stop()
+            return
+        self.reaper.start()
+
+    def drop(self, session_id: str) -> None:
+        """Stop the session's warm process, if it has one (the session closed)."""
+        with self._lock:
+            warm = self._idle.pop(session_id, None)
+        if warm is not None:
+            warm.proc.stop()
+
+    def close(self) -> None:
+        """Stop every warm process, and keep none from now on (the bridge is shutting down)."""
+        self.reaper.close()
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle.values()), {}
+        for warm in idle:
+            warm.proc.stop()
+
+    def _reap(self, now: float) -> int:
+        timeout = self.reaper.timeout
+        assert timeout is not None
+        with self._lock:
+            old: List[_Warm] = []
+            for session_id, warm in list(self._idle.items()):
+                if now - warm.since >= timeout:
+                    old.append(self._idle.pop(session_id))
+        for warm in old:
+            warm.proc.stop()
+        return len(old)
+
+
+def _drained(proc: JsonLinesProcess) -> bool:
+    """Drop what ``proc`` printed since its last turn; False when it is gone."""
+    if proc.proc.poll() is not None:
+        return False
+    while True:
+        event = proc.next_event(0)
+        if event is None:
+            return True
+        if event is JsonLinesProcess.EOF:
+            return False

@@ -1,0 +1,96 @@
+"""A warm Claude Code: the real CLI (``claude -p --input-format stream-json``) keeps running
+between the turns of a session and takes each next prompt on its stdin, offline against the
+scripted model server. One process serves every turn and the conversation goes on in it; one
+left unused ``agent_idle_timeout`` seconds is stopped, and the next turn resumes the CLI
+session cold; a SIGKILLed bridge leaves no warm CLI behind; a cancelled turn keeps none."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from host_support import wait_until
+from model_server import hang, shell_call, text, text_quoting_last_tool_output
+from test_real_agents import _check_clean, _cli_processes, _session
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _turn(session, prompt):
+    turn = session.turn(prompt)
+    parts = list(turn)
+    assert parts[-1].finish_reason == "stop", parts[-1]
+    return turn
+
+
+def _one_cli(workspace):
+    assert wait_until(lambda: len(_cli_processes(workspace, "claude")) == 1, timeout=10)
+    (pid,) = _cli_processes(workspace, "claude")
+    return pid
+
+
+def test_b09_one_claude_process_serves_every_turn_of_a_session(real_cli, model, sandbox, workspace):
+    cli = real_cli("claude-code")
+    model.script(
+        shell_call("echo hi > f.txt && echo wrote-it"),
+        text_quoting_last_tool_output("Saw: "),
+        text("Second answer"),
+        text("Third answer"),
+    )
+    with _session(sandbox, cli) as session:
+        assert "wrote-it" in _turn(session, "Write f.txt").text()
+        pid = _one_cli(workspace)
+        state = session.state.data
+        assert _turn(session, "And now?").text() == "Second answer"
+        assert _one_cli(workspace) == pid, "the warm CLI took the second prompt"
+        assert _turn(session, "And then?").text() == "Third answer"
+        assert _one_cli(workspace) == pid
+        assert session.state.data == state, "the same CLI session goes on"
+    assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "ended at release"
+    later = model.agent_requests()[-1].text()
+    assert "echo hi > f.txt" in later and "And now?" in later and "And then?" in later
+    _check_clean(model)
+
+
+def test_b09_a_claude_process_unused_for_its_idle_timeout_ends_and_the_next_turn_resumes(
+    real_cli, model, sandbox, workspace
+):
+    cli = real_cli("claude-code", agent_idle_timeout=0.5)
+    model.script(text("First answer"), text("Second answer"))
+    with _session(sandbox, cli) as session:
+        _turn(session, "Remember the word tangerine")
+        first = _one_cli(workspace)
+        assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "stopped when idle"
+        assert _turn(session, "Which word?").text() == "Second answer"
+        assert _cli_processes(workspace, "claude") != [first]
+    assert "tangerine" in model.agent_requests()[-1].text(), "the cold CLI resumed the conversation"
+    _check_clean(model)
+
+
+def test_b09_a_sigkilled_bridge_leaves_no_warm_claude_behind(real_cli, model, sandbox, workspace):
+    cli = real_cli("claude-code")
+    model.script(text("First answer"), text("Second answer"))
+    with _session(sandbox, cli) as session:
+        _turn(session, "Remember the word tangerine")
+        _one_cli(workspace)
+        os.kill(session._hello.pid, signal.SIGKILL)
+        assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), (
+            "the keeper ended the dead bridge's warm CLI"
+        )
+        assert _turn(session, "Which word?").text() == "Second answer"
+    assert "tangerine" in model.agent_requests()[-1].text()
+    _check_clean(model)
+
+
+def test_b09_a_cancelled_turn_keeps_no_warm_claude(real_cli, model, sandbox, workspace):
+    cli = real_cli("claude-code")
+    model.script(hang(text("Working on it", chunks=1)), text("After the cancel"))
+    with _session(sandbox, cli) as session:
+        turn = session.turn("A long task")
+        for part in turn:
+            if part.type == "text-delta" and "Working on it" in part.text:
+                turn.cancel()
+        assert turn.finish.finish_reason == "cancelled"
+        assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "the CLI ended"
+        assert _turn(session, "Go on").text() == "After the cancel"
