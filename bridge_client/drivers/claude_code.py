@@ -101,8 +101,9 @@ Options (``agent_options``, a JSON object or null):
 from __future__ import annotations
 
 import json
+import logging
 import os
-from typing import Any, Dict, Hashable, List, Optional
+from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from ..bridge.driver import TurnContext, TurnResult, process_group_started
 from ..bridge.host_calls import host_tools
@@ -110,14 +111,16 @@ from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
 from .cli_install import find_cli, sandbox_isolated
 from .claude_stream import StreamMapper
-from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, summarize
-from .cli_tools_once import resume_turn
+from .cli_process import CLIRuns, CLIStartError, EarlyExit, Event, JsonLinesProcess, summarize
+from .cli_tools_once import CLITools, resume_turn
 from .idle_reaper import DEFAULT_IDLE_TIMEOUT
 from .stream_control import StreamControl, initialize_request
 from .warm_cli import WarmPool
 from .workspace import workspace_dir
 
 __all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
+
+log = logging.getLogger("bridge_client.drivers.claude_code")
 
 DEFAULT_CONTINUE_PROMPT = (
     "Your previous run was interrupted (the process running you restarted). "
@@ -214,19 +217,33 @@ class StreamJsonDriver:
         }
         approvals = ctx.approvals
         key = self._warm_key(ctx, approvals)
+        stdin = json.dumps(message) + "\n"
         proc = self.warm.take(ctx.session_id, key, session_id) if key is not None and self.warm else None
+        if proc is not None:  # a warm process: the prompt is its next turn
+            process_group_started(proc.proc.pid)  # this turn's group: killed if it is abandoned
+            proc.write(stdin)
+            early, mapper, seen = self._pump(ctx, proc, session_id, tools, key)
+            if early is None or seen:
+                return self._result(ctx, early, mapper, tools)
+            # It was gone before it printed a line: nothing ran. Start the CLI cold.
+            log.info("session %s: its warm %s had exited; starting it again", ctx.session_id, self.label)
         try:
-            stdin = json.dumps(message) + "\n"
-            if proc is not None:  # a warm process: the prompt is its next turn
-                process_group_started(proc.proc.pid)  # this turn's group: killed if it is abandoned
-                proc.write(stdin)
-            else:
-                if approvals and self.initialize_for_approvals:
-                    stdin = initialize_request() + stdin
-                argv, env = self.argv(session_id, approvals), self.env(approvals)
-                proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
+            if approvals and self.initialize_for_approvals:
+                stdin = initialize_request() + stdin
+            argv, env = self.argv(session_id, approvals), self.env(approvals)
+            proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} ({self.install_hint})")
+        early, mapper, _seen = self._pump(ctx, proc, session_id, tools, key)
+        return self._result(ctx, early, mapper, tools)
+
+    def _pump(
+        self, ctx: TurnContext, proc: JsonLinesProcess, session_id: Optional[str], tools: CLITools,
+        key: Optional[Hashable],
+    ) -> Tuple[Optional[EarlyExit], StreamMapper, bool]:
+        """Run the turn on ``proc`` to its result; keep the process warm after a clean one
+        (with a ``key``). Returns the early exit (or ``None``), the mapper, and whether the
+        CLI printed anything."""
         mapper = StreamMapper(self, ctx, tools)
         control = StreamControl(
             ctx,
@@ -237,10 +254,13 @@ class StreamJsonDriver:
             open_step=mapper.ensure_step,
             name=self.agent_id,
         )
+        seen: List[bool] = []
 
         def on_event(event: Event) -> bool:
             # Control messages first (permission asks, message lifecycles); a result ends
             # the run unless a message written to the CLI is still to be answered.
+            if not seen:
+                seen.append(True)
             if event.obj is not None and control.handle(event.obj):
                 return False
             return mapper.on_event(event) and control.finished_at_result()
@@ -259,9 +279,18 @@ class StreamJsonDriver:
             idle=control.idle if self.supports_messages else None,
             keep=key is not None,
         )
-        kept = key is not None and self._keep(ctx, key, proc, early is None and bool(mapper.results))
+        last = mapper.results[-1] if mapper.results else {}
+        succeeded = bool(last) and not last.get("is_error") and last.get("subtype", "success") == "success"
+        clean = early is None and succeeded
+        kept = key is not None and self._keep(ctx, key, proc, clean)
         if key is not None and not kept:
             proc.stop()
+        return early, mapper, bool(seen)
+
+    def _result(
+        self, ctx: TurnContext, early: Optional[EarlyExit], mapper: StreamMapper, tools: CLITools
+    ) -> TurnResult:
+        """The turn's result from its run's end."""
         if early is not None:
             mapper.close_step()
             tail = early.stderr_tail
@@ -287,8 +316,8 @@ class StreamJsonDriver:
         return (tuple(self.argv(None, approvals)), env)
 
     def _keep(self, ctx: TurnContext, key: Hashable, proc: JsonLinesProcess, clean: bool) -> bool:
-        """Keep ``proc`` warm for the session's next turn when this one ended cleanly (its
-        result came, no cancel, the process runs); True when kept."""
+        """Keep ``proc`` warm for the session's next turn when this one ended cleanly (a
+        successful result came, no cancel, the process runs); True when kept."""
         result = self.warm is not None and clean and not ctx.cancelled.is_set() and proc.proc.poll() is None
         if self.warm is None or not result:
             return False
