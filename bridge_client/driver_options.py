@@ -377,8 +377,10 @@ _STREAM_CLI_OPTIONS = (
 
 def _qwen(options: Any) -> Dict[str, Any]:
     modes = ("plan", "default", "auto-edit", "auto", "yolo")
-    opts = _stream_cli("qwen", options, modes, extra=("append_system_prompt", "include_partial_messages"))
+    extra = ("append_system_prompt", "include_partial_messages", "agent_idle_timeout")
+    opts = _stream_cli("qwen", options, modes, extra=extra)
     bool_option(opts, "qwen", "include_partial_messages")
+    number_option(opts, "qwen", "agent_idle_timeout", minimum=0, exclusive=True)
     return opts
 
 

@@ -8,10 +8,13 @@ Each turn runs, in the workspace::
          [--resume SESSION_ID] [--model M] [--approval-mode MODE]
          [--append-system-prompt S] [--include-partial-messages] [EXTRA_ARGS...]
 
-with the prompt written to stdin as one stream-json user message; stdin stays open for the
-interrupt control request until the ``result`` message arrives. The model endpoint comes from
-the CLI's own configuration (for an OpenAI-compatible server: ``OPENAI_BASE_URL``,
-``OPENAI_API_KEY``, ``OPENAI_MODEL`` in the environment, or its ``settings.json``).
+with the prompt written to stdin as one stream-json user message; stdin stays open for control
+messages. After a successful ``result`` the process is kept warm for the session's next turn,
+as the ``claude-code`` driver keeps its CLI (:mod:`bridge_client.drivers.warm_cli`).
+
+The model endpoint comes from the CLI's own configuration (for an OpenAI-compatible server:
+``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_MODEL`` in the environment, or its
+``settings.json``).
 
 What survives a restart: the session state holds Qwen Code's session id
 (``{"session_id": ...}``), resumed with ``--resume``; a turn continued after a restart with
@@ -32,6 +35,8 @@ Options (``agent_options``, a JSON object or null):
     extra_args: a list of further arguments.
     continue_prompt: the prompt that continues a turn cut by a restart.
     interrupt_grace: seconds >= 0 between the interrupt and killing the CLI (default 5).
+    agent_idle_timeout: seconds > 0 a warm CLI process may stay unused before it is stopped
+        (default 600), or null: kept until the session closes or the bridge exits.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
 from .claude_code import StreamJsonDriver
 from .cli_install import sandbox_isolated
+from .idle_reaper import DEFAULT_IDLE_TIMEOUT
+from .warm_cli import WarmPool
 
 __all__ = ["QwenDriver", "make_driver"]
 
@@ -68,6 +75,7 @@ class QwenDriver(StreamJsonDriver):
         super().__init__(options)
         default_mode = "yolo" if sandbox_isolated() else None
         self.approval_mode: Optional[str] = options.get("approval_mode", default_mode)
+        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     def _mode(self, approvals: bool) -> Optional[str]:
         # With approvals Qwen Code must ask: yolo (the isolated default) asks nothing.

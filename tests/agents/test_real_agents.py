@@ -48,8 +48,19 @@ def _cli_processes(workspace, program):
     return found
 
 
-WARM = ("claude-code",)
+WARM = ("claude-code", "qwen")
 """The drivers that keep their CLI's process between a session's turns."""
+
+
+def _cli_groups(workspace, program):
+    """The process groups of the CLI's processes: one per CLI run (Qwen Code is three)."""
+    groups = set()
+    for pid in _cli_processes(workspace, program):
+        try:
+            groups.add(os.getpgid(pid))
+        except OSError:
+            pass
+    return groups
 
 
 def _check_clean(model):
@@ -122,7 +133,7 @@ def test_b05_real_cli_continues_a_turn_after_its_bridge_is_sigkilled(
         state = session.state.data
         program = os.path.basename(cli.agent_options["executable"])
         warm = 1 if driver in WARM else 0  # the resumed CLI stays for the next turn
-        assert wait_until(lambda: len(_cli_processes(workspace, program)) <= warm, timeout=10), (
+        assert wait_until(lambda: len(_cli_groups(workspace, program)) <= warm, timeout=10), (
             "the CLI of the killed bridge was ended by the keeper, the resumed one exited or is warm"
         )
     assert wait_until(lambda: not _cli_processes(workspace, program), timeout=10), "ended at release"

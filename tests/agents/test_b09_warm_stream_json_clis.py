@@ -1,8 +1,9 @@
-"""A warm Claude Code: the real CLI (``claude -p --input-format stream-json``) keeps running
-between the turns of a session and takes each next prompt on its stdin, offline against the
-scripted model server. One process serves every turn and the conversation goes on in it; one
-left unused ``agent_idle_timeout`` seconds is stopped, and the next turn resumes the CLI
-session cold; a SIGKILLed bridge leaves no warm CLI behind; a cancelled turn keeps none."""
+"""Warm stream-json CLIs: the real Claude Code (``claude -p --input-format stream-json``) and
+Qwen Code keep running between the turns of a session and take each next prompt on stdin,
+offline against the scripted model server. One process serves every turn and the conversation
+goes on in it; one left unused ``agent_idle_timeout`` seconds is stopped, and the next turn
+resumes the CLI session cold; a SIGKILLed bridge leaves no warm CLI behind; a cancelled turn
+keeps none."""
 from __future__ import annotations
 
 import os
@@ -24,14 +25,19 @@ def _turn(session, prompt):
     return turn
 
 
-def _one_cli(workspace):
-    assert wait_until(lambda: len(_cli_processes(workspace, "claude")) == 1, timeout=10)
-    (pid,) = _cli_processes(workspace, "claude")
-    return pid
+PROGRAM = {"claude-code": "claude", "qwen": "qwen"}
 
 
-def test_b09_one_claude_process_serves_every_turn_of_a_session(real_cli, model, sandbox, workspace):
-    cli = real_cli("claude-code")
+def _one_cli(workspace, program="claude"):
+    """The warm CLI's processes (Qwen Code runs as a node process that starts two more):
+    a non-empty sorted list, the same while one CLI process serves the session."""
+    assert wait_until(lambda: bool(_cli_processes(workspace, program)), timeout=10)
+    return sorted(_cli_processes(workspace, program))
+
+
+@pytest.mark.parametrize("driver", ["claude-code", "qwen"])
+def test_b09_one_cli_process_serves_every_turn_of_a_session(driver, real_cli, model, sandbox, workspace):
+    cli, program = real_cli(driver), PROGRAM[driver]
     model.script(
         shell_call("echo hi > f.txt && echo wrote-it"),
         text_quoting_last_tool_output("Saw: "),
@@ -40,14 +46,14 @@ def test_b09_one_claude_process_serves_every_turn_of_a_session(real_cli, model, 
     )
     with _session(sandbox, cli) as session:
         assert "wrote-it" in _turn(session, "Write f.txt").text()
-        pid = _one_cli(workspace)
+        pid = _one_cli(workspace, program)
         state = session.state.data
         assert _turn(session, "And now?").text() == "Second answer"
-        assert _one_cli(workspace) == pid, "the warm CLI took the second prompt"
+        assert _one_cli(workspace, program) == pid, "the warm CLI took the second prompt"
         assert _turn(session, "And then?").text() == "Third answer"
-        assert _one_cli(workspace) == pid
+        assert _one_cli(workspace, program) == pid
         assert session.state.data == state, "the same CLI session goes on"
-    assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "ended at release"
+    assert wait_until(lambda: not _cli_processes(workspace, program), timeout=10), "ended at release"
     later = model.agent_requests()[-1].text()
     assert "echo hi > f.txt" in later and "And now?" in later and "And then?" in later
     _check_clean(model)
@@ -63,7 +69,7 @@ def test_b09_a_claude_process_unused_for_its_idle_timeout_ends_and_the_next_turn
         first = _one_cli(workspace)
         assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "stopped when idle"
         assert _turn(session, "Which word?").text() == "Second answer"
-        assert _cli_processes(workspace, "claude") != [first]
+        assert _one_cli(workspace) != first, "a new CLI process"
     assert "tangerine" in model.agent_requests()[-1].text(), "the cold CLI resumed the conversation"
     _check_clean(model)
 
