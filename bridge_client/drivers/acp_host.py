@@ -24,35 +24,13 @@ or the host's approval flow with approvals on.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..bridge.host_calls import host_tools
-from ..bridge.host_relay import HostRelay, mcp_server_config
-from .mcp_config import SERVER_NAME
+from ..bridge.host_relay import mcp_server_config
+from .mcp_config import SERVER_NAME, AgentRelay
 
 __all__ = ["AgentRelay", "open_relay", "mcp_servers", "check_stdio", "host_tool_asked"]
-
-
-class AgentRelay(HostRelay):
-    """A relay (:class:`~bridge_client.bridge.host_relay.HostRelay`) that serves the turn of
-    its session running now: :meth:`bind` gives it each turn's context (a session runs one
-    turn at a time). A call that comes between turns gets an error result (the last turn is
-    over)."""
-
-    _before: Optional[Callable[[], None]] = None
-
-    def bind(self, ctx: Any, before: Optional[Callable[[], None]] = None) -> None:
-        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`);
-        ``before()`` runs before each call is made (it opens the turn's step: an agent may
-        call an MCP tool before it announces the call, as OpenCode does)."""
-        self._ctx = ctx
-        self._before = before
-
-    def _answer(self, request: Any) -> Dict[str, Any]:
-        before = self._before
-        if before is not None and isinstance(request, dict) and request.get("op") == "call":
-            before()
-        return super()._answer(request)
 
 
 def open_relay(ctx: Any) -> Optional[AgentRelay]:

@@ -11,9 +11,9 @@ Each turn runs::
 in the workspace, writes the prompt to stdin as one stream-json user message, and keeps stdin
 open for control messages. After the ``result`` message the process is kept warm
 (:mod:`bridge_client.drivers.warm_cli`): the session's next turn writes its prompt to the same
-process. A turn after a cancelled or failed one, after a restart, with another environment or
-approvals, or of a session with host tools (their MCP server lives for one run) starts a new
-process with ``--resume``.
+process (the host tools' MCP server, and its relay, live as long as the process). A turn after
+a cancelled or failed one, after a restart, or with another environment or approvals starts a
+new process with ``--resume``.
 
 Where the format comes from: the message shapes parsed by the Claude Agent SDK,
 ``anthropics/claude-agent-sdk-python``, ``src/claude_agent_sdk/_internal/message_parser.py``
@@ -109,13 +109,14 @@ from ..bridge.driver import TurnContext, TurnResult, process_group_started
 from ..bridge.host_calls import host_tools
 from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
+from .mcp_config import AgentRelay
 from .cli_install import find_cli, sandbox_isolated
 from .claude_stream import StreamMapper
 from .cli_process import CLIRuns, CLIStartError, EarlyExit, Event, JsonLinesProcess, summarize
 from .cli_tools_once import CLITools, resume_turn
 from .idle_reaper import DEFAULT_IDLE_TIMEOUT
 from .stream_control import StreamControl, initialize_request
-from .warm_cli import WarmPool
+from .warm_cli import Warm, WarmPool
 from .workspace import workspace_dir
 
 __all__ = ["ClaudeCodeDriver", "StreamJsonDriver", "make_driver", "DEFAULT_CONTINUE_PROMPT"]
@@ -173,7 +174,7 @@ class StreamJsonDriver:
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
         self.partial: bool = options.get("include_partial_messages", True)
         self._runs = CLIRuns()
-        self.warm: Optional[WarmPool] = None  # a driver whose CLI takes its next turn warm sets one
+        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no CLI session yet)."""
@@ -218,37 +219,45 @@ class StreamJsonDriver:
         approvals = ctx.approvals
         key = self._warm_key(ctx, approvals)
         stdin = json.dumps(message) + "\n"
-        proc = self.warm.take(ctx.session_id, key, session_id) if key is not None and self.warm else None
-        if proc is not None:  # a warm process: the prompt is its next turn
-            process_group_started(proc.proc.pid)  # this turn's group: killed if it is abandoned
-            proc.write(stdin)
-            early, mapper, seen = self._pump(ctx, proc, session_id, tools, key)
+        warm = self.warm.take(ctx.session_id, key, session_id)
+        if warm is not None:  # a warm process: the prompt is its next turn
+            if warm.relay is not None:
+                warm.relay.bind(ctx)  # its host tools' server serves this turn
+            process_group_started(warm.proc.proc.pid)  # this turn's group: killed if it is abandoned
+            warm.proc.write(stdin)
+            early, mapper, seen = self._pump(ctx, warm, tools)
             if early is None or seen:
                 return self._result(ctx, early, mapper, tools)
             # It was gone before it printed a line: nothing ran. Start the CLI cold.
             log.info("session %s: its warm %s had exited; starting it again", ctx.session_id, self.label)
+        relay = AgentRelay(ctx) if host_tools(ctx) else None  # lives as long as the process
         try:
             if approvals and self.initialize_for_approvals:
                 stdin = initialize_request() + stdin
-            argv, env = self.argv(session_id, approvals), self.env(approvals)
+            with mcp_config.kept_relay(relay, ctx):
+                argv, env = self.argv(session_id, approvals), self.env(approvals)
             proc = JsonLinesProcess(argv, workspace_dir(), stdin, keep_stdin=True, env=env)
-        except CLIStartError as exc:
-            return TurnResult("error", error=f"{exc} ({self.install_hint})")
-        early, mapper, _seen = self._pump(ctx, proc, session_id, tools, key)
+        except BaseException as exc:
+            if relay is not None:
+                relay.close()
+            if isinstance(exc, CLIStartError):
+                return TurnResult("error", error=f"{exc} ({self.install_hint})")
+            raise
+        early, mapper, _seen = self._pump(ctx, Warm(proc, relay, key, session_id), tools)
         return self._result(ctx, early, mapper, tools)
 
     def _pump(
-        self, ctx: TurnContext, proc: JsonLinesProcess, session_id: Optional[str], tools: CLITools,
-        key: Optional[Hashable],
+        self, ctx: TurnContext, run: Warm, tools: CLITools
     ) -> Tuple[Optional[EarlyExit], StreamMapper, bool]:
-        """Run the turn on ``proc`` to its result; keep the process warm after a clean one
-        (with a ``key``). Returns the early exit (or ``None``), the mapper, and whether the
-        CLI printed anything."""
+        """Run the turn on ``run.proc`` to its result; keep the process warm after a clean one,
+        else stop it (and its relay). Returns the early exit (or ``None``), the mapper, and
+        whether the CLI printed anything."""
+        proc = run.proc
         mapper = StreamMapper(self, ctx, tools)
         control = StreamControl(
             ctx,
             proc,
-            session_id=session_id,
+            session_id=run.cli_session,
             permission_updates=self.permission_updates,
             messages=self.supports_messages,
             open_step=mapper.ensure_step,
@@ -270,21 +279,26 @@ class StreamJsonDriver:
             "request_id": "bridge-cancel",
             "request": {"subtype": "interrupt"},
         }
-        early = self._runs.run(
-            proc,
-            ctx.cancelled,
-            on_event,
-            self.interrupt_grace,
-            interrupt=lambda: proc.write(json.dumps(interrupt) + "\n"),
-            idle=control.idle if self.supports_messages else None,
-            keep=key is not None,
-        )
+        try:
+            early = self._runs.run(
+                proc,
+                ctx.cancelled,
+                on_event,
+                self.interrupt_grace,
+                interrupt=lambda: proc.write(json.dumps(interrupt) + "\n"),
+                idle=control.idle if self.supports_messages else None,
+                keep=True,
+            )
+        except BaseException:
+            run.stop()
+            raise
         last = mapper.results[-1] if mapper.results else {}
         succeeded = bool(last) and not last.get("is_error") and last.get("subtype", "success") == "success"
-        clean = early is None and succeeded
-        kept = key is not None and self._keep(ctx, key, proc, clean)
-        if key is not None and not kept:
-            proc.stop()
+        if early is None and succeeded and not ctx.cancelled.is_set() and proc.proc.poll() is None:
+            data = ctx.state.data  # the CLI session it holds now
+            self.warm.keep(ctx.session_id, run._replace(cli_session=_cli_session(data)))
+        else:
+            run.stop()
         return early, mapper, bool(seen)
 
     def _result(
@@ -307,34 +321,22 @@ class StreamJsonDriver:
             return TurnResult("error", usage or None, f"{self.label}: {detail}{self.result_hint(detail)}")
         return TurnResult("stop", usage or None)
 
-    def _warm_key(self, ctx: TurnContext, approvals: bool) -> Optional[Hashable]:
-        """What a warm process of this turn must have been started with (``None``: this
-        driver keeps none, or the session has host tools, whose server lives for one run)."""
-        if self.warm is None or host_tools(ctx):
-            return None
-        env = tuple(sorted({**ctx.env, **self.env(approvals)}.items()))
-        return (tuple(self.argv(None, approvals)), env)
-
-    def _keep(self, ctx: TurnContext, key: Hashable, proc: JsonLinesProcess, clean: bool) -> bool:
-        """Keep ``proc`` warm for the session's next turn when this one ended cleanly (a
-        successful result came, no cancel, the process runs); True when kept."""
-        result = self.warm is not None and clean and not ctx.cancelled.is_set() and proc.proc.poll() is None
-        if self.warm is None or not result:
-            return False
-        data = ctx.state.data
-        cli_session = data.get("session_id") if isinstance(data, dict) else None
-        self.warm.keep(ctx.session_id, key, cli_session, proc)
-        return True
+    def _warm_key(self, ctx: TurnContext, approvals: bool) -> Hashable:
+        """What a warm process of this turn must have been started with: its command line and
+        variables (without a resumed session and without the host tools' relay, which a warm
+        process keeps), and the session's environment and host tools."""
+        with mcp_config.kept_relay(None, ctx):
+            argv, env = tuple(self.argv(None, approvals)), self.env(approvals)
+        variables = tuple(sorted({**ctx.env, **env}.items()))
+        return (argv, variables, json.dumps(host_tools(ctx), sort_keys=True))
 
     def session_closed(self, session_id: str) -> None:
         """Stop the session's warm process, if it has one."""
-        if self.warm is not None:
-            self.warm.drop(session_id)
+        self.warm.drop(session_id)
 
     def close(self) -> None:
         """Kill every running CLI's process group (the bridge is shutting down)."""
-        if self.warm is not None:
-            self.warm.close()
+        self.warm.close()
         self._runs.stop_all()
 
 
@@ -349,11 +351,6 @@ class ClaudeCodeDriver(StreamJsonDriver):
     permission_updates = True
     supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
 
-    def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """The base class's ``run_turn``, with the session's host tools' MCP server."""
-        with mcp_config.host_mcp(ctx):
-            return super().run_turn(ctx)
-
     def __init__(self, options: Dict[str, Any]) -> None:
         super().__init__(options)
         self.contained = sandbox_isolated()
@@ -361,7 +358,6 @@ class ClaudeCodeDriver(StreamJsonDriver):
         self.permission_mode: Optional[str] = options.get("permission_mode", default_mode)
         self.max_turns: Optional[int] = options.get("max_turns")
         self.allowed_tools: List[str] = list(options.get("allowed_tools") or [])
-        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     export_files, import_files = transcripts.claude_export_files, transcripts.claude_import_files
 
@@ -425,6 +421,11 @@ class ClaudeCodeDriver(StreamJsonDriver):
     def result_hint(self, detail: str) -> str:
         """Where the key comes from, when claude found none or a bad one."""
         return _KEY_HINT if ("Not logged in" in detail or "API key" in detail) else ""
+
+
+def _cli_session(data: Any) -> Optional[str]:
+    value = data.get("session_id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _usage(results: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -25,14 +25,14 @@ import contextlib
 import json
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..bridge.host_calls import host_tools
 from ..bridge.host_relay import HostRelay, mcp_server_config, start_relay
 
 __all__ = [
-    "host_mcp", "current", "claude_args", "claude_allowed", "codex_args", "settings_env", "SERVER_NAME",
-    "write_private_json",
+    "host_mcp", "kept_relay", "current", "claude_args", "claude_allowed", "codex_args", "settings_env",
+    "SERVER_NAME", "write_private_json", "AgentRelay",
 ]
 
 SERVER_NAME = "host"
@@ -53,6 +53,40 @@ def host_mcp(ctx: Any) -> Iterator[Optional[HostRelay]]:
         _LOCAL.relay, _LOCAL.ctx = previous
         if relay is not None:
             relay.close()
+
+
+class AgentRelay(HostRelay):
+    """A relay (:class:`~bridge_client.bridge.host_relay.HostRelay`) that serves the turn of
+    its session running now: :meth:`bind` gives it each turn's context (a session runs one
+    turn at a time). A call that comes between turns gets an error result (the last turn is
+    over)."""
+
+    _before: Optional[Callable[[], None]] = None
+
+    def bind(self, ctx: Any, before: Optional[Callable[[], None]] = None) -> None:
+        """Serve the turn ``ctx`` (a :class:`~bridge_client.bridge.context.TurnContext`);
+        ``before()`` runs before each call is made (it opens the turn's step: an agent may
+        call an MCP tool before it announces the call, as OpenCode does)."""
+        self._ctx = ctx
+        self._before = before
+
+    def _answer(self, request: Any) -> Dict[str, Any]:
+        before = self._before
+        if before is not None and isinstance(request, dict) and request.get("op") == "call":
+            before()
+        return super()._answer(request)
+
+
+@contextlib.contextmanager
+def kept_relay(relay: Optional[HostRelay], ctx: Any) -> Iterator[None]:
+    """Make ``relay`` (one that outlives the run: a warm process's, an ACP agent's) current in
+    this thread for ``ctx`` while the block builds the CLI's command line; it stays open."""
+    previous = getattr(_LOCAL, "relay", None), getattr(_LOCAL, "ctx", None)
+    _LOCAL.relay, _LOCAL.ctx = relay, ctx
+    try:
+        yield
+    finally:
+        _LOCAL.relay, _LOCAL.ctx = previous
 
 
 def current() -> Optional[HostRelay]:

@@ -43,13 +43,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ..bridge.driver import TurnContext, TurnResult
 from ..driver_options import check_agent_options
 from . import mcp_config, transcripts
 from .claude_code import StreamJsonDriver
 from .cli_install import sandbox_isolated
-from .idle_reaper import DEFAULT_IDLE_TIMEOUT
-from .warm_cli import WarmPool
 
 __all__ = ["QwenDriver", "make_driver"]
 
@@ -75,7 +72,6 @@ class QwenDriver(StreamJsonDriver):
         super().__init__(options)
         default_mode = "yolo" if sandbox_isolated() else None
         self.approval_mode: Optional[str] = options.get("approval_mode", default_mode)
-        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     def _mode(self, approvals: bool) -> Optional[str]:
         # With approvals Qwen Code must ask: yolo (the isolated default) asks nothing.
@@ -115,10 +111,6 @@ class QwenDriver(StreamJsonDriver):
 
     supports_host_tools = True  # through the MCP server named host (drivers.mcp_config)
 
-    def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run the CLI once for the turn, with the session's host tools' MCP server."""
-        with mcp_config.host_mcp(ctx):
-            return super().run_turn(ctx)
 
 
 def make_driver(options: Any) -> QwenDriver:

@@ -19,15 +19,27 @@ from typing import Dict, Hashable, List, NamedTuple, Optional
 
 from .cli_process import JsonLinesProcess
 from .idle_reaper import IdleReaper
+from .mcp_config import AgentRelay
 
-__all__ = ["WarmPool"]
+__all__ = ["WarmPool", "Warm"]
 
 
-class _Warm(NamedTuple):
+class Warm(NamedTuple):
+    """A warm process: the CLI, the host tools' relay it was started with (``None`` without
+    host tools; it lives as long as the process), what it was started with (``key``), the
+    CLI session it holds, and when its last turn ended (``time.monotonic()``)."""
+
     proc: JsonLinesProcess
+    relay: Optional[AgentRelay]
     key: Hashable
     cli_session: Optional[str]
-    since: float  # time.monotonic() when its turn ended
+    since: float = 0.0
+
+    def stop(self) -> None:
+        """End the process, then its relay."""
+        self.proc.stop()
+        if self.relay is not None:
+            self.relay.close()
 
 
 class WarmPool:
@@ -41,11 +53,11 @@ class WarmPool:
 
     def __init__(self, idle_timeout: Optional[float]) -> None:
         self._lock = threading.Lock()
-        self._idle: Dict[str, _Warm] = {}
+        self._idle: Dict[str, Warm] = {}
         self._closed = False
         self.reaper = IdleReaper(idle_timeout, self._reap)
 
-    def take(self, session_id: str, key: Hashable, cli_session: Optional[str]) -> Optional[JsonLinesProcess]:
+    def take(self, session_id: str, key: Hashable, cli_session: Optional[str]) -> Optional[Warm]:
         """The session's warm process, when it was started with ``key``, holds the CLI session
         ``cli_session`` and still runs (its output since its last turn is dropped); else
         ``None`` (a process that does not fit is stopped)."""
@@ -54,22 +66,22 @@ class WarmPool:
         if warm is None:
             return None
         if warm.key == key and warm.cli_session == cli_session and _drained(warm.proc):
-            return warm.proc
-        warm.proc.stop()
+            return warm
+        warm.stop()
         return None
 
-    def keep(
-        self, session_id: str, key: Hashable, cli_session: Optional[str], proc: JsonLinesProcess
-    ) -> None:
-        """Keep ``proc`` (its turn just ended cleanly) for the session's next turn."""
+    def keep(self, session_id: str, warm: Warm) -> None:
+        """Keep ``warm`` (its turn just ended cleanly) for the session's next turn."""
+        warm = warm._replace(since=time.monotonic())
         with self._lock:
-            old = None if self._closed else self._idle.get(session_id)
-            if not self._closed:
-                self._idle[session_id] = _Warm(proc, key, cli_session, time.monotonic())
+            closed = self._closed
+            old = None if closed else self._idle.get(session_id)
+            if not closed:
+                self._idle[session_id] = warm
         if old is not None:
-            old.proc.stop()
-        if self._closed:
-            proc.stop()
+            old.stop()
+        if closed:
+            warm.stop()
             return
         self.reaper.start()
 
@@ -78,7 +90,7 @@ class WarmPool:
         with self._lock:
             warm = self._idle.pop(session_id, None)
         if warm is not None:
-            warm.proc.stop()
+            warm.stop()
 
     def close(self) -> None:
         """Stop every warm process, and keep none from now on (the bridge is shutting down)."""
@@ -87,18 +99,18 @@ class WarmPool:
             self._closed = True
             idle, self._idle = list(self._idle.values()), {}
         for warm in idle:
-            warm.proc.stop()
+            warm.stop()
 
     def _reap(self, now: float) -> int:
         timeout = self.reaper.timeout
         assert timeout is not None
         with self._lock:
-            old: List[_Warm] = []
+            old: List[Warm] = []
             for session_id, warm in list(self._idle.items()):
                 if now - warm.since >= timeout:
                     old.append(self._idle.pop(session_id))
         for warm in old:
-            warm.proc.stop()
+            warm.stop()
         return len(old)
 
 

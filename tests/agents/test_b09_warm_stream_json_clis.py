@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from host_support import wait_until
-from model_server import hang, shell_call, text, text_quoting_last_tool_output
+from model_server import hang, shell_call, text, text_quoting_last_tool_output, tool_call
 from test_real_agents import _check_clean, _cli_processes, _session
 
 pytestmark = pytest.mark.timeout(150)
@@ -100,3 +100,42 @@ def test_b09_a_cancelled_turn_keeps_no_warm_claude(real_cli, model, sandbox, wor
         assert turn.finish.finish_reason == "cancelled"
         assert wait_until(lambda: not _cli_processes(workspace, "claude"), timeout=10), "the CLI ended"
         assert _turn(session, "Go on").text() == "After the cancel"
+
+
+@pytest.mark.parametrize("driver", ["claude-code", "qwen"])
+def test_b09_c22_a_warm_cli_calls_the_host_tools_of_each_turn_once(
+    driver, real_cli, model, sandbox, workspace
+):
+    """The host tools' server lives with the warm process; each turn's calls reach that
+    turn, once."""
+    import bridge_client as bc
+
+    cli, program = real_cli(driver), PROGRAM[driver]
+    calls = []
+
+    def lookup(key: str) -> dict:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        calls.append(key)
+        return {"key": key, "value": len(calls)}
+
+    model.script(
+        tool_call("mcp__host__lookup", {"key": "alpha"}), text_quoting_last_tool_output("Got: "),
+        tool_call("mcp__host__lookup", {"key": "beta"}), text_quoting_last_tool_output("Got: "),
+    )
+    with _session(sandbox, cli, tools=[lookup]) as session:
+        first = session.turn("Look alpha up")
+        parts = {"alpha": list(first)}
+        pids = _one_cli(workspace, program)
+        second = session.turn("Look beta up")
+        parts["beta"] = list(second)
+        assert _one_cli(workspace, program) == pids, "the warm CLI served the second turn"
+    assert calls == ["alpha", "beta"], "each call once, in its own turn"
+    for turn, key, value in ((first, "alpha", 1), (second, "beta", 2)):
+        assert turn.finish.finish_reason == "stop", turn.finish
+        (result,) = [p for p in parts[key] if isinstance(p, bc.HostToolResult)]
+        assert result.output["value"] == value, result
+    _check_clean(model)
