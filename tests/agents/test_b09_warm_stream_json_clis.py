@@ -139,3 +139,47 @@ def test_b09_c22_a_warm_cli_calls_the_host_tools_of_each_turn_once(
         (result,) = [p for p in parts[key] if isinstance(p, bc.HostToolResult)]
         assert result.output["value"] == value, result
     _check_clean(model)
+
+
+def test_b09_c22_a_bridge_sigkill_mid_host_call_on_a_warm_claude_runs_the_function_once(
+    real_cli, model, sandbox, workspace
+):
+    """The worst moment on the warm path: the bridge dies while the host function of a warm
+    CLI's turn runs. The keeper ends the warm CLI, the next bridge resumes the turn cold, the
+    CLI calls the tool again and gets the recorded result."""
+    import bridge_client as bc
+
+    cli = real_cli("claude-code")
+    calls, holder = [], {}
+
+    def lookup(key: str) -> dict:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        calls.append(key)
+        if len(calls) == 1:
+            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
+        return {"key": key, "value": 7}
+
+    model.script(
+        text("Ready."),
+        tool_call("mcp__host__lookup", {"key": "alpha"}),
+        tool_call("mcp__host__lookup", {"key": "alpha"}),  # the resumed CLI calls it again
+        text_quoting_last_tool_output("Got: "),
+    )
+    with _session(sandbox, cli, tools=[lookup]) as session:
+        holder["session"] = session
+        _turn(session, "Get ready")
+        warm = _one_cli(workspace)
+        first = session._hello.pid
+        turn = session.turn("Look alpha up")
+        parts = list(turn)
+        assert session._hello.pid != first, "the bridge was launched again"
+        assert _one_cli(workspace) != warm, "the dead bridge's warm CLI was replaced"
+    assert turn.finish.finish_reason == "stop", turn.finish
+    assert calls == ["alpha"], "the function ran once across the bridge's death"
+    results = [p for p in parts if isinstance(p, bc.HostToolResult)]
+    assert [r.output for r in results] == [{"key": "alpha", "value": 7}], "one recorded result"
+    assert "Got: " in turn.text()
