@@ -412,6 +412,7 @@ _PI_OPTIONS = (
     "extra_args",
     "continue_prompt",
     "interrupt_grace",
+    "agent_idle_timeout",
 )
 
 
@@ -424,6 +425,7 @@ def _pi(options: Any) -> Dict[str, Any]:
     str_list_option(opts, "pi", "tools")
     str_list_option(opts, "pi", "extra_args")
     number_option(opts, "pi", "interrupt_grace", minimum=0)
+    number_option(opts, "pi", "agent_idle_timeout", minimum=0, exclusive=True)
     return opts
 
 

@@ -96,11 +96,12 @@ AGENT_HELP = """agents and their --option keys:
           backoff_initial=SECONDS (1), backoff_max=SECONDS (30),
           request_timeout=SECONDS (300), command_timeout=SECONDS (300),
           max_output=CHARS (20000), include_usage=false (for servers that refuse it)
-  claude-code  the Claude Code CLI (claude -p, stream-json), resuming its own session.
+  claude-code  the Claude Code CLI (claude -p, stream-json), one warm process per session.
           executable=PATH, model=NAME, permission_mode=MODE (default: the CLI's own checks
           in a local folder, bypassPermissions in a container), max_turns=N,
           append_system_prompt=TEXT, allowed_tools=[...], extra_args=[...],
-          include_partial_messages=BOOL (true), continue_prompt=TEXT, interrupt_grace=SECONDS (5)
+          include_partial_messages=BOOL (true), continue_prompt=TEXT, interrupt_grace=SECONDS (5),
+          agent_idle_timeout=SECONDS (600: a warm process unused that long is stopped)
   codex   the Codex CLI (codex exec --json), resuming its own thread.
           executable=PATH, model=NAME, sandbox=MODE (default workspace-write in a local
           folder, danger-full-access in a container), skip_git_repo_check=BOOL (true),
@@ -109,30 +110,30 @@ AGENT_HELP = """agents and their --option keys:
           executable=PATH, model=NAME, approval_mode=MODE (default: the CLI's own checks in
           a local folder, yolo in a container), extra_args=[...], continue_prompt=TEXT,
           interrupt_grace=SECONDS (5)
-  qwen    the Qwen Code CLI (stream-json like claude-code), resuming its own session.
+  qwen    the Qwen Code CLI (stream-json like claude-code), one warm process per session.
           executable=PATH, model=NAME, approval_mode=MODE (as gemini), append_system_prompt=TEXT,
           include_partial_messages=BOOL (true), extra_args=[...], continue_prompt=TEXT,
-          interrupt_grace=SECONDS (5)
-  pi      the pi coding agent (pi -p --mode json), resuming its own session; it has no
+          interrupt_grace=SECONDS (5), agent_idle_timeout=SECONDS (600)
+  pi      the pi coding agent (pi --mode rpc), one warm process per session; it has no
           permission checks of its own: restrict it with tools=[...].
           executable=PATH, provider=NAME, model=NAME, thinking=LEVEL, tools=[...],
           append_system_prompt=TEXT, extra_args=[...], continue_prompt=TEXT,
-          interrupt_grace=SECONDS (5)
+          interrupt_grace=SECONDS (5), agent_idle_timeout=SECONDS (600)
   acp     any agent that speaks the Agent Client Protocol on its stdio (one process per
           session, its ACP session id kept in the session state).
           command=PROGRAM (required), args=[...], permission=reject|allow|allow_always
           (how the agent's permission requests are answered; default reject),
           fs=false (do not serve the client file methods), continue_prompt=TEXT,
           interrupt_grace=SECONDS (5), start_timeout=SECONDS (60), auth_method=ID,
-          mcp_servers=[...], max_agents=N (8)
+          mcp_servers=[...], max_agents=N (8), agent_idle_timeout=SECONDS (600)
   opencode  OpenCode in its ACP mode (opencode acp), on the acp driver.
           executable=PATH, base_url=URL (an OpenAI-compatible server; needs model),
           model=NAME, api_key_env=VAR (default OPENAI_API_KEY), extra_args=[...],
           permission=reject|allow|allow_always, continue_prompt=TEXT,
-          interrupt_grace=SECONDS, start_timeout=SECONDS, max_agents=N
+          interrupt_grace=SECONDS, start_timeout=SECONDS, max_agents=N, agent_idle_timeout=SECONDS
   copilot the GitHub Copilot CLI in its ACP mode (copilot --acp), on the acp driver.
           executable=PATH, base_url=URL, provider_type=openai|azure|anthropic, model=NAME,
-          extra_args=[...], and the acp options of opencode (permission=... to max_agents=N)
+          extra_args=[...], and the acp options of opencode (permission=... to agent_idle_timeout=...)
   codex-acp  Zed's codex-acp (Codex over ACP), on the acp driver.
           executable=PATH, base_url=URL, model=NAME, api_key_env=VAR,
           sandbox=read-only|workspace-write|danger-full-access, extra_args=[...], and the

@@ -1,23 +1,31 @@
-"""The ``pi`` driver: runs pi, the coding agent of ``@mariozechner/pi-coding-agent``, in print
-mode with JSON events inside the sandbox and maps them onto parts.
+"""The ``pi`` driver: runs pi, the coding agent of ``@mariozechner/pi-coding-agent``, in its
+RPC mode inside the sandbox and maps its events onto parts.
 
-Each turn runs, in the workspace, with the prompt on stdin (pi merges piped stdin into its
-prompt)::
+A session's first turn starts, in the workspace::
 
-    pi -p --mode json [--session SESSION_ID] [--provider P] [--model M] [--thinking L]
+    pi --mode rpc [--session SESSION_ID] [--provider P] [--model M] [--thinking L]
        [--tools T,...] [--append-system-prompt S] [EXTRA_ARGS...]
+
+and writes two RPC commands to its stdin: ``get_state`` (its answer names the pi session:
+RPC mode prints no session header) and ``prompt`` with the turn's prompt. The turn ends at
+``agent_end``. The process is then kept warm (:mod:`bridge_client.drivers.warm_cli`): the
+session's next turn is one more ``prompt`` command to it. A turn after a cancelled or failed
+one, after a restart, or with another environment starts a new process with ``--session``.
 
 The model endpoint comes from pi's own configuration (``~/.pi/agent/models.json`` for a
 custom provider, or a built-in provider's key in the environment).
 
-Where the format comes from: pi's JSON mode documentation (``AgentSessionEvent``: the ``session``
-header, ``turn_start``/``turn_end``, ``message_start``/``message_update``/``message_end``,
-``tool_execution_start``/``_end``, ``agent_end``) and ``pi-ai``'s
-``AssistantMessageEvent`` (``text_delta``, ``thinking_delta``, ...).
+Where the format comes from: pi's RPC mode documentation (its package's RPC page: the
+commands and their ``response`` lines), its JSON mode documentation (``AgentSessionEvent``:
+``turn_start``/``turn_end``, ``message_start``/``message_update``/``message_end``,
+``tool_execution_start``/``_end``, ``agent_end``) and ``pi-ai``'s ``AssistantMessageEvent``
+(``text_delta``, ``thinking_delta``, ...).
 
 What each event becomes:
 
-- ``session``: its ``id`` goes into the session state (``{"session_id": ...}``).
+- the ``get_state`` answer: its ``sessionId`` goes into the session state
+  (``{"session_id": ...}``); a ``prompt`` refused (``success`` false) ends the turn with
+  ``error`` and pi's message.
 - ``turn_start`` (one model call and the tools it asked for): ``step-start``; ``turn_end``:
   ``step-finish`` (``tool-calls`` when it had tool results), its message's ``usage``.
 - ``message_update`` ``text_delta`` → ``text-delta``; ``thinking_delta`` →
@@ -49,20 +57,25 @@ Options (``agent_options``, a JSON object or null):
     extra_args: a list of further arguments.
     continue_prompt: the prompt that continues a turn cut by a restart.
     interrupt_grace: seconds >= 0 between SIGINT and killing the CLI (default 5).
+    agent_idle_timeout: seconds > 0 a warm pi process may stay unused before it is stopped
+        (default 600), or null: kept until the session closes or the bridge exits.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+import json
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..bridge.driver import TurnContext, TurnResult
+from ..bridge.driver import TurnContext, TurnResult, process_group_started
 from ..driver_options import check_agent_options
 from .claude_code import DEFAULT_CONTINUE_PROMPT
 from . import transcripts
 from .cli_install import find_cli
-from .cli_process import CLIRuns, CLIStartError, Event, JsonLinesProcess, join_text
+from .cli_process import CLIRuns, CLIStartError, EarlyExit, Event, JsonLinesProcess, join_text
 from .cli_process import keep_session_id, summarize
 from .cli_tools_once import CLITools, resume_turn
+from .idle_reaper import DEFAULT_IDLE_TIMEOUT
+from .warm_cli import Warm, WarmPool
 from .workspace import workspace_dir
 
 __all__ = ["PiDriver", "make_driver"]
@@ -95,7 +108,14 @@ class _Mapper:
             ctx.data("pi-unparsed", {"line": event.line[:2000]})
             return False
         kind = ev.get("type")
-        if kind == "session":
+        if kind == "response":  # an RPC command's answer
+            if ev.get("command") == "get_state" and ev.get("success"):
+                keep_session_id(ctx, "session_id", _obj(ev.get("data")).get("sessionId"))
+            elif ev.get("command") == "prompt" and not ev.get("success"):
+                self.error = str(ev.get("error") or "pi refused the prompt")
+                self.close_step()
+                return True  # no agent_end follows a refused prompt
+        elif kind == "session":
             keep_session_id(ctx, "session_id", ev.get("id"))
         elif kind == "turn_start":
             self.close_step()
@@ -176,14 +196,16 @@ class PiDriver:
         self.continue_prompt: str = options.get("continue_prompt") or DEFAULT_CONTINUE_PROMPT
         self.interrupt_grace: float = float(options.get("interrupt_grace", 5.0))
         self._runs = CLIRuns()
+        self.warm = WarmPool(options.get("agent_idle_timeout", DEFAULT_IDLE_TIMEOUT))
 
     def initial_state(self) -> Any:
         """A new session's data: ``{"session_id": null}`` (no pi session yet)."""
         return {"session_id": None}
 
     def argv(self, session_id: Optional[str]) -> List[str]:
-        """The command line of one run (``session_id``: the pi session to continue)."""
-        argv = [self.executable, "-p", "--mode", "json"]
+        """The command line of a session's pi process (``session_id``: the pi session to
+        continue)."""
+        argv = [self.executable, "--mode", "rpc"]
         if session_id:
             argv += ["--session", session_id]
         named = (("--provider", self.provider), ("--model", self.model), ("--thinking", self.thinking))
@@ -197,19 +219,64 @@ class PiDriver:
         return argv + self.extra_args
 
     def run_turn(self, ctx: TurnContext) -> TurnResult:
-        """Run pi once for the turn (or continue its session after a restart).
+        """Run the turn on the session's warm pi process, or start one (and continue its
+        session after a restart).
 
         Returns:
             ``stop`` with the model calls' usage; ``error`` when the model call failed, the
             CLI cannot be started, or it exits before ``agent_end``; ``cancelled``.
         """
         session_id, prompt, tools = resume_turn(ctx, "session_id", self.continue_prompt, self.agent_id)
+        key = (tuple(self.argv(None)), tuple(sorted(ctx.env.items())))
+        command = json.dumps({"type": "prompt", "message": prompt}) + "\n"
+        warm = self.warm.take(ctx.session_id, key, session_id)
+        if warm is not None:  # the prompt is the warm process's next one
+            process_group_started(warm.proc.proc.pid)  # this turn's group: killed if it is abandoned
+            warm.proc.write(command)
+            early, mapper, seen = self._pump(ctx, warm, tools)
+            if early is None or seen:
+                return self._result(ctx, early, mapper, tools)
+            # It was gone before it printed a line: nothing ran. Start pi cold.
         try:
-            proc = JsonLinesProcess(self.argv(session_id), workspace_dir(), prompt)
+            # get_state first: its answer names the pi session (RPC mode prints no header).
+            stdin = json.dumps({"type": "get_state"}) + "\n" + command
+            proc = JsonLinesProcess(self.argv(session_id), workspace_dir(), stdin, keep_stdin=True)
         except CLIStartError as exc:
             return TurnResult("error", error=f"{exc} (is pi installed? the pi template installs it)")
+        early, mapper, _seen = self._pump(ctx, Warm(proc, None, key, session_id), tools)
+        return self._result(ctx, early, mapper, tools)
+
+    def _pump(
+        self, ctx: TurnContext, run: Warm, tools: CLITools
+    ) -> Tuple[Optional[EarlyExit], _Mapper, bool]:
+        """Run the turn on ``run.proc`` to its ``agent_end``; keep the process warm after a
+        clean one, else stop it. Returns the early exit (or ``None``), the mapper, and whether
+        pi printed anything."""
         mapper = _Mapper(ctx, tools)
-        early = self._runs.run(proc, ctx.cancelled, mapper.on_event, self.interrupt_grace)
+        seen: List[bool] = []
+
+        def on_event(event: Event) -> bool:
+            if not seen:
+                seen.append(True)
+            return mapper.on_event(event)
+
+        try:
+            early = self._runs.run(run.proc, ctx.cancelled, on_event, self.interrupt_grace, keep=True)
+        except BaseException:
+            run.stop()
+            raise
+        clean = early is None and mapper.error is None and not ctx.cancelled.is_set()
+        if clean and run.proc.proc.poll() is None:
+            data = ctx.state.data  # the pi session it holds now
+            cli_session = data.get("session_id") if isinstance(data, dict) else None
+            self.warm.keep(ctx.session_id, run._replace(cli_session=cli_session))
+        else:
+            run.stop()
+        return early, mapper, bool(seen)
+
+    def _result(
+        self, ctx: TurnContext, early: Optional[EarlyExit], mapper: _Mapper, tools: CLITools
+    ) -> TurnResult:
         if early is not None:
             mapper.close_step()
             tail = early.stderr_tail or mapper.error or ""
@@ -223,8 +290,14 @@ class PiDriver:
             return TurnResult("error", usage, f"pi: {summarize(mapper.error)}")
         return TurnResult("stop", usage)
 
+    def session_closed(self, session_id: str) -> None:
+        """Stop the session's warm pi process, if it has one."""
+        self.warm.drop(session_id)
+
     def close(self) -> None:
-        """Kill every running CLI's process group (the bridge is shutting down)."""
+        """Stop the warm processes and kill every running CLI's process group (the bridge is
+        shutting down)."""
+        self.warm.close()
         self._runs.stop_all()
 
 

@@ -48,7 +48,7 @@ def _cli_processes(workspace, program):
     return found
 
 
-WARM = ("claude-code", "qwen")
+WARM = ("claude-code", "qwen", "pi")
 """The drivers that keep their CLI's process between a session's turns."""
 
 

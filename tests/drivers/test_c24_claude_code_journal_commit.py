@@ -84,7 +84,9 @@ def test_c24_claude_code_tool_of_a_run_whose_end_was_not_committed_is_given_back
                 open(os.path.join(fake_cli.folder, "go"), "w").close()
                 # The run ends; give the driver the moment to drop its journal, as it did
                 # once the CLI's run ended.
-                assert wait_until(lambda: os.path.isdir(journal), timeout=10), "no journal"
+                assert wait_until(lambda: os.path.isdir(journal), timeout=10), (
+                    "no journal", os.listdir(state_dir), fake_cli.calls("claude")
+                )
                 wait_until(lambda: not os.listdir(journal), timeout=3)
                 os.kill(pid, 9)  # the bridge, by pid
             killed = True

@@ -1,9 +1,9 @@
-"""Warm stream-json CLIs: the real Claude Code (``claude -p --input-format stream-json``) and
-Qwen Code keep running between the turns of a session and take each next prompt on stdin,
-offline against the scripted model server. One process serves every turn and the conversation
-goes on in it; one left unused ``agent_idle_timeout`` seconds is stopped, and the next turn
-resumes the CLI session cold; a SIGKILLed bridge leaves no warm CLI behind; a cancelled turn
-keeps none."""
+"""Warm CLIs: the real Claude Code (``claude -p --input-format stream-json``), Qwen Code and
+pi (``pi --mode rpc``) keep running between the turns of a session and take each next prompt
+on stdin, offline against the scripted model server. One process serves every turn and the
+conversation goes on in it; one left unused ``agent_idle_timeout`` seconds is stopped, and the
+next turn resumes the CLI session cold; a SIGKILLed bridge leaves no warm CLI behind; a
+cancelled turn keeps none; host tools reach each turn once."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,7 @@ def _turn(session, prompt):
     return turn
 
 
-PROGRAM = {"claude-code": "claude", "qwen": "qwen"}
+PROGRAM = {"claude-code": "claude", "qwen": "qwen", "pi": "pi"}
 
 
 def _one_cli(workspace, program="claude"):
@@ -35,7 +35,7 @@ def _one_cli(workspace, program="claude"):
     return sorted(_cli_processes(workspace, program))
 
 
-@pytest.mark.parametrize("driver", ["claude-code", "qwen"])
+@pytest.mark.parametrize("driver", ["claude-code", "qwen", "pi"])
 def test_b09_one_cli_process_serves_every_turn_of_a_session(driver, real_cli, model, sandbox, workspace):
     cli, program = real_cli(driver), PROGRAM[driver]
     model.script(
