@@ -1,15 +1,16 @@
 """The ``warm-agent`` rows: a real agent CLI's text-only turn through the bridge, on the warm
-agent process its driver keeps for a session (Claude Code's stream-json process, an ACP
-agent's process), against the same CLI run directly
+agent process its driver keeps for a session (Claude Code's and Qwen Code's stream-json
+process, pi's RPC process, an ACP agent's process), against the same CLI run directly
 with its usual one-shot command, both against the scripted model server of the agent tests
 (``tests/agents/model_server.py``, on 127.0.0.1), in the same run. One row per CLI found in the
 agent tests' cache (``~/.cache/bridge-client``: run ``pytest tests/agents`` once to fill it).
 
 - The product: turns 2 to ``runs + 1`` of one session (the first turn starts the agent and is
-  reported apart, as the first-turn figure in the row's detail), create_session to the
+  reported apart, as the first-turn figure in the row's detail), ``turn()`` to the
   turn's finish part, in milliseconds.
-- The baseline: ``runs`` one-shot runs of the CLI (``claude -p``, ``opencode run``,
-  ``copilot -p``), each in the same private HOME, process start to exit.
+- The baseline: ``runs`` one-shot runs of the CLI (``claude -p``, ``qwen -p``, ``pi -p``,
+  ``opencode run``, ``copilot -p``), each in the same private HOME, process start to exit,
+  after one warm-up run (a fresh HOME's state set-up).
 
 The ratio is direct / warm (above 1: the bridge is faster); the target is a warm turn at most a
 quarter of the direct run (ratio >= 4).
@@ -56,40 +57,52 @@ def _cached(lock_dir: str, files: Tuple[str, ...], cache: str, program: str) -> 
 Setup = Tuple[List[str], Dict[str, str], Dict[str, Any]]
 
 
-def _opencode(program: str, model_url: str) -> Setup:
-    from bridge_client.drivers import opencode
+def _stream_cli(driver: str, argv: List[str]) -> Callable[[Any, str, str], Setup]:
+    """A CLI set up as the agent tests set it up (``tests/agents/cli_setups.py``: its settings
+    under the private HOME and its variables, which reach the bridge's CLI through the
+    session's environment), run one-shot with ``argv``."""
 
-    opts = {"base_url": f"{model_url}/v1", "model": "fake-model", "api_key_env": "FAKE_KEY"}
-    env = opencode.make_driver({"executable": program, **opts}).preset_env
-    return ["run", "--format", "json", PROMPT], {**env, "FAKE_KEY": KEY}, opts
+    def make(program: str, model: Any, home: str) -> Setup:
+        from cli_setups import SETUPS  # tests/agents is on sys.path (see _one_cli)
 
+        variables: Dict[str, str] = {}
+        opts = SETUPS[driver](model, home, variables.__setitem__)
+        return list(argv), variables, opts
 
-def _copilot(program: str, model_url: str) -> Setup:
-    from bridge_client.drivers import copilot
-
-    opts = {"base_url": f"{model_url}/v1", "model": "fake-model"}
-    env = copilot.make_driver({"executable": program, **opts}).preset_env
-    argv = ["-p", PROMPT, "--allow-all-tools", "--output-format", "json", "--no-auto-update"]
-    return argv, {**env, "COPILOT_PROVIDER_API_KEY": KEY}, opts
+    return make
 
 
-def _claude(program: str, model_url: str) -> Setup:
-    # As tests/agents/cli_setups.py sets it up; the same variables reach the bridge's CLI
-    # through the session's environment.
-    env = {"ANTHROPIC_BASE_URL": model_url, "ANTHROPIC_API_KEY": KEY,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
-    argv = ["-p", PROMPT, "--output-format", "json", "--permission-mode", "bypassPermissions"]
-    return argv, env, {"permission_mode": "bypassPermissions"}
+def _acp(driver: str, argv: List[str], key_env: str, **extra: Any) -> Callable[[Any, str, str], Setup]:
+    """An ACP preset pointed at the model server as its driver points it (its ``base_url``
+    options), run one-shot with ``argv``."""
+
+    def make(program: str, model: Any, home: str) -> Setup:
+        from bridge_client.drivers import copilot, opencode
+
+        opts = {"base_url": f"{model.url}/v1", "model": "fake-model", **extra}
+        module = {"opencode": opencode, "copilot": copilot}[driver]
+        env = module.make_driver({"executable": program, **opts}).preset_env
+        return list(argv), {**env, key_env: KEY}, opts
+
+    return make
 
 
-CLIS: Dict[str, Tuple[str, Tuple[str, ...], str, str, Callable[[str, str], Setup]]] = {
-    "claude-code": ("", ("package-lock.json",), "agents", "claude", _claude),
-    "opencode": ("", ("package-lock.json",), "agents", "opencode", _opencode),
-    "copilot": ("npm-more", ("package.json", "package-lock.json"), "agents-more", "copilot", _copilot),
+_MAIN = ("", ("package-lock.json",), "agents")  # the agent tests' main npm lock
+_PI = ["-p", "--mode", "json", "--provider", "test", "--model", "test-model", PROMPT]
+_COPILOT = ["-p", PROMPT, "--allow-all-tools", "--output-format", "json", "--no-auto-update"]
+
+CLIS: Dict[str, Tuple[str, Tuple[str, ...], str, str, Callable[[Any, str, str], Setup]]] = {
+    "claude-code": (*_MAIN, "claude", _stream_cli("claude-code", ["-p", PROMPT, "--output-format", "json"])),
+    "qwen": (*_MAIN, "qwen", _stream_cli("qwen", ["-p", PROMPT, "--output-format", "json"])),
+    "pi": (*_MAIN, "pi", _stream_cli("pi", _PI)),
+    "opencode": (*_MAIN, "opencode", _acp("opencode", ["run", "--format", "json", PROMPT], "FAKE_KEY",
+                                          api_key_env="FAKE_KEY")),
+    "copilot": ("npm-more", ("package.json", "package-lock.json"), "agents-more", "copilot",
+                _acp("copilot", _COPILOT, "COPILOT_PROVIDER_API_KEY")),
 }
 """driver → (its npm lock's folder under tests/agents, the files its cache digest is of, its
 cache folder, its program, how to run it: ``(one-shot arguments, variables, driver options)``
-for the program and a model server URL)."""
+for the program, the model server and the private HOME)."""
 
 
 def _home_env(home: str) -> Dict[str, str]:
@@ -114,15 +127,14 @@ def _direct(program: str, argv: List[str], env: Dict[str, str], cwd: str) -> flo
 
 
 def _one_cli(env: BenchEnv, driver: str, program: str, runs: int) -> Row:
-    sys.path.insert(0, AGENT_TESTS)
-    try:
-        from model_server import ModelServer, text
-    finally:
-        sys.path.remove(AGENT_TESTS)
+    if AGENT_TESTS not in sys.path:
+        sys.path.insert(0, AGENT_TESTS)  # the scripted model server and the CLIs' set-ups
+    from model_server import ModelServer, text
+
     make = CLIS[driver][-1]
     with ModelServer() as model:
-        argv, variables, opts = make(program, model.url)
         home = tempfile.mkdtemp(prefix=f"warm-{driver}-", dir=env.root)
+        argv, variables, opts = make(program, model, home)
         workspace = env.workspace(f"warm-{driver}")
         homes = _home_env(home)
         model.script(text("Hello."))
@@ -132,7 +144,7 @@ def _one_cli(env: BenchEnv, driver: str, program: str, runs: int) -> Row:
             model.script(text("Hello."))
             direct.append(_direct(program, argv, {**variables, **homes}, workspace))
         agent = {**opts, "executable": program}
-        if driver != "claude-code":
+        if driver in ("opencode", "copilot"):
             agent["permission"] = "allow"
         options = bc.bridge_options(driver, agent_options=agent)
         session_env = {**homes, **variables}

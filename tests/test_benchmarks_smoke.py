@@ -57,7 +57,8 @@ def test_each_benchmark_runs_once_at_a_tiny_size(name):
 
 def test_the_warm_agent_rows_run_each_cached_cli_or_say_it_is_not_cached():
     rows = run(["warm-agent"], Sizes.tiny(), log=lambda _: None)
-    assert [r.name for r in rows] == ["warm-agent claude-code", "warm-agent opencode", "warm-agent copilot"]
+    drivers = ["claude-code", "qwen", "pi", "opencode", "copilot"]
+    assert [r.name for r in rows] == [f"warm-agent {d}" for d in drivers]
     for row in rows:
         if row.skipped:
             assert row.skipped.startswith("skipped: ") and "cache" in row.skipped, row.skipped
