@@ -133,7 +133,8 @@ AGENT_HELP = """agents and their --option keys:
           interrupt_grace=SECONDS, start_timeout=SECONDS, max_agents=N, agent_idle_timeout=SECONDS
   copilot the GitHub Copilot CLI in its ACP mode (copilot --acp), on the acp driver.
           executable=PATH, base_url=URL, provider_type=openai|azure|anthropic, model=NAME,
-          extra_args=[...], and the acp options of opencode (permission=... to agent_idle_timeout=...)
+          extra_args=[...], and the acp options of opencode (permission=...
+          to agent_idle_timeout=...)
   codex-acp  Zed's codex-acp (Codex over ACP), on the acp driver.
           executable=PATH, base_url=URL, model=NAME, api_key_env=VAR,
           sandbox=read-only|workspace-write|danger-full-access, extra_args=[...], and the
