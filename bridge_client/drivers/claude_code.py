@@ -294,11 +294,7 @@ class StreamJsonDriver:
             raise
         last = mapper.results[-1] if mapper.results else {}
         succeeded = bool(last) and not last.get("is_error") and last.get("subtype", "success") == "success"
-        if early is None and succeeded and not ctx.cancelled.is_set() and proc.proc.poll() is None:
-            data = ctx.state.data  # the CLI session it holds now
-            self.warm.keep(ctx.session_id, run._replace(cli_session=_cli_session(data)))
-        else:
-            run.stop()
+        self.warm.keep_or_stop(ctx, run, early is None and succeeded)
         return early, mapper, bool(seen)
 
     def _result(
@@ -421,11 +417,6 @@ class ClaudeCodeDriver(StreamJsonDriver):
     def result_hint(self, detail: str) -> str:
         """Where the key comes from, when claude found none or a bad one."""
         return _KEY_HINT if ("Not logged in" in detail or "API key" in detail) else ""
-
-
-def _cli_session(data: Any) -> Optional[str]:
-    value = data.get("session_id") if isinstance(data, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 def _usage(results: List[Dict[str, Any]]) -> Dict[str, Any]:

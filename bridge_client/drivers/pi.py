@@ -265,13 +265,7 @@ class PiDriver:
         except BaseException:
             run.stop()
             raise
-        clean = early is None and mapper.error is None and not ctx.cancelled.is_set()
-        if clean and run.proc.proc.poll() is None:
-            data = ctx.state.data  # the pi session it holds now
-            cli_session = data.get("session_id") if isinstance(data, dict) else None
-            self.warm.keep(ctx.session_id, run._replace(cli_session=cli_session))
-        else:
-            run.stop()
+        self.warm.keep_or_stop(ctx, run, early is None and mapper.error is None)
         return early, mapper, bool(seen)
 
     def _result(

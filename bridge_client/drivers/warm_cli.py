@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Dict, Hashable, List, NamedTuple, Optional
+from typing import Any, Dict, Hashable, List, NamedTuple, Optional
 
 from .cli_process import JsonLinesProcess
 from .idle_reaper import IdleReaper
@@ -84,6 +84,18 @@ class WarmPool:
             warm.stop()
             return
         self.reaper.start()
+
+    def keep_or_stop(self, ctx: Any, run: Warm, clean: bool) -> None:
+        """After a turn on ``run``: keep it for the session's next turn when the turn ended
+        cleanly (``clean``, no cancel) and the process runs, holding the CLI session the
+        session state names now (``{"session_id": ...}``); else stop it."""
+        if clean and not ctx.cancelled.is_set() and run.proc.proc.poll() is None:
+            data = ctx.state.data
+            value = data.get("session_id") if isinstance(data, dict) else None
+            held = value if isinstance(value, str) and value else None
+            self.keep(ctx.session_id, run._replace(cli_session=held))
+        else:
+            run.stop()
 
     def drop(self, session_id: str) -> None:
         """Stop the session's warm process, if it has one (the session closed)."""
