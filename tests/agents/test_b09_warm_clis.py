@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from host_support import wait_until
+from host_support import bridge_killing_lookup, wait_until
 from model_server import hang, shell_call, text, text_quoting_last_tool_output, tool_call
 from test_real_agents import _check_clean, _cli_processes, _session
 
@@ -150,18 +150,7 @@ def test_b09_c22_a_bridge_sigkill_mid_host_call_on_a_warm_claude_runs_the_functi
     import bridge_client as bc
 
     cli = real_cli("claude-code")
-    calls, holder = [], {}
-
-    def lookup(key: str) -> dict:
-        """Look a key up.
-
-        Args:
-            key: the key.
-        """
-        calls.append(key)
-        if len(calls) == 1:
-            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
-        return {"key": key, "value": 7}
+    lookup, calls, holder = bridge_killing_lookup()
 
     model.script(
         text("Ready."),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sys
 import threading
 
@@ -35,7 +34,7 @@ import pytest
 
 import bridge_client as bc
 from conformance_support import ACP_PRESETS, AGENTS, Agent, Cells, aider_edit, host_call, make_agent, shell
-from host_support import _pids_under, kill_all_under, wait_until
+from host_support import _pids_under, bridge_killing_lookup, kill_all_under, wait_until
 from model_server import Reply, Text, hang, text, text_quoting_last_tool_output
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "env"))
@@ -427,18 +426,7 @@ def test_c22_conformance_a_bridge_sigkill_mid_host_call_still_runs_it_once(drive
     relaunched bridge starts the agent again, whose model calls the tool again, and gets the
     recorded result, not a second run."""
     agent, _ = conform(driver)
-    calls, holder = [], {}
-
-    def lookup(key: str) -> dict:
-        """Look a key up.
-
-        Args:
-            key: the key.
-        """
-        calls.append(key)
-        if len(calls) == 1:
-            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
-        return {"key": key, "value": 7}
+    lookup, calls, holder = bridge_killing_lookup()
 
     call = host_call("lookup", {"key": "alpha"}, driver)
     agent.script(model, call, call, text_quoting_last_tool_output("Got: "))

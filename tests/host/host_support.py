@@ -79,3 +79,24 @@ def options(driver: str = "shell", **kw) -> bc.BridgeOptions:
     """Bridge options of this package's bridge; leftover bridges exit after 60 s unused."""
     kw.setdefault("bridge_idle_timeout", 60.0)
     return bc.bridge_options(driver, secret=SECRET, **kw)
+
+
+def bridge_killing_lookup(value: int = 7):
+    """``(lookup, calls, holder)``: a host tool ``lookup(key)`` that records each call in
+    ``calls`` and SIGKILLs the bridge of ``holder["session"]`` (by pid) during its first call,
+    then answers ``{"key": key, "value": value}``: the worst moment for a host function."""
+    calls: List[str] = []
+    holder: dict = {}
+
+    def lookup(key: str) -> dict:
+        """Look a key up.
+
+        Args:
+            key: the key.
+        """
+        calls.append(key)
+        if len(calls) == 1:
+            os.kill(holder["session"]._hello.pid, signal.SIGKILL)  # the bridge dies mid-call
+        return {"key": key, "value": value}
+
+    return lookup, calls, holder
